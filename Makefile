@@ -1,0 +1,74 @@
+# MIC - build, run and test.
+#
+#   make          build build/micd (optimised)
+#   make run      install what is missing, build, start micd on 127.0.0.1:8080, store in ./var
+#   make test     install what is missing, build with ASan+UBSan, run every test
+#   make bench    durable publish benchmark (see bench/README.md)
+#   make deps     install the Debian packages (apt-get update only when something is missing)
+
+CC      ?= cc
+PKGS    := libmicrohttpd lmdb jansson openssl
+TPKGS   := cmocka libcurl
+DEBS    := build-essential pkg-config libmicrohttpd-dev liblmdb-dev lmdb-utils \
+           libjansson-dev libssl-dev libcmocka-dev libcurl4-openssl-dev curl \
+           procps
+WARN    := -std=c11 -Wall -Wextra -Werror -Wformat=2 -g
+SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+PKGCFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKGLIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread
+TCFLAGS   = $(shell pkg-config --cflags $(TPKGS) 2>/dev/null)
+TLIBS     = $(shell pkg-config --libs $(TPKGS) 2>/dev/null)
+
+SRV_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
+REL_OBJ := $(SRV_SRC:server/%.c=build/rel/%.o)
+SAN_OBJ := $(SRV_SRC:server/%.c=build/san/%.o)
+UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
+HARNESS := build/san/harness.o
+
+.PHONY: all run test check deps bench clean
+all: build/micd
+
+deps:
+	@missing=""; for p in $(DEBS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+build/rel/%.o: server/%.c server/*.h | build/rel
+	$(CC) $(WARN) -O2 $(PKGCFLAGS) -c $< -o $@
+build/san/%.o: server/%.c server/*.h | build/san
+	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) -c $< -o $@
+build/rel build/san:
+	mkdir -p $@
+
+build/micd: $(REL_OBJ) build/rel/main.o
+	$(CC) $(WARN) -O2 $^ -o $@ $(PKGLIBS)
+build/san/micd: $(SAN_OBJ) build/san/main.o
+	$(CC) $(WARN) $(SAN) $^ -o $@ $(PKGLIBS)
+
+$(HARNESS): tests/harness.c tests/harness.h | build/san
+	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
+build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) tests/harness.h
+	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver $< $(SAN_OBJ) $(HARNESS) -o $@ $(PKGLIBS) $(TLIBS)
+
+build/loadgen: bench/loadgen.c | build/rel
+	$(CC) $(WARN) -O2 -D_GNU_SOURCE $< -o $@ -lpthread -lm
+
+run: deps build/micd
+	mkdir -p var
+	./build/micd --listen 127.0.0.1:8080 --data ./var
+
+check: build/san/micd $(UNIT)
+	MICD=build/san/micd tests/run.sh $(UNIT)
+
+test: deps
+	$(MAKE) check
+
+bench: deps build/micd build/loadgen
+	bench/publish.sh
+
+clean:
+	rm -rf build

@@ -1,0 +1,112 @@
+/* buf.c - growable buffers (see buf.h). */
+#include "buf.h"
+
+#include "clock.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void mic_buf_init(struct mic_buf *b)
+{
+    memset(b, 0, sizeof *b);
+}
+
+void mic_buf_fini(struct mic_buf *b)
+{
+    free(b->p);
+    mic_buf_init(b);
+}
+
+char *mic_buf_steal(struct mic_buf *b, size_t *len)
+{
+    char *p = b->p;
+
+    *len = b->len;
+    mic_buf_init(b);
+    return p;
+}
+
+static int reserve(struct mic_buf *b, size_t n)
+{
+    size_t cap;
+    char *p;
+
+    if (b->oom)
+        return -1;
+    if (b->len + n + 1 <= b->cap)
+        return 0;
+    cap = b->cap ? b->cap : 256;
+    while (cap < b->len + n + 1)
+        cap *= 2;
+    if (!(p = realloc(b->p, cap))) {
+        b->oom = 1;
+        return -1;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+void mic_buf_add(struct mic_buf *b, const void *p, size_t n)
+{
+    if (reserve(b, n))
+        return;
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+void mic_buf_puts(struct mic_buf *b, const char *s)
+{
+    mic_buf_add(b, s, strlen(s));
+}
+
+void mic_buf_printf(struct mic_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || reserve(b, (size_t)n))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+void mic_buf_json_str(struct mic_buf *b, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+
+    if (reserve(b, n + 2))
+        return;
+    b->p[b->len++] = '"';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            char e[2] = {'\\', (char)c};
+            mic_buf_add(b, e, 2);
+        } else if (c < 0x20) {
+            char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+            mic_buf_add(b, e, 6);
+        } else {
+            mic_buf_add(b, s + i, 1);
+        }
+    }
+    mic_buf_add(b, "\"", 1);
+}
+
+void mic_buf_json_time(struct mic_buf *b, int64_t us)
+{
+    char t[MIC_TIME_LEN + 3];
+
+    t[0] = '"';
+    mic_time_format(us, t + 1);
+    t[MIC_TIME_LEN + 1] = '"';
+    mic_buf_add(b, t, MIC_TIME_LEN + 2);
+}

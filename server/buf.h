@@ -1,0 +1,31 @@
+/* buf.h - a growable byte buffer for building response bodies.
+ *
+ * Appends never fail halfway: on allocation failure the buffer is marked
+ * 'oom', later appends do nothing, and the caller checks 'oom' once. */
+#ifndef MIC_BUF_H
+#define MIC_BUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct mic_buf {
+    char *p;
+    size_t len, cap;
+    int oom;
+};
+
+void mic_buf_init(struct mic_buf *b);
+void mic_buf_fini(struct mic_buf *b);
+/* Hand the bytes to the caller (free() them); the buffer is reset. */
+char *mic_buf_steal(struct mic_buf *b, size_t *len);
+
+void mic_buf_add(struct mic_buf *b, const void *p, size_t n);
+void mic_buf_puts(struct mic_buf *b, const char *s);
+void mic_buf_printf(struct mic_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Append 's' (n bytes of UTF-8) as a JSON string, quotes included. */
+void mic_buf_json_str(struct mic_buf *b, const char *s, size_t n);
+/* Append "YYYY-MM-DDTHH:MM:SS.ffffffZ" with quotes. */
+void mic_buf_json_time(struct mic_buf *b, int64_t us);
+
+#endif

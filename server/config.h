@@ -1,0 +1,41 @@
+/* config.h - micd's settings: one table (config.c) gives each its flag,
+ * type, default, bounds and field.  Flags override the optional config
+ * file (`--config FILE`, lines of `name = value`). */
+#ifndef MIC_CONFIG_H
+#define MIC_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+enum mic_durability { MIC_DURABILITY_FSYNC, MIC_DURABILITY_NONE };
+
+struct mic_config {
+    char listen[128];       /* HOST:PORT; port 0 picks a free one */
+    char data_dir[512];
+    char port_file[512];    /* if set, the bound port is written there */
+    uint64_t map_size;      /* initial LMDB map size, bytes */
+    uint64_t map_max;       /* growth limit; MDB_MAP_FULL past it -> 507 */
+    int durability;         /* enum mic_durability */
+    uint64_t max_body;      /* request body bytes */
+    int max_batch;          /* events per publish */
+    int max_depth;          /* JSON nesting */
+    int max_connections;
+    int per_ip_connections;
+    int idle_timeout_s;
+    int http_threads;
+    int writer_queue;       /* queued operations before 429 */
+    int writer_batch;       /* operations per transaction at most */
+    int no_auto_topics;
+    int log_level;          /* enum mic_log_level */
+};
+
+/* Fill 'c' with the defaults, then the config file named by --config (if
+ * any), then the flags in argv.  Returns 0 on success, 1 if --help was
+ * given (usage already printed), or -1 with a message in 'err'. */
+int mic_config_load(struct mic_config *c, int argc, char **argv,
+                    char *err, size_t errlen);
+
+/* Print the flags with their defaults and bounds. */
+void mic_config_usage(FILE *f);
+
+#endif

@@ -1,0 +1,43 @@
+/* err.c - descriptions of enum mic_err and the client error filler. */
+#include "err.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+int mic_error_set(struct mic_error *e, int err, const char *code,
+                  const char *field, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!e)
+        return err;
+    e->err = err;
+    e->code = code;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    snprintf(e->field, sizeof e->field, "%s", field ? field : "");
+    return err;
+}
+
+const char *mic_strerror(int err)
+{
+    switch (err) {
+    case MIC_OK: return "success";
+    case MIC_ENOMEM: return "out of memory";
+    case MIC_EINVAL: return "invalid argument";
+    case MIC_ENOTFOUND: return "not found";
+    case MIC_ECONFLICT: return "conflict";
+    case MIC_ENOSPC: return "storage full";
+    case MIC_EIO: return "input/output error";
+    case MIC_EPARSE: return "malformed input";
+    case MIC_ETOOBIG: return "too large";
+    case MIC_EMEDIA: return "unsupported media type";
+    case MIC_EBUSY: return "overloaded";
+    case MIC_ENOTREADY: return "not ready";
+    case MIC_EMETHOD: return "method not allowed";
+    case MIC_EVERSION: return "unknown store format version";
+    }
+    return "unknown error";
+}

@@ -1,0 +1,19 @@
+/* metrics.h - counters and GET /metrics (Prometheus text format). */
+#ifndef MIC_METRICS_H
+#define MIC_METRICS_H
+
+#include "store.h"
+#include "writer.h"
+
+struct mic_buf;
+
+/* Declare the route names counted by mic_metrics_http (index = route). */
+void mic_metrics_routes(const char *const *names, int n);
+
+/* Count one HTTP reply of 'status' on route 'route' (thread-safe). */
+void mic_metrics_http(int route, int status);
+
+/* Append the exposition text for everything MIC counts. */
+int mic_metrics_render(mic_store *s, mic_writer *w, struct mic_buf *out);
+
+#endif

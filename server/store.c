@@ -1,0 +1,641 @@
+/* store.c - the LMDB environment, its sub-databases and every key and
+ * record encoding (see store.h; the format is in proto/store-format.md).
+ *
+ * All integers in keys and records are big-endian, so keys sort in numeric
+ * order and every query is a cursor seek.  Sub-databases of format 1:
+ *
+ *   meta    "format" -> u32, "next_topic_id" -> u32
+ *   log     seq u64 -> record (48-byte header + stored event JSON)
+ *   ids     event_id -> seq u64, SHA-256 content digest
+ *   time    topic_id u32, created_at u64, event_id -> seq u64
+ *   aggs    akey -> aggregate record
+ *   aggidx  akey, version u64 | akey, created_at u64, seq u64 -> seq u64
+ *   topics  name -> topic record
+ *
+ * Map growth: LMDB forbids mdb_env_set_mapsize while any transaction of
+ * this process is open, so read transactions hold 'resize' shared and
+ * mic_store_grow takes it exclusively (writer-preferring, so a stream of
+ * readers cannot starve it). */
+#define _GNU_SOURCE
+#include "store.h"
+
+#include "err.h"
+#include "log.h"
+
+#include <errno.h>
+#include <lmdb.h>
+#include <openssl/sha.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define REC_HDR 48
+
+struct mic_store {
+    MDB_env *env;
+    MDB_dbi meta, log, ids, time, aggs, aggidx, topics;
+    uint64_t map_size, map_max;
+    pthread_rwlock_t resize;
+};
+
+struct mic_txn {
+    MDB_txn *txn;
+    mic_store *s;
+    int write;
+};
+
+static int (*fault_hook)(const char *dbname);
+
+void mic_store_set_fault(int (*hook)(const char *dbname))
+{
+    fault_hook = hook;
+}
+
+/* ---- Encodings ---- */
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    put_u32(p, (uint32_t)(v >> 32));
+    put_u32(p + 4, (uint32_t)v);
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+    return (uint64_t)get_u32(p) << 32 | get_u32(p + 4);
+}
+
+static int from_mdb(int rc)
+{
+    switch (rc) {
+    case 0: return MIC_OK;
+    case MDB_NOTFOUND: return MIC_ENOTFOUND;
+    case MDB_KEYEXIST: return MIC_ECONFLICT;
+    case MDB_MAP_FULL: return MIC_ENOSPC;
+    case ENOSPC: return MIC_ENOSPC;
+    case EDQUOT: return MIC_ENOSPC;
+    case ENOMEM: return MIC_ENOMEM;
+    }
+    mic_log(MIC_LOG_ERROR, NULL, "lmdb error", "error", mdb_strerror(rc), NULL);
+    return MIC_EIO;
+}
+
+static int put(mic_txn *t, MDB_dbi dbi, const char *name, MDB_val *k,
+               MDB_val *v, unsigned flags)
+{
+    int rc;
+
+    if (fault_hook && (rc = fault_hook(name)))
+        return from_mdb(rc);
+    return from_mdb(mdb_put(t->txn, dbi, k, v, flags));
+}
+
+static int get(mic_txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v)
+{
+    return from_mdb(mdb_get(t->txn, dbi, k, v));
+}
+
+/* ---- Environment ---- */
+
+static int mkdirs(const char *dir)
+{
+    char path[1024];
+    size_t n = strlen(dir);
+
+    if (n == 0 || n >= sizeof path)
+        return -1;
+    memcpy(path, dir, n + 1);
+    for (char *p = path + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(path, 0700) && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    if (mkdir(path, 0700) && errno != EEXIST)
+        return -1;
+    return 0;
+}
+
+static int open_dbs(mic_store *s)
+{
+    MDB_txn *txn;
+    MDB_val k = {6, "format"}, v;
+    uint8_t buf[4];
+    int rc, dead;
+
+    mdb_reader_check(s->env, &dead);
+    if ((rc = mdb_txn_begin(s->env, NULL, 0, &txn)))
+        return rc;
+    if ((rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &s->meta)) ||
+        (rc = mdb_dbi_open(txn, "log", MDB_CREATE, &s->log)) ||
+        (rc = mdb_dbi_open(txn, "ids", MDB_CREATE, &s->ids)) ||
+        (rc = mdb_dbi_open(txn, "time", MDB_CREATE, &s->time)) ||
+        (rc = mdb_dbi_open(txn, "aggs", MDB_CREATE, &s->aggs)) ||
+        (rc = mdb_dbi_open(txn, "aggidx", MDB_CREATE, &s->aggidx)) ||
+        (rc = mdb_dbi_open(txn, "topics", MDB_CREATE, &s->topics)))
+        goto fail;
+    rc = mdb_get(txn, s->meta, &k, &v);
+    if (rc == MDB_NOTFOUND) {
+        put_u32(buf, MIC_STORE_FORMAT);
+        v.mv_size = 4;
+        v.mv_data = buf;
+        if ((rc = mdb_put(txn, s->meta, &k, &v, 0)))
+            goto fail;
+    } else if (rc) {
+        goto fail;
+    } else if (v.mv_size != 4 || get_u32(v.mv_data) != MIC_STORE_FORMAT) {
+        char found[16];
+        snprintf(found, sizeof found, "%u",
+                 v.mv_size == 4 ? get_u32(v.mv_data) : 0u);
+        mic_log(MIC_LOG_ERROR, NULL, "store has an unknown format version",
+                "found", found, NULL);
+        mdb_txn_abort(txn);
+        return -1;
+    }
+    return mdb_txn_commit(txn);
+fail:
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+int mic_store_open(mic_store **out, const char *dir, uint64_t map_size,
+                   uint64_t map_max, int nosync)
+{
+    mic_store *s = calloc(1, sizeof *s);
+    pthread_rwlockattr_t attr;
+    int rc;
+
+    if (!s)
+        return MIC_ENOMEM;
+    if (mkdirs(dir)) {
+        mic_log(MIC_LOG_ERROR, NULL, "cannot create data dir", "dir", dir,
+                "error", strerror(errno), NULL);
+        free(s);
+        return MIC_EIO;
+    }
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr,
+                                  PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&s->resize, &attr);
+    pthread_rwlockattr_destroy(&attr);
+    s->map_size = map_size;
+    s->map_max = map_max;
+    if ((rc = mdb_env_create(&s->env)))
+        goto fail_free;
+    if ((rc = mdb_env_set_maxdbs(s->env, 16)) ||
+        (rc = mdb_env_set_maxreaders(s->env, 1024)) ||
+        (rc = mdb_env_set_mapsize(s->env, map_size)) ||
+        (rc = mdb_env_open(s->env, dir,
+                           MDB_NOTLS | MDB_NORDAHEAD | (nosync ? MDB_NOSYNC : 0),
+                           0600)))
+        goto fail_env;
+    if ((rc = open_dbs(s)))
+        goto fail_env;
+    *out = s;
+    return MIC_OK;
+fail_env:
+    mdb_env_close(s->env);
+fail_free:
+    pthread_rwlock_destroy(&s->resize);
+    free(s);
+    if (rc == -1)
+        return MIC_EVERSION;
+    mic_log(MIC_LOG_ERROR, NULL, "cannot open store", "dir", dir, "error",
+            mdb_strerror(rc), NULL);
+    return rc == MDB_MAP_FULL || rc == ENOSPC ? MIC_ENOSPC : MIC_EIO;
+}
+
+void mic_store_close(mic_store *s)
+{
+    if (!s)
+        return;
+    mdb_env_close(s->env);
+    pthread_rwlock_destroy(&s->resize);
+    free(s);
+}
+
+int mic_store_grow(mic_store *s)
+{
+    uint64_t next;
+    int rc;
+
+    if (s->map_size >= s->map_max)
+        return MIC_ENOSPC;
+    next = s->map_size * 2 > s->map_max ? s->map_max : s->map_size * 2;
+    pthread_rwlock_wrlock(&s->resize);
+    rc = mdb_env_set_mapsize(s->env, next);
+    if (rc == 0)
+        s->map_size = next;
+    pthread_rwlock_unlock(&s->resize);
+    if (rc == 0) {
+        char sz[32];
+        snprintf(sz, sizeof sz, "%llu", (unsigned long long)next);
+        mic_log(MIC_LOG_INFO, NULL, "map grown", "map_size", sz, NULL);
+    }
+    return from_mdb(rc);
+}
+
+void mic_store_usage(mic_store *s, uint64_t *map_size, uint64_t *used,
+                     uint64_t *map_max)
+{
+    MDB_envinfo info;
+    MDB_stat st;
+
+    mdb_env_info(s->env, &info);
+    mdb_env_stat(s->env, &st);
+    *map_size = info.me_mapsize;
+    *used = (uint64_t)(info.me_last_pgno + 1) * st.ms_psize;
+    *map_max = s->map_max;
+}
+
+/* ---- Transactions ---- */
+
+int mic_txn_begin(mic_store *s, int write, mic_txn **out)
+{
+    mic_txn *t = malloc(sizeof *t);
+    int rc;
+
+    if (!t)
+        return MIC_ENOMEM;
+    t->s = s;
+    t->write = write;
+    if (!write)
+        pthread_rwlock_rdlock(&s->resize);
+    rc = mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, &t->txn);
+    if (rc) {
+        if (!write)
+            pthread_rwlock_unlock(&s->resize);
+        free(t);
+        return from_mdb(rc);
+    }
+    *out = t;
+    return MIC_OK;
+}
+
+int mic_txn_commit(mic_txn *t)
+{
+    int rc = mdb_txn_commit(t->txn);
+
+    if (!t->write)
+        pthread_rwlock_unlock(&t->s->resize);
+    free(t);
+    return from_mdb(rc);
+}
+
+void mic_txn_abort(mic_txn *t)
+{
+    if (!t)
+        return;
+    mdb_txn_abort(t->txn);
+    if (!t->write)
+        pthread_rwlock_unlock(&t->s->resize);
+    free(t);
+}
+
+/* ---- Meta ---- */
+
+int mic_store_last_seq(mic_txn *t, uint64_t *seq)
+{
+    MDB_cursor *c;
+    MDB_val k, v;
+    int rc;
+
+    if ((rc = mdb_cursor_open(t->txn, t->s->log, &c)))
+        return from_mdb(rc);
+    rc = mdb_cursor_get(c, &k, &v, MDB_LAST);
+    mdb_cursor_close(c);
+    if (rc == MDB_NOTFOUND) {
+        *seq = 0;
+        return MIC_OK;
+    }
+    if (rc)
+        return from_mdb(rc);
+    *seq = get_u64(k.mv_data);
+    return MIC_OK;
+}
+
+int mic_store_next_topic_id(mic_txn *t, uint32_t *id)
+{
+    MDB_val k = {13, "next_topic_id"}, v;
+    uint8_t buf[4];
+    uint32_t next = 1;
+    int rc = get(t, t->s->meta, &k, &v);
+
+    if (rc == MIC_OK && v.mv_size == 4)
+        next = get_u32(v.mv_data);
+    else if (rc != MIC_ENOTFOUND && rc != MIC_OK)
+        return rc;
+    put_u32(buf, next + 1);
+    v.mv_size = 4;
+    v.mv_data = buf;
+    if ((rc = put(t, t->s->meta, "meta", &k, &v, 0)))
+        return rc;
+    *id = next;
+    return MIC_OK;
+}
+
+/* ---- Log ---- */
+
+int mic_store_log_put(mic_txn *t, const struct mic_rec *r)
+{
+    uint8_t kb[8];
+    MDB_val k = {8, kb}, v;
+    int rc;
+
+    put_u64(kb, r->seq);
+    v.mv_size = REC_HDR + r->json_len;
+    v.mv_data = NULL;
+    if (fault_hook && (rc = fault_hook("log")))
+        return from_mdb(rc);
+    if ((rc = mdb_put(t->txn, t->s->log, &k, &v, MDB_APPEND | MDB_RESERVE)))
+        return from_mdb(rc);
+    uint8_t *p = v.mv_data;
+    p[0] = MIC_STORE_FORMAT;
+    p[1] = (uint8_t)((r->has_agg ? 1 : 0) | (r->has_version ? 2 : 0));
+    p[2] = r->priority;
+    p[3] = 0;
+    put_u32(p + 4, r->topic_id);
+    put_u64(p + 8, (uint64_t)r->created_at_us);
+    put_u64(p + 16, (uint64_t)r->received_at_us);
+    put_u64(p + 24, r->version);
+    memcpy(p + 32, r->akey, MIC_AKEY_LEN);
+    memcpy(p + REC_HDR, r->json, r->json_len);
+    return MIC_OK;
+}
+
+int mic_store_log_get(mic_txn *t, uint64_t seq, struct mic_rec *r)
+{
+    uint8_t kb[8];
+    MDB_val k = {8, kb}, v;
+    const uint8_t *p;
+    int rc;
+
+    put_u64(kb, seq);
+    if ((rc = get(t, t->s->log, &k, &v)))
+        return rc;
+    if (v.mv_size < REC_HDR)
+        return MIC_EIO;
+    p = v.mv_data;
+    r->seq = seq;
+    r->has_agg = p[1] & 1;
+    r->has_version = (p[1] & 2) != 0;
+    r->priority = p[2];
+    r->topic_id = get_u32(p + 4);
+    r->created_at_us = (int64_t)get_u64(p + 8);
+    r->received_at_us = (int64_t)get_u64(p + 16);
+    r->version = get_u64(p + 24);
+    memcpy(r->akey, p + 32, MIC_AKEY_LEN);
+    r->json = (const char *)p + REC_HDR;
+    r->json_len = v.mv_size - REC_HDR;
+    return MIC_OK;
+}
+
+int mic_store_log_count(mic_txn *t, uint64_t *n)
+{
+    MDB_stat st;
+    int rc = mdb_stat(t->txn, t->s->log, &st);
+
+    if (rc)
+        return from_mdb(rc);
+    *n = st.ms_entries;
+    return MIC_OK;
+}
+
+/* ---- Event ids ---- */
+
+int mic_store_id_get(mic_txn *t, const char *id, size_t idlen, uint64_t *seq,
+                     uint8_t digest[MIC_DIGEST_LEN])
+{
+    MDB_val k = {idlen, (void *)id}, v;
+    int rc = get(t, t->s->ids, &k, &v);
+
+    if (rc)
+        return rc;
+    if (v.mv_size != 8 + MIC_DIGEST_LEN)
+        return MIC_EIO;
+    *seq = get_u64(v.mv_data);
+    memcpy(digest, (uint8_t *)v.mv_data + 8, MIC_DIGEST_LEN);
+    return MIC_OK;
+}
+
+int mic_store_id_put(mic_txn *t, const char *id, size_t idlen, uint64_t seq,
+                     const uint8_t digest[MIC_DIGEST_LEN])
+{
+    uint8_t vb[8 + MIC_DIGEST_LEN];
+    MDB_val k = {idlen, (void *)id}, v = {sizeof vb, vb};
+
+    put_u64(vb, seq);
+    memcpy(vb + 8, digest, MIC_DIGEST_LEN);
+    return put(t, t->s->ids, "ids", &k, &v, 0);
+}
+
+/* ---- Time index ---- */
+
+int mic_store_time_put(mic_txn *t, uint32_t topic_id, int64_t created_at_us,
+                       const char *id, size_t idlen, uint64_t seq)
+{
+    uint8_t kb[12 + 128], vb[8];
+    MDB_val k = {12 + idlen, kb}, v = {8, vb};
+
+    if (idlen > 128)
+        return MIC_EINVAL;
+    put_u32(kb, topic_id);
+    put_u64(kb + 4, (uint64_t)created_at_us);
+    memcpy(kb + 12, id, idlen);
+    put_u64(vb, seq);
+    return put(t, t->s->time, "time", &k, &v, 0);
+}
+
+int mic_store_time_any(mic_txn *t, uint32_t topic_id)
+{
+    uint8_t kb[4];
+    MDB_val k = {4, kb}, v;
+    MDB_cursor *c;
+    int rc;
+
+    put_u32(kb, topic_id);
+    if ((rc = mdb_cursor_open(t->txn, t->s->time, &c)))
+        return from_mdb(rc);
+    rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+    if (rc == 0)
+        rc = k.mv_size >= 4 && get_u32(k.mv_data) == topic_id ? 0 : MDB_NOTFOUND;
+    mdb_cursor_close(c);
+    return from_mdb(rc);
+}
+
+/* ---- Aggregates ---- */
+
+void mic_store_akey(const char *type, size_t tlen, const char *id,
+                    size_t ilen, uint8_t akey[MIC_AKEY_LEN])
+{
+    uint8_t buf[2 * 1024 + 1], md[SHA256_DIGEST_LENGTH];
+
+    if (tlen + ilen + 1 > sizeof buf) /* callers validate; keep it safe */
+        tlen = ilen = 0;
+    memcpy(buf, type, tlen);
+    buf[tlen] = 0;
+    memcpy(buf + tlen + 1, id, ilen);
+    SHA256(buf, tlen + 1 + ilen, md);
+    memcpy(akey, md, MIC_AKEY_LEN);
+}
+
+#define AGG_REC 25
+
+int mic_store_agg_get(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN],
+                      struct mic_agg_rec *a)
+{
+    MDB_val k = {MIC_AKEY_LEN, (void *)akey}, v;
+    const uint8_t *p;
+    int rc = get(t, t->s->aggs, &k, &v);
+
+    if (rc)
+        return rc;
+    if (v.mv_size < AGG_REC)
+        return MIC_EIO;
+    p = v.mv_data;
+    a->versioned = p[0];
+    a->baseline = get_u64(p + 1);
+    a->max_version = get_u64(p + 9);
+    a->events = get_u64(p + 17);
+    return MIC_OK;
+}
+
+int mic_store_agg_put(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN],
+                      const struct mic_agg_rec *a)
+{
+    uint8_t vb[AGG_REC];
+    MDB_val k = {MIC_AKEY_LEN, (void *)akey}, v = {sizeof vb, vb};
+
+    vb[0] = a->versioned;
+    put_u64(vb + 1, a->baseline);
+    put_u64(vb + 9, a->max_version);
+    put_u64(vb + 17, a->events);
+    return put(t, t->s->aggs, "aggs", &k, &v, 0);
+}
+
+int mic_store_aggidx_get_version(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN],
+                                 uint64_t ver, uint64_t *seq)
+{
+    uint8_t kb[MIC_AKEY_LEN + 8];
+    MDB_val k = {sizeof kb, kb}, v;
+    int rc;
+
+    memcpy(kb, akey, MIC_AKEY_LEN);
+    put_u64(kb + MIC_AKEY_LEN, ver);
+    if ((rc = get(t, t->s->aggidx, &k, &v)))
+        return rc;
+    *seq = get_u64(v.mv_data);
+    return MIC_OK;
+}
+
+int mic_store_aggidx_put(mic_txn *t, const struct mic_rec *r)
+{
+    uint8_t kb[MIC_AKEY_LEN + 16], vb[8];
+    MDB_val k = {MIC_AKEY_LEN + 8, kb}, v = {8, vb};
+
+    memcpy(kb, r->akey, MIC_AKEY_LEN);
+    if (r->has_version) {
+        put_u64(kb + MIC_AKEY_LEN, r->version);
+    } else {
+        put_u64(kb + MIC_AKEY_LEN, (uint64_t)r->created_at_us);
+        put_u64(kb + MIC_AKEY_LEN + 8, r->seq);
+        k.mv_size += 8;
+    }
+    put_u64(vb, r->seq);
+    return put(t, t->s->aggidx, "aggidx", &k, &v, MDB_NOOVERWRITE);
+}
+
+/* ---- Topics ---- */
+
+#define TOPIC_REC 29
+
+static void topic_decode(const MDB_val *v, struct mic_topic_rec *tr)
+{
+    const uint8_t *p = v->mv_data;
+
+    tr->id = get_u32(p);
+    tr->require_versions = p[4];
+    tr->retention_s = get_u64(p + 5);
+    tr->max_payload_bytes = get_u64(p + 13);
+    tr->dedupe_retain_s = get_u64(p + 21);
+}
+
+int mic_store_topic_get(mic_txn *t, const char *name, size_t len,
+                        struct mic_topic_rec *tr)
+{
+    MDB_val k = {len, (void *)name}, v;
+    int rc = get(t, t->s->topics, &k, &v);
+
+    if (rc)
+        return rc;
+    if (v.mv_size < TOPIC_REC)
+        return MIC_EIO;
+    topic_decode(&v, tr);
+    return MIC_OK;
+}
+
+int mic_store_topic_put(mic_txn *t, const char *name, size_t len,
+                        const struct mic_topic_rec *tr)
+{
+    uint8_t vb[TOPIC_REC];
+    MDB_val k = {len, (void *)name}, v = {sizeof vb, vb};
+
+    put_u32(vb, tr->id);
+    vb[4] = tr->require_versions;
+    put_u64(vb + 5, tr->retention_s);
+    put_u64(vb + 13, tr->max_payload_bytes);
+    put_u64(vb + 21, tr->dedupe_retain_s);
+    return put(t, t->s->topics, "topics", &k, &v, 0);
+}
+
+int mic_store_topic_del(mic_txn *t, const char *name, size_t len)
+{
+    MDB_val k = {len, (void *)name};
+    int rc;
+
+    if (fault_hook && (rc = fault_hook("topics")))
+        return from_mdb(rc);
+    return from_mdb(mdb_del(t->txn, t->s->topics, &k, NULL));
+}
+
+int mic_store_topic_each(mic_txn *t,
+                         int (*fn)(void *arg, const char *name, size_t len,
+                                   const struct mic_topic_rec *tr),
+                         void *arg)
+{
+    MDB_cursor *c;
+    MDB_val k, v;
+    int rc, stop = 0;
+
+    if ((rc = mdb_cursor_open(t->txn, t->s->topics, &c)))
+        return from_mdb(rc);
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0 && !stop;
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+        struct mic_topic_rec tr;
+        if (v.mv_size < TOPIC_REC) {
+            rc = EIO;
+            break;
+        }
+        topic_decode(&v, &tr);
+        stop = fn(arg, k.mv_data, k.mv_size, &tr);
+    }
+    mdb_cursor_close(c);
+    if (stop)
+        return stop;
+    return rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
+}

@@ -1,0 +1,35 @@
+/* topic.h - topic configuration: PUT/GET/DELETE /v1/topics/{topic} and
+ * GET /v1/topics.  Writes go through the writer; reads use a read
+ * transaction in the calling thread. */
+#ifndef MIC_TOPIC_H
+#define MIC_TOPIC_H
+
+#include <stddef.h>
+
+#include "store.h"
+#include "writer.h"
+
+struct mic_buf;
+struct mic_config;
+struct mic_error;
+typedef struct mic_topic_op mic_topic_op;
+
+/* A PUT of 'name' with 'body' (may be empty: all defaults). */
+int mic_topic_put_parse(const char *name, const char *body, size_t len,
+                        const struct mic_config *cfg, mic_topic_op **out,
+                        struct mic_error *err);
+/* A DELETE of 'name'. */
+int mic_topic_del_parse(const char *name, mic_topic_op **out,
+                        struct mic_error *err);
+mic_op *mic_topic_op_base(mic_topic_op *t);
+/* After done(): MIC_OK with the topic appended to 'out' (PUT) and
+ * *created set; or the error (404 unknown, 409 topic_not_empty). */
+int mic_topic_op_result(mic_topic_op *t, struct mic_buf *out, int *created,
+                        struct mic_error *err);
+void mic_topic_op_free(mic_topic_op *t);
+
+int mic_topic_get(mic_store *s, const char *name, struct mic_buf *out,
+                  struct mic_error *err);
+int mic_topic_list(mic_store *s, struct mic_buf *out, struct mic_error *err);
+
+#endif

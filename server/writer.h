@@ -1,0 +1,70 @@
+/* writer.h - the writer thread: the only owner of LMDB write transactions.
+ *
+ * Handlers validate a request, embed a struct mic_op in their own state,
+ * suspend their connection and submit the op.  The writer drains every
+ * queued op into one transaction, commits once (one fsync for the batch:
+ * group commit), then calls each op's done() with the outcome.  Nothing is
+ * acknowledged before the commit that holds it returned. */
+#ifndef MIC_WRITER_H
+#define MIC_WRITER_H
+
+#include <stdint.h>
+
+#include "store.h"
+
+struct mic_config;
+typedef struct mic_writer mic_writer;
+typedef struct mic_op mic_op;
+
+/* What an op's apply() may use: the open write transaction, the time of
+ * this batch, and the seq counter (next seq to assign; apply advances it). */
+struct mic_wctx {
+    mic_txn *txn;
+    int64_t now_us;
+    uint64_t next_seq;
+    const struct mic_config *cfg;
+};
+
+struct mic_op {
+    /* Writer thread, inside the batch's transaction.  Returns MIC_OK when
+     * the op finished, successfully or with its own client error recorded
+     * in the op (having written nothing); or MIC_ENOSPC / MIC_EIO /
+     * MIC_ENOMEM when the transaction must be aborted.  May be called
+     * again for the same op after an abort, so it resets its own results
+     * first. */
+    int (*apply)(mic_op *op, struct mic_wctx *w);
+    /* Writer thread, after the commit (or the failure): 'result' is set.
+     * Typically resumes the suspended connection.  Must not touch the
+     * store; the op may be freed by another thread once done() began. */
+    void (*done)(mic_op *op);
+    int result;  /* MIC_OK, or the error that made the batch fail */
+    void *owner; /* the submitter's; the writer never touches it */
+    mic_op *next;
+};
+
+/* Writer figures for /metrics. */
+struct mic_writer_stats {
+    uint64_t commits, ops, committed_seq;
+    uint64_t batch_hist[8];  /* ops per commit: <=1,2,4,16,64,256,1024,+Inf */
+    uint64_t commit_us_hist[8]; /* <=100us,250us,500us,1ms,2.5ms,5ms,10ms,+Inf */
+    double commit_seconds_sum;
+    int alive;
+};
+
+/* Start the writer over 's'.  Returns MIC_OK or an error. */
+int mic_writer_start(mic_writer **out, mic_store *s,
+                     const struct mic_config *cfg);
+
+/* Queue 'op'.  Returns MIC_OK (done() will be called exactly once),
+ * MIC_EBUSY when the queue is full, or MIC_ENOTREADY once stopping; in
+ * both error cases done() is not called. */
+int mic_writer_submit(mic_writer *w, mic_op *op);
+
+/* Finish every queued op and stop the thread; later submits answer
+ * MIC_ENOTREADY.  The writer stays allocated until mic_writer_free. */
+void mic_writer_stop(mic_writer *w);
+void mic_writer_free(mic_writer *w);
+
+void mic_writer_stats(mic_writer *w, struct mic_writer_stats *st);
+
+#endif
