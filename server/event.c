@@ -249,7 +249,7 @@ int mic_event_parse(json_t *obj, int64_t now_us, const char *path,
     if ((v = json_object_get(obj, "headers")) && (rc = check_headers(&c, v)))
         return rc;
     if ((v = json_object_get(obj, "payload")))
-        ev->payload_len = json_dumpb(v, NULL, 0, JSON_COMPACT);
+        ev->payload_len = json_dumpb(v, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
     if (atype) {
         ev->has_agg = 1;
         mic_store_akey(atype, atlen, aid, ailen, ev->akey);

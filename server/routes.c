@@ -351,8 +351,10 @@ static const char *not_ready_reason(mic_http *h)
     if (!st.alive)
         return "writer stopped";
     mic_store_usage(h->store, &size, &used, &max);
-    if (used >= max - max / 100)
-        return "store map nearly full";
+    if (st.full)
+        return "store full: the last write did not fit in --map-max";
+    if (max - used < max / 100)
+        return "store map nearly full (less than 1% of --map-max left)";
     if (statvfs(h->cfg->data_dir, &vfs) == 0 &&
         (uint64_t)vfs.f_bavail * vfs.f_frsize < 64ull * 1024 * 1024)
         return "less than 64 MiB of disk left";

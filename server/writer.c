@@ -93,14 +93,22 @@ static int run_batch(mic_writer *w, mic_op *list, int nops)
     return MIC_OK;
 }
 
+static void set_full(mic_writer *w, int full)
+{
+    pthread_mutex_lock(&w->lock);
+    w->st.full = full;
+    pthread_mutex_unlock(&w->lock);
+}
+
 static void process(mic_writer *w, mic_op *list, int nops)
 {
-    int rc;
+    int rc, full = 0;
 
     while ((rc = run_batch(w, list, nops)) == MIC_ENOSPC &&
            mic_store_grow(w->store) == MIC_OK)
         ;
     if (rc != MIC_ENOSPC || nops == 1) {
+        set_full(w, rc == MIC_ENOSPC);
         finish(list, rc);
         return;
     }
@@ -108,9 +116,12 @@ static void process(mic_writer *w, mic_op *list, int nops)
     while (list) {
         mic_op *next = list->next;
         list->next = NULL;
-        finish(list, run_batch(w, list, 1));
+        rc = run_batch(w, list, 1);
+        full |= rc == MIC_ENOSPC;
+        finish(list, rc);
         list = next;
     }
+    set_full(w, full);
 }
 
 static void *writer_main(void *arg)

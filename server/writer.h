@@ -49,6 +49,7 @@ struct mic_writer_stats {
     uint64_t commit_us_hist[8]; /* <=100us,250us,500us,1ms,2.5ms,5ms,10ms,+Inf */
     double commit_seconds_sum;
     int alive;
+    int full;  /* the last batch met a full map that could not grow */
 };
 
 /* Start the writer over 's'.  Returns MIC_OK or an error. */

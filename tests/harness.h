@@ -1,0 +1,68 @@
+/* harness.h - integration test support: start a real micd on an ephemeral
+ * port in a temporary directory, speak HTTP to it with libcurl, stop it
+ * with SIGTERM or kill -9.  The binary is $MICD (default build/san/micd). */
+#ifndef MIC_HARNESS_H
+#define MIC_HARNESS_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+struct srv {
+    pid_t pid;
+    int port;
+    char dir[256];     /* store directory (kept across restarts) */
+    char url[64];      /* http://127.0.0.1:PORT */
+    char logpath[300];
+};
+
+/* Start micd with the store in s->dir (a new temp dir if s->dir is empty)
+ * and the extra flags 'args' (NULL-terminated, may be NULL).  Waits (up to
+ * 20 s) until it listens and /healthz answers.  Returns 0 or -1. */
+int srv_start(struct srv *s, const char *const *args);
+
+/* SIGTERM and wait; returns micd's exit status, or -1. */
+int srv_stop(struct srv *s);
+
+/* SIGKILL and reap. */
+void srv_kill9(struct srv *s);
+
+/* Remove the store directory. */
+void srv_cleanup(struct srv *s);
+
+/* Run micd with 'args' in the foreground on s->dir and return its exit
+ * status (for start-up refusals). */
+int srv_run_expect_exit(struct srv *s, const char *const *args);
+
+struct resp {
+    long status;
+    char *body;        /* NUL-terminated */
+    size_t len;
+    json_t *json;      /* parsed body, or NULL */
+    char request_id[80];
+    char retry_after[16];
+};
+
+/* One HTTP request to s->url + path.  'body' may be NULL; 'ctype' NULL
+ * means no Content-Type header.  Extra header line 'hdr' may be NULL.
+ * Returns 0 if an HTTP reply arrived (r->status set), -1 on transport
+ * failure (r->status 0).  Free with resp_free. */
+int http(const struct srv *s, const char *method, const char *path,
+         const char *ctype, const char *body, size_t len, const char *hdr,
+         struct resp *r);
+
+/* Shorthands: JSON body (strlen), Content-Type application/json. */
+int http_json(const struct srv *s, const char *method, const char *path,
+              const char *body, struct resp *r);
+void resp_free(struct resp *r);
+
+/* Free this thread's libcurl handle (call before a thread ends). */
+void http_thread_done(void);
+
+/* The error code of a {"error":{"code":...}} body, or "" */
+const char *resp_error_code(const struct resp *r);
+
+/* Wait up to 'ms' for cond(arg) to become true, polling every 5 ms. */
+int await(int (*cond)(void *arg), void *arg, int ms);
+
+#endif
