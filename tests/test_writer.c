@@ -1,0 +1,360 @@
+/* test_writer.c - the writer thread: group commit (ops queued while a
+ * batch runs are committed together), the queue bound (MIC_EBUSY), a full
+ * map (grow and retry; at the limit each op alone), a failing write that
+ * aborts its batch, and draining on stop. */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "config.h"
+#include "err.h"
+#include "store.h"
+#include "writer.h"
+
+#include <errno.h>
+#include <lmdb.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct fx {
+    char dir[64];
+    struct mic_config cfg;
+    mic_store *store;
+    mic_writer *w;
+};
+
+struct top {
+    mic_op op;
+    size_t bytes;         /* size of the log record it writes */
+    int block;            /* wait on 'gate' inside apply */
+    int applied;
+    sem_t *done;
+};
+
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+static int gate_open, gate_entered;
+
+static int apply(mic_op *op, struct mic_wctx *w)
+{
+    struct top *t = (struct top *)op;
+    struct mic_rec r;
+    char *json;
+    int rc;
+
+    t->applied++;
+    if (t->block) {
+        pthread_mutex_lock(&gate_lock);
+        gate_entered = 1;
+        pthread_cond_broadcast(&gate_cond);
+        while (!gate_open)
+            pthread_cond_wait(&gate_cond, &gate_lock);
+        pthread_mutex_unlock(&gate_lock);
+    }
+    if (!(json = calloc(1, t->bytes + 1)))
+        return MIC_ENOMEM;
+    memset(json, 'x', t->bytes);
+    memset(&r, 0, sizeof r);
+    r.seq = w->next_seq++;
+    r.json = json;
+    r.json_len = t->bytes;
+    rc = mic_store_log_put(w->txn, &r);
+    free(json);
+    return rc;
+}
+
+static void done(mic_op *op)
+{
+    sem_post(((struct top *)op)->done);
+}
+
+static void top_init(struct top *t, size_t bytes, sem_t *sem)
+{
+    memset(t, 0, sizeof *t);
+    t->op.apply = apply;
+    t->op.done = done;
+    t->bytes = bytes;
+    t->done = sem;
+}
+
+static int fx_open(struct fx *f, const char *const *extra)
+{
+    const char *argv[16] = {"micd"};
+    char err[256];
+    int n = 1;
+
+    for (int i = 0; extra && extra[i]; i++)
+        argv[n++] = extra[i];
+    snprintf(f->dir, sizeof f->dir, "/tmp/mic-writer-XXXXXX");
+    if (!mkdtemp(f->dir) ||
+        mic_config_load(&f->cfg, n, (char **)argv, err, sizeof err))
+        return -1;
+    if (mic_store_open(&f->store, f->dir, f->cfg.map_size, f->cfg.map_max, 1))
+        return -1;
+    return mic_writer_start(&f->w, f->store, &f->cfg);
+}
+
+static void fx_close(struct fx *f)
+{
+    char p[128];
+
+    mic_writer_free(f->w);
+    mic_store_close(f->store);
+    snprintf(p, sizeof p, "%s/data.mdb", f->dir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/lock.mdb", f->dir);
+    unlink(p);
+    rmdir(f->dir);
+}
+
+static void gate_reset(void)
+{
+    gate_open = gate_entered = 0;
+}
+
+static void gate_wait_entered(void)
+{
+    pthread_mutex_lock(&gate_lock);
+    while (!gate_entered)
+        pthread_cond_wait(&gate_cond, &gate_lock);
+    pthread_mutex_unlock(&gate_lock);
+}
+
+static void gate_release(void)
+{
+    pthread_mutex_lock(&gate_lock);
+    gate_open = 1;
+    pthread_cond_broadcast(&gate_cond);
+    pthread_mutex_unlock(&gate_lock);
+}
+
+static uint64_t log_count(struct fx *f)
+{
+    mic_txn *t;
+    uint64_t n = 0;
+
+    assert_int_equal(mic_txn_begin(f->store, 0, &t), MIC_OK);
+    assert_int_equal(mic_store_log_count(t, &n), MIC_OK);
+    mic_txn_abort(t);
+    return n;
+}
+
+/* ---- Tests ---- */
+
+static void group_commit(void **state)
+{
+    struct fx f;
+    struct top first, ops[50];
+    struct mic_writer_stats st;
+    sem_t sem;
+
+    (void)state;
+    assert_int_equal(fx_open(&f, NULL), 0);
+    sem_init(&sem, 0, 0);
+    gate_reset();
+    top_init(&first, 10, &sem);
+    first.block = 1;
+    assert_int_equal(mic_writer_submit(f.w, &first.op), MIC_OK);
+    gate_wait_entered(); /* the writer is inside the first batch */
+    for (int i = 0; i < 50; i++) {
+        top_init(&ops[i], 10, &sem);
+        assert_int_equal(mic_writer_submit(f.w, &ops[i].op), MIC_OK);
+    }
+    gate_release();
+    for (int i = 0; i < 51; i++)
+        sem_wait(&sem);
+    mic_writer_stats(f.w, &st);
+    assert_int_equal(st.commits, 2);      /* 1 + one batch of 50 */
+    assert_int_equal(st.ops, 51);
+    assert_int_equal(st.committed_seq, 51);
+    assert_int_equal(st.batch_hist[4], 1); /* 50 ops: the <=64 bucket */
+    for (int i = 0; i < 50; i++)
+        assert_int_equal(ops[i].op.result, MIC_OK);
+    assert_int_equal(log_count(&f), 51);
+    sem_destroy(&sem);
+    fx_close(&f);
+}
+
+static void queue_bound(void **state)
+{
+    static const char *const args[] = {"--writer-queue", "4", NULL};
+    struct fx f;
+    struct top first, ops[5];
+    sem_t sem;
+
+    (void)state;
+    assert_int_equal(fx_open(&f, args), 0);
+    sem_init(&sem, 0, 0);
+    gate_reset();
+    top_init(&first, 10, &sem);
+    first.block = 1;
+    assert_int_equal(mic_writer_submit(f.w, &first.op), MIC_OK);
+    gate_wait_entered();
+    for (int i = 0; i < 4; i++) {
+        top_init(&ops[i], 10, &sem);
+        assert_int_equal(mic_writer_submit(f.w, &ops[i].op), MIC_OK);
+    }
+    top_init(&ops[4], 10, &sem);
+    assert_int_equal(mic_writer_submit(f.w, &ops[4].op), MIC_EBUSY);
+    gate_release();
+    for (int i = 0; i < 5; i++)
+        sem_wait(&sem);
+    assert_int_equal(ops[4].applied, 0); /* refused: never applied */
+    sem_destroy(&sem);
+    fx_close(&f);
+}
+
+static void map_full_grows_then_refuses(void **state)
+{
+    static const char *const args[] = {"--map-size", "1M", "--map-max", "4M", NULL};
+    struct fx f;
+    struct top grow, big, small;
+    struct mic_writer_stats st;
+    uint64_t size, used, max;
+    sem_t sem;
+
+    (void)state;
+    assert_int_equal(fx_open(&f, args), 0);
+    sem_init(&sem, 0, 0);
+    /* 1.5 MiB does not fit in 1 MiB: the writer grows the map and retries. */
+    top_init(&grow, 1536 * 1024, &sem);
+    assert_int_equal(mic_writer_submit(f.w, &grow.op), MIC_OK);
+    sem_wait(&sem);
+    assert_int_equal(grow.op.result, MIC_OK);
+    assert_true(grow.applied >= 2);
+    mic_store_usage(f.store, &size, &used, &max);
+    assert_true(size > 1024 * 1024);
+    /* 8 MiB never fits; a small op in the same batch still commits. */
+    gate_reset();
+    top_init(&big, 8 * 1024 * 1024, &sem);
+    top_init(&small, 100, &sem);
+    big.block = 1;
+    assert_int_equal(mic_writer_submit(f.w, &big.op), MIC_OK);
+    gate_wait_entered();
+    gate_release();
+    sem_wait(&sem);
+    assert_int_equal(big.op.result, MIC_ENOSPC);
+    mic_writer_stats(f.w, &st);
+    assert_int_equal(st.full, 1);
+    assert_int_equal(mic_writer_submit(f.w, &small.op), MIC_OK);
+    sem_wait(&sem);
+    assert_int_equal(small.op.result, MIC_OK);
+    mic_writer_stats(f.w, &st);
+    assert_int_equal(st.full, 0);
+    assert_int_equal(log_count(&f), 2);
+    mic_store_usage(f.store, &size, &used, &max);
+    assert_int_equal(size, 4 * 1024 * 1024);
+    sem_destroy(&sem);
+    fx_close(&f);
+}
+
+static void mixed_batch_at_limit(void **state)
+{
+    static const char *const args[] = {"--map-size", "1M", "--map-max", "1M", NULL};
+    struct fx f;
+    struct top first, big, small;
+    sem_t sem;
+
+    (void)state;
+    assert_int_equal(fx_open(&f, args), 0);
+    sem_init(&sem, 0, 0);
+    gate_reset();
+    top_init(&first, 10, &sem);
+    first.block = 1;
+    assert_int_equal(mic_writer_submit(f.w, &first.op), MIC_OK);
+    gate_wait_entered();
+    top_init(&big, 2 * 1024 * 1024, &sem);
+    top_init(&small, 10, &sem);
+    assert_int_equal(mic_writer_submit(f.w, &big.op), MIC_OK);
+    assert_int_equal(mic_writer_submit(f.w, &small.op), MIC_OK);
+    gate_release();
+    for (int i = 0; i < 3; i++)
+        sem_wait(&sem);
+    assert_int_equal(first.op.result, MIC_OK);
+    assert_int_equal(big.op.result, MIC_ENOSPC);
+    assert_int_equal(small.op.result, MIC_OK); /* the batch split, one op each */
+    assert_int_equal(log_count(&f), 2);
+    sem_destroy(&sem);
+    fx_close(&f);
+}
+
+static int fail_log(const char *db)
+{
+    return strcmp(db, "log") == 0 ? EIO : 0;
+}
+
+static void failed_write_aborts_batch(void **state)
+{
+    struct fx f;
+    struct top a, b;
+    sem_t sem;
+
+    (void)state;
+    assert_int_equal(fx_open(&f, NULL), 0);
+    sem_init(&sem, 0, 0);
+    mic_store_set_fault(fail_log);
+    top_init(&a, 10, &sem);
+    assert_int_equal(mic_writer_submit(f.w, &a.op), MIC_OK);
+    sem_wait(&sem);
+    mic_store_set_fault(NULL);
+    assert_int_equal(a.op.result, MIC_EIO);
+    assert_int_equal(log_count(&f), 0);
+    top_init(&b, 10, &sem);
+    assert_int_equal(mic_writer_submit(f.w, &b.op), MIC_OK);
+    sem_wait(&sem);
+    assert_int_equal(b.op.result, MIC_OK);
+    assert_int_equal(log_count(&f), 1);
+    sem_destroy(&sem);
+    fx_close(&f);
+}
+
+static void stop_drains_queue(void **state)
+{
+    struct fx f;
+    struct top first, ops[20], late;
+    sem_t sem;
+
+    (void)state;
+    assert_int_equal(fx_open(&f, NULL), 0);
+    sem_init(&sem, 0, 0);
+    gate_reset();
+    top_init(&first, 10, &sem);
+    first.block = 1;
+    assert_int_equal(mic_writer_submit(f.w, &first.op), MIC_OK);
+    gate_wait_entered();
+    for (int i = 0; i < 20; i++) {
+        top_init(&ops[i], 10, &sem);
+        assert_int_equal(mic_writer_submit(f.w, &ops[i].op), MIC_OK);
+    }
+    gate_release();
+    mic_writer_stop(f.w); /* returns once everything queued is committed */
+    for (int i = 0; i < 21; i++)
+        assert_int_equal(sem_trywait(&sem), 0);
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(ops[i].op.result, MIC_OK);
+    top_init(&late, 10, &sem);
+    assert_int_equal(mic_writer_submit(f.w, &late.op), MIC_ENOTREADY);
+    assert_int_equal(log_count(&f), 21);
+    sem_destroy(&sem);
+    fx_close(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(group_commit),
+        cmocka_unit_test(queue_bound),
+        cmocka_unit_test(map_full_grows_then_refuses),
+        cmocka_unit_test(mixed_batch_at_limit),
+        cmocka_unit_test(failed_write_aborts_batch),
+        cmocka_unit_test(stop_drains_queue),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
