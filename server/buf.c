@@ -82,23 +82,41 @@ void mic_buf_printf(struct mic_buf *b, const char *fmt, ...)
 void mic_buf_json_str(struct mic_buf *b, const char *s, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
+    size_t run = 0;
 
     if (reserve(b, n + 2))
         return;
     b->p[b->len++] = '"';
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        mic_buf_add(b, s + run, i - run);
+        run = i + 1;
         if (c == '"' || c == '\\') {
             char e[2] = {'\\', (char)c};
             mic_buf_add(b, e, 2);
-        } else if (c < 0x20) {
+        } else {
             char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
             mic_buf_add(b, e, 6);
-        } else {
-            mic_buf_add(b, s + i, 1);
         }
     }
+    mic_buf_add(b, s + run, n - run);
     mic_buf_add(b, "\"", 1);
+}
+
+void mic_buf_i64(struct mic_buf *b, int64_t v)
+{
+    char t[24], *p = t + sizeof t;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *--p = '-';
+    mic_buf_add(b, p, (size_t)(t + sizeof t - p));
 }
 
 void mic_buf_json_time(struct mic_buf *b, int64_t us)

@@ -25,6 +25,8 @@ void mic_buf_printf(struct mic_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Append 's' (n bytes of UTF-8) as a JSON string, quotes included. */
 void mic_buf_json_str(struct mic_buf *b, const char *s, size_t n);
+/* Append a decimal integer. */
+void mic_buf_i64(struct mic_buf *b, int64_t v);
 /* Append "YYYY-MM-DDTHH:MM:SS.ffffffZ" with quotes. */
 void mic_buf_json_time(struct mic_buf *b, int64_t us);
 

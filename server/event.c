@@ -3,16 +3,17 @@
  * The content digest is SHA-256 over the object exactly as the client sent
  * it, serialised compactly with keys sorted at every level: defaults that
  * the server fills in are not part of it, a default the client wrote out
- * is.  The stored form is the client's object with created_at normalised
- * to UTC microseconds and event_id, schema_version and priority filled in;
- * the writer completes it with seq and received_at. */
+ * is.  The stored form is the same canonical text with created_at
+ * normalised to UTC microseconds and event_id, schema_version and priority
+ * filled in; the writer completes it with seq and received_at. */
 #include "event.h"
 
+#include "buf.h"
 #include "clock.h"
+#include "digest.h"
 #include "err.h"
 
 #include <openssl/rand.h>
-#include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,17 +175,104 @@ static int check_known(struct ctx *c, json_t *obj)
     return MIC_OK;
 }
 
-static int digest_of(json_t *obj, uint8_t out[MIC_DIGEST_LEN])
-{
-    size_t n = json_dumpb(obj, NULL, 0, JSON_COMPACT | JSON_SORT_KEYS);
-    char stack[4096], *buf = n <= sizeof stack ? stack : malloc(n);
+/* ---- Canonical form ----
+ *
+ * The top-level values are dumped once each (jansson, compact, keys sorted
+ * at every level) in key order.  The concatenation {"k":v,...} is the
+ * canonical text whose SHA-256 is the digest; the stored event reuses the
+ * same bytes, minus created_at (normalised) plus the server's defaults. */
 
-    if (!buf)
+struct piece {
+    const char *key;
+    json_t *value;
+    size_t off, len; /* the value's bytes in the canonical text */
+};
+
+static int append_cb(const char *p, size_t n, void *arg)
+{
+    struct mic_buf *b = arg;
+
+    mic_buf_add(b, p, n);
+    return b->oom ? -1 : 0;
+}
+
+static int key_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct piece *)a)->key, ((const struct piece *)b)->key);
+}
+
+static int canonical(json_t *obj, struct mic_buf *canon, struct piece *pieces,
+                     size_t *npieces)
+{
+    const char *k;
+    json_t *v;
+    size_t n = 0;
+
+    json_object_foreach(obj, k, v) {
+        pieces[n].key = k; /* at most the known keys: checked before */
+        pieces[n++].value = v;
+    }
+    qsort(pieces, n, sizeof *pieces, key_cmp);
+    mic_buf_add(canon, "{", 1);
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            mic_buf_add(canon, ",", 1);
+        mic_buf_json_str(canon, pieces[i].key, strlen(pieces[i].key));
+        mic_buf_add(canon, ":", 1);
+        pieces[i].off = canon->len;
+        v = pieces[i].value;
+        /* Scalars are written here; containers by jansson. */
+        if (json_is_string(v))
+            mic_buf_json_str(canon, json_string_value(v), json_string_length(v));
+        else if (json_is_integer(v))
+            mic_buf_i64(canon, json_integer_value(v));
+        else if (json_dump_callback(v, append_cb, canon,
+                                    JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY))
+            return MIC_ENOMEM;
+        pieces[i].len = canon->len - pieces[i].off;
+    }
+    mic_buf_add(canon, "}", 1);
+    *npieces = n;
+    return canon->oom ? MIC_ENOMEM : MIC_OK;
+}
+
+/* The stored form: every piece but created_at, then the server's fields;
+ * no closing brace (the writer appends seq and received_at). */
+static int stored_form(struct mic_event *ev, const struct mic_buf *canon,
+                       const struct piece *pieces, size_t n, json_t *obj)
+{
+    struct mic_buf b;
+    char t[MIC_TIME_LEN + 3];
+    size_t len;
+
+    mic_buf_init(&b);
+    mic_buf_add(&b, "{\"event_id\":", 13);
+    mic_buf_json_str(&b, ev->id, ev->idlen);
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(pieces[i].key, "created_at") || !strcmp(pieces[i].key, "event_id"))
+            continue;
+        mic_buf_add(&b, ",", 1);
+        mic_buf_json_str(&b, pieces[i].key, strlen(pieces[i].key));
+        mic_buf_add(&b, ":", 1);
+        mic_buf_add(&b, canon->p + pieces[i].off, pieces[i].len);
+        if (!strcmp(pieces[i].key, "payload"))
+            ev->payload_len = pieces[i].len;
+    }
+    mic_buf_add(&b, ",\"created_at\":", 14);
+    mic_time_format(ev->created_at_us, t);
+    mic_buf_add(&b, "\"", 1);
+    mic_buf_add(&b, t, MIC_TIME_LEN);
+    mic_buf_add(&b, "\"", 1);
+    if (!json_object_get(obj, "schema_version"))
+        mic_buf_add(&b, ",\"schema_version\":1", 19);
+    if (!json_object_get(obj, "priority"))
+        mic_buf_add(&b, ",\"priority\":0", 13);
+    if (b.oom) {
+        mic_buf_fini(&b);
         return MIC_ENOMEM;
-    json_dumpb(obj, buf, n, JSON_COMPACT | JSON_SORT_KEYS);
-    SHA256((const unsigned char *)buf, n, out);
-    if (buf != stack)
-        free(buf);
+    }
+    ev->json = mic_buf_steal(&b, &len);
+    ev->json_len = len;
     return MIC_OK;
 }
 
@@ -197,8 +285,10 @@ int mic_event_parse(json_t *obj, int64_t now_us, const char *path,
     const char *id, *topic, *atype, *aid, *s;
     size_t idlen, tlen, atlen, ailen, slen;
     json_int_t n;
-    json_t *v, *copy;
-    char tbuf[MIC_TIME_LEN + 1];
+    json_t *v;
+    struct piece pieces[16];
+    struct mic_buf canon;
+    size_t npieces;
     int present, rc;
 
     memset(ev, 0, sizeof *ev);
@@ -248,16 +338,10 @@ int mic_event_parse(json_t *obj, int64_t now_us, const char *path,
     }
     if ((v = json_object_get(obj, "headers")) && (rc = check_headers(&c, v)))
         return rc;
-    if ((v = json_object_get(obj, "payload")))
-        ev->payload_len = json_dumpb(v, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
     if (atype) {
         ev->has_agg = 1;
         mic_store_akey(atype, atlen, aid, ailen, ev->akey);
     }
-    if ((rc = digest_of(obj, ev->digest)))
-        return mic_error_set(err, rc, "internal", NULL, "out of memory");
-
-    /* The stored form. */
     memcpy(ev->topic, topic, tlen + 1);
     ev->topiclen = tlen;
     if (id) {
@@ -267,21 +351,14 @@ int mic_event_parse(json_t *obj, int64_t now_us, const char *path,
         mic_event_uuid7(now_us, ev->id);
         ev->idlen = strlen(ev->id);
     }
-    if (!(copy = json_copy(obj)))
+    mic_buf_init(&canon);
+    if ((rc = canonical(obj, &canon, pieces, &npieces)) == MIC_OK)
+        rc = stored_form(ev, &canon, pieces, npieces, obj);
+    if (rc == MIC_OK)
+        mic_sha256(canon.p, canon.len, ev->digest);
+    mic_buf_fini(&canon);
+    if (rc)
         return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
-    mic_time_format(ev->created_at_us, tbuf);
-    if (json_object_set_new(copy, "event_id", json_stringn(ev->id, ev->idlen)) ||
-        json_object_set_new(copy, "created_at", json_string(tbuf)) ||
-        (!json_object_get(copy, "schema_version") &&
-         json_object_set_new(copy, "schema_version", json_integer(1))) ||
-        (!json_object_get(copy, "priority") &&
-         json_object_set_new(copy, "priority", json_integer(0))) ||
-        !(ev->json = json_dumps(copy, JSON_COMPACT))) {
-        json_decref(copy);
-        return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
-    }
-    json_decref(copy);
-    ev->json_len = strlen(ev->json) - 1; /* drop the closing brace */
     return MIC_OK;
 }
 

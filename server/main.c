@@ -63,6 +63,12 @@ int main(int argc, char **argv)
     }
     mic_log_set_level(cfg.log_level);
     signal(SIGPIPE, SIG_IGN);
+    /* Every thread started from here on blocks SIGTERM and SIGINT, so
+     * they reach the main thread, which waits for them in sigsuspend. */
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &mask, &old);
 
     rc = mic_store_open(&store, cfg.data_dir, cfg.map_size, cfg.map_max,
                         cfg.durability == MIC_DURABILITY_NONE);
@@ -75,11 +81,6 @@ int main(int argc, char **argv)
         mic_store_close(store);
         return 5;
     }
-    /* Threads started from here on inherit a mask without our signals. */
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &mask, &old);
     if (mic_http_start(&http, &cfg, store, writer, &port)) {
         mic_writer_free(writer);
         mic_store_close(store);

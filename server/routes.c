@@ -632,6 +632,9 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 
     (void)cls;
     vsnprintf(msg, sizeof msg, fmt, ap);
+    /* Printed by the 0.9.75 thread pool even when the logger comes first. */
+    if (strncmp(msg, "MHD_OPTION_EXTERNAL_LOGGER is not the first", 43) == 0)
+        return;
     msg[strcspn(msg, "\n")] = 0;
     mic_log(MIC_LOG_WARN, NULL, "libmicrohttpd", "detail", msg, NULL);
 }
@@ -708,7 +711,7 @@ int mic_http_start(mic_http **out, const struct mic_config *cfg,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->per_ip_connections,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->idle_timeout_s,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16 * 1024,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
         MHD_OPTION_NOTIFY_COMPLETED, completed, h,
         MHD_OPTION_END);

@@ -19,12 +19,12 @@
 #define _GNU_SOURCE
 #include "store.h"
 
+#include "digest.h"
 #include "err.h"
 #include "log.h"
 
 #include <errno.h>
 #include <lmdb.h>
-#include <openssl/sha.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -483,14 +483,14 @@ int mic_store_time_any(mic_txn *t, uint32_t topic_id)
 void mic_store_akey(const char *type, size_t tlen, const char *id,
                     size_t ilen, uint8_t akey[MIC_AKEY_LEN])
 {
-    uint8_t buf[2 * 1024 + 1], md[SHA256_DIGEST_LENGTH];
+    uint8_t buf[2 * 1024 + 1], md[32];
 
     if (tlen + ilen + 1 > sizeof buf) /* callers validate; keep it safe */
         tlen = ilen = 0;
     memcpy(buf, type, tlen);
     buf[tlen] = 0;
     memcpy(buf + tlen + 1, id, ilen);
-    SHA256(buf, tlen + 1 + ilen, md);
+    mic_sha256(buf, tlen + 1 + ilen, md);
     memcpy(akey, md, MIC_AKEY_LEN);
 }
 

@@ -55,15 +55,24 @@ static void parse_ok(const char *text, int64_t now, struct mic_event *ev)
 /* The stored object: ev->json up to json_len, closed again. */
 static json_t *stored(const struct mic_event *ev)
 {
-    char *s = malloc(ev->json_len + 2);
+    const char *nul;
+    json_error_t jerr;
+    char *s;
     json_t *j;
 
-    assert_non_null(s);
     assert_non_null(ev->json);
+    assert_true(ev->json_len > 0);
+    if ((nul = memchr(ev->json, 0, ev->json_len)))
+        fail_msg("stored form has a NUL byte at offset %d of %d: %s|%s",
+                 (int)(nul - ev->json), (int)ev->json_len, ev->json, nul + 1);
+    s = malloc(ev->json_len + 2);
+    assert_non_null(s);
     memcpy(s, ev->json, ev->json_len);
     s[ev->json_len] = '}';
     s[ev->json_len + 1] = 0;
-    j = load(s);
+    j = json_loads(s, 0, &jerr);
+    if (!j)
+        fail_msg("stored form + '}' is not JSON (%s): %s", jerr.text, s);
     free(s);
     assert_true(json_is_object(j));
     return j;
