@@ -93,8 +93,11 @@ void mic_buf_json_str(struct mic_buf *b, const char *s, size_t n)
             continue;
         mic_buf_add(b, s + run, i - run);
         run = i + 1;
-        if (c == '"' || c == '\\') {
-            char e[2] = {'\\', (char)c};
+        if (c == '"' || c == '\\' || c == '\n' || c == '\t' || c == '\r' ||
+            c == '\b' || c == '\f') {
+            /* The short escapes, as jansson writes them. */
+            char e[2] = {'\\', c == '\n' ? 'n' : c == '\t' ? 't' : c == '\r' ? 'r'
+                                 : c == '\b' ? 'b' : c == '\f' ? 'f' : (char)c};
             mic_buf_add(b, e, 2);
         } else {
             char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};

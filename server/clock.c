@@ -9,6 +9,9 @@
 
 #include <time.h>
 
+/* 10000-01-01T00:00:00Z: times are written with four-digit years. */
+#define MAX_US (253402300800LL * 1000000)
+
 static int64_t (*clock_fn)(void);
 
 int64_t mic_now_us(void)
@@ -145,13 +148,13 @@ int mic_time_parse(const char *s, size_t len, int64_t *out_us)
     } else {
         return MIC_EINVAL;
     }
-    if (i != len || y < 1970 || mo < 1 || mo > 12 || d < 1 ||
+    if (i != len || y < 1969 || mo < 1 || mo > 12 || d < 1 ||
         d > days_in_month(y, mo) || h > 23 || mi > 59 || se > 59)
         return MIC_EINVAL;
     days = days_from_civil(y, mo, d);
     us = ((days * 86400 + h * 3600 + mi * 60 + se) - (int64_t)off * 60) *
              1000000 + frac;
-    if (us < 0)
+    if (us < 0 || us >= MAX_US)
         return MIC_EINVAL;
     *out_us = us;
     return MIC_OK;

@@ -215,11 +215,7 @@ int mic_config_load(struct mic_config *c, int argc, char **argv, char *err,
         if (apply(c, &settings[i], settings[i].def, err, errlen))
             return -1;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            mic_config_usage(stdout);
-            return 1;
-        }
-        if (strncmp(argv[i], "--config", 8) == 0) {
+        if (strcmp(argv[i], "--config") == 0 || strncmp(argv[i], "--config=", 9) == 0) {
             const char *path = argv[i][8] == '=' ? argv[i] + 9
                                : i + 1 < argc   ? argv[i + 1] : NULL;
             if (!path) {
@@ -235,6 +231,10 @@ int mic_config_load(struct mic_config *c, int argc, char **argv, char *err,
         const struct setting *s;
         size_t nlen;
 
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            mic_config_usage(stdout);
+            return 1;
+        }
         if (strncmp(a, "--", 2) != 0) {
             snprintf(err, errlen, "unexpected argument '%s'", a);
             return -1;

@@ -246,7 +246,7 @@ static int stored_form(struct mic_event *ev, const struct mic_buf *canon,
     size_t len;
 
     mic_buf_init(&b);
-    mic_buf_add(&b, "{\"event_id\":", 13);
+    mic_buf_puts(&b, "{\"event_id\":");
     mic_buf_json_str(&b, ev->id, ev->idlen);
     for (size_t i = 0; i < n; i++) {
         if (!strcmp(pieces[i].key, "created_at") || !strcmp(pieces[i].key, "event_id"))
@@ -258,15 +258,15 @@ static int stored_form(struct mic_event *ev, const struct mic_buf *canon,
         if (!strcmp(pieces[i].key, "payload"))
             ev->payload_len = pieces[i].len;
     }
-    mic_buf_add(&b, ",\"created_at\":", 14);
+    mic_buf_puts(&b, ",\"created_at\":");
     mic_time_format(ev->created_at_us, t);
     mic_buf_add(&b, "\"", 1);
     mic_buf_add(&b, t, MIC_TIME_LEN);
     mic_buf_add(&b, "\"", 1);
     if (!json_object_get(obj, "schema_version"))
-        mic_buf_add(&b, ",\"schema_version\":1", 19);
+        mic_buf_puts(&b, ",\"schema_version\":1");
     if (!json_object_get(obj, "priority"))
-        mic_buf_add(&b, ",\"priority\":0", 13);
+        mic_buf_puts(&b, ",\"priority\":0");
     if (b.oom) {
         mic_buf_fini(&b);
         return MIC_ENOMEM;

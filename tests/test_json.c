@@ -237,7 +237,7 @@ static void json_str_escapes(void **state)
     assert_json_str("a\"b", 3, "\"a\\\"b\"");
     assert_json_str("a\\b", 3, "\"a\\\\b\"");
     assert_json_str("\"\\\"", 3, "\"\\\"\\\\\\\"\"");
-    assert_json_str("l1\nl2\r\t", 7, "\"l1\\u000al2\\u000d\\u0009\"");
+    assert_json_str("l1\nl2\r\t\b\f", 9, "\"l1\\nl2\\r\\t\\b\\f\"");
     assert_json_str("\x01\x1f\x7f", 3, "\"\\u0001\\u001f\x7f\"");
     assert_json_str("a\0b", 3, "\"a\\u0000b\"");
     assert_json_str("caf\xc3\xa9 /", 7, "\"caf\xc3\xa9 /\"");
@@ -247,7 +247,7 @@ static void json_str_escapes(void **state)
 
 static void json_str_grows(void **state)
 {
-    char s[1000], *want = malloc(6 * sizeof s + 3), *w = want;
+    char s[1000], *want = malloc(2 * sizeof s + 3), *w = want;
 
     (void)state;
     assert_non_null(want);
@@ -255,8 +255,8 @@ static void json_str_grows(void **state)
     for (size_t i = 0; i < sizeof s; i++) {
         s[i] = i % 3 == 0 ? '\n' : i % 3 == 1 ? '"' : 'x';
         if (s[i] == '\n') {
-            memcpy(w, "\\u000a", 6);
-            w += 6;
+            memcpy(w, "\\n", 2);
+            w += 2;
         } else if (s[i] == '"') {
             memcpy(w, "\\\"", 2);
             w += 2;
