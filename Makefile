@@ -56,6 +56,8 @@ build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) tests/harness.h
 
 build/loadgen: bench/loadgen.c | build/rel
 	$(CC) $(WARN) -O2 -D_GNU_SOURCE $< -o $@ -lpthread -lm
+build/bench_parse: bench/bench_parse.c $(REL_OBJ)
+	$(CC) $(WARN) -O2 $(PKGCFLAGS) -Iserver $< $(REL_OBJ) -o $@ $(PKGLIBS)
 
 run: deps build/micd
 	mkdir -p var
@@ -67,8 +69,15 @@ check: build/san/micd $(UNIT)
 test: deps
 	$(MAKE) check
 
-bench: deps build/micd build/loadgen
+BENCH_DEBS := redis-server redis-tools python3
+
+bench: deps build/micd build/loadgen build/bench_parse
+	@missing=""; for p in $(BENCH_DEBS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 	bench/publish.sh
+	@echo; echo "handler-side parse+validate cost (no HTTP, no store):"; ./build/bench_parse 100 2000
 
 clean:
 	rm -rf build

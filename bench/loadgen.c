@@ -44,6 +44,25 @@
  * Invariants: w->active counts the worker's connections that are not DONE;
  * w->waiting counts those in WAITING; c->fd >= 0 only while the connection
  * is registered in w->epfd (closing the fd removes it).
+ *
+ * REPORT (one JSON line on stdout; everything else goes to stderr)
+ *   events, requests   events acknowledged 200/201; final responses of any
+ *                      status (a 429 is not final: it is retried and counted
+ *                      in retried_429 only)
+ *   errors             final responses other than 200/201, plus malformed
+ *                      responses (also in proto_errors)
+ *   seconds            from starting the workers to the last one ending
+ *   p50/p90/p99/max_ms latency of final responses, first byte written to
+ *                      last byte read, nearest-rank; null when there are none
+ *   events_per_commit  events / delta mic_writer_commits_total, and
+ *   requests_per_commit  delta mic_writer_ops_total / delta commits, from
+ *                      GET /metrics before and after; null when unavailable
+ *   status             final responses per HTTP status
+ *   extras: commits, ops (the deltas), threads, payload_bytes, aggregates,
+ *   target_events, proto_errors, timed_out (stopped by --max-seconds or a
+ *   signal), runid.
+ * Exit 0 when events == --events and errors == 0, 1 otherwise, 2 on a bad
+ * argument.
  */
 
 #include <errno.h>
@@ -123,7 +142,11 @@ static void say(const char *fmt, ...)
  * the budget runs out. */
 static bool may_log(void)
 {
-    int left = atomic_fetch_sub_explicit(&log_budget, 1, memory_order_relaxed);
+    int left;
+
+    if (atomic_load_explicit(&log_budget, memory_order_relaxed) <= 0)
+        return false;
+    left = atomic_fetch_sub_explicit(&log_budget, 1, memory_order_relaxed);
 
     if (left == 1)
         say("(further error messages suppressed)");
