@@ -62,6 +62,8 @@ static const struct setting settings[] = {
      "queued write operations before requests answer 429"},
     {"writer-batch", C_INT, "4096", 1, 1000000, F(writer_batch),
      "most operations committed in one transaction"},
+    {"writer-delay-ms", C_INT, "0", 0, 10000, F(writer_delay_ms),
+     "testing only: pause this long before each batch (makes 429 reproducible)"},
     {"no-auto-topics", C_FLAG, "0", 0, 1, F(no_auto_topics),
      "refuse events for topics not created with PUT /v1/topics/{topic}"},
     {"log-level", C_LOGLEVEL, "info", 0, 0, F(log_level),

@@ -25,6 +25,7 @@ struct mic_config {
     int http_threads;
     int writer_queue;       /* queued operations before 429 */
     int writer_batch;       /* operations per transaction at most */
+    int writer_delay_ms;    /* test hook: pause before each batch */
     int no_auto_topics;
     int log_level;          /* enum mic_log_level */
 };

@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct mic_writer {
     mic_store *store;
@@ -146,6 +147,11 @@ static void *writer_main(void *arg)
         last->next = NULL;
         w->queued -= n;
         pthread_mutex_unlock(&w->lock);
+        if (w->cfg->writer_delay_ms) {
+            struct timespec ts = {w->cfg->writer_delay_ms / 1000,
+                                  (long)(w->cfg->writer_delay_ms % 1000) * 1000000};
+            nanosleep(&ts, NULL);
+        }
         process(w, list, n);
         pthread_mutex_lock(&w->lock);
     }

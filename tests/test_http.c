@@ -12,6 +12,7 @@
 #include "harness.h"
 
 #include <lmdb.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -625,6 +626,67 @@ static void storage_full(void **state)
     srv_cleanup(&s);
 }
 
+struct shot {
+    struct srv *s;
+    int i;
+    struct resp r;
+};
+
+static void *shoot(void *arg)
+{
+    struct shot *sh = arg;
+    char body[96];
+
+    snprintf(body, sizeof body, "{\"event_id\":\"ov-%d\",\"topic\":\"ov\"}", sh->i);
+    http_json(sh->s, "POST", "/v1/events", body, &sh->r);
+    http_thread_done();
+    return NULL;
+}
+
+static void overloaded_429(void **state)
+{
+    /* One queued op at most, and the writer pauses 400 ms before each
+     * batch: of three simultaneous publishes, at most two can be taken. */
+    static const char *const args[] = {"--writer-queue", "1", "--writer-delay-ms", "400", NULL};
+    struct srv s;
+    struct shot shots[3];
+    pthread_t th[3];
+    int n201 = 0, n429 = 0;
+
+    (void)state;
+    memset(&s, 0, sizeof s);
+    assert_int_equal(srv_start(&s, args), 0);
+    for (int i = 0; i < 3; i++) {
+        shots[i] = (struct shot){.s = &s, .i = i};
+        assert_int_equal(pthread_create(&th[i], NULL, shoot, &shots[i]), 0);
+    }
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++) {
+        char path[64];
+        struct resp g;
+
+        snprintf(path, sizeof path, "/v1/events/ov-%d", i);
+        assert_int_equal(http_json(&s, "GET", path, NULL, &g), 0);
+        if (shots[i].r.status == 201) {
+            n201++;
+            assert_int_equal(g.status, 200);
+        } else {
+            assert_int_equal(shots[i].r.status, 429);
+            assert_string_equal(resp_error_code(&shots[i].r), "overloaded");
+            assert_string_equal(shots[i].r.retry_after, "1");
+            assert_int_equal(g.status, 404); /* refused: nothing stored */
+            n429++;
+        }
+        resp_free(&g);
+        resp_free(&shots[i].r);
+    }
+    assert_true(n429 >= 1);
+    assert_true(n201 >= 1);
+    assert_int_equal(srv_stop(&s), 0);
+    srv_cleanup(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -647,6 +709,7 @@ int main(void)
         cmocka_unit_test(restart_keeps_everything),
         cmocka_unit_test(unknown_format_refused),
         cmocka_unit_test(storage_full),
+        cmocka_unit_test(overloaded_429),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
