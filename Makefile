@@ -15,7 +15,7 @@ DEBS    := build-essential pkg-config libmicrohttpd-dev liblmdb-dev lmdb-utils \
 WARN    := -std=c11 -Wall -Wextra -Werror -Wformat=2 -g
 SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 PKGCFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKGLIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread
+PKGLIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
 TCFLAGS   = $(shell pkg-config --cflags $(TPKGS) 2>/dev/null)
 TLIBS     = $(shell pkg-config --libs $(TPKGS) 2>/dev/null)
 

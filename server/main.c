@@ -8,10 +8,12 @@
  *   2 bad settings, 3 store cannot open, 4 unknown store format,
  *   5 writer cannot start, 6 cannot listen. */
 #define _POSIX_C_SOURCE 200809L
+#include "claim.h"
 #include "config.h"
 #include "err.h"
 #include "log.h"
 #include "routes.h"
+#include "group.h"
 #include "store.h"
 #include "writer.h"
 
@@ -46,7 +48,9 @@ static int write_port_file(const char *path, int port)
 int main(int argc, char **argv)
 {
     struct mic_config cfg;
+    struct mic_writer_hooks hooks;
     struct sigaction sa;
+    mic_groups *groups;
     mic_store *store;
     mic_writer *writer;
     mic_http *http;
@@ -76,13 +80,21 @@ int main(int argc, char **argv)
         return 4;
     if (rc)
         return 3;
-    if (mic_writer_start(&writer, store, &cfg)) {
+    if (mic_groups_new(&groups, store)) {
+        mic_log(MIC_LOG_ERROR, NULL, "cannot load the groups", NULL);
+        mic_store_close(store);
+        return 3;
+    }
+    mic_claim_hooks(groups, &hooks);
+    if (mic_writer_start(&writer, store, &cfg, &hooks)) {
         mic_log(MIC_LOG_ERROR, NULL, "cannot start the writer", NULL);
+        mic_groups_free(groups);
         mic_store_close(store);
         return 5;
     }
     if (mic_http_start(&http, &cfg, store, writer, &port)) {
         mic_writer_free(writer);
+        mic_groups_free(groups);
         mic_store_close(store);
         return 6;
     }
@@ -109,6 +121,7 @@ int main(int argc, char **argv)
     mic_http_drain(http, 1000);
     mic_http_stop(http);
     mic_writer_free(writer);
+    mic_groups_free(groups);
     mic_store_close(store);
     mic_log(MIC_LOG_INFO, NULL, "stopped", NULL);
     return 0;

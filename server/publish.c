@@ -15,6 +15,7 @@
 #include "config.h"
 #include "err.h"
 #include "event.h"
+#include "group.h"
 #include "json.h"
 
 #include <stdio.h>
@@ -373,6 +374,8 @@ static int write_item(mic_publish *p, struct mic_wctx *w, struct item *it)
         ((rc = mic_store_aggidx_put(w->txn, &r)) ||
          (rc = mic_store_agg_put(w->txn, ev->akey, &it->agg))))
         return rc == MIC_ECONFLICT ? MIC_EIO : rc;
+    if (w->app)
+        return mic_groups_fanout(w->app, w, ev->topic, ev->topiclen, &r);
     return MIC_OK;
 }
 
@@ -501,7 +504,9 @@ int mic_publish_lookup(mic_store *s, const char *id, size_t idlen,
     if (rc == MIC_OK) {
         mic_buf_puts(out, "{\"event\":");
         mic_buf_add(out, r.json, r.json_len);
-        mic_buf_puts(out, ",\"deliveries\":[]}");
+        mic_buf_puts(out, ",\"deliveries\":[");
+        rc = mic_group_deliveries_json(t, seq, out);
+        mic_buf_puts(out, "]}");
     }
     mic_txn_abort(t);
     if (rc == MIC_ENOTFOUND)

@@ -15,11 +15,13 @@
 #include "routes.h"
 
 #include "buf.h"
+#include "claim.h"
 #include "clock.h"
 #include "config.h"
 #include "err.h"
 #include "json.h"
 #include "log.h"
+#include "group.h"
 #include "metrics.h"
 #include "publish.h"
 #include "topic.h"
@@ -31,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/socket.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -47,7 +50,7 @@ struct mic_http {
 };
 
 enum req_state { RS_NEW, RS_BODY, RS_WAITING, RS_DONE };
-enum op_kind { OK_NONE, OK_PUBLISH, OK_TOPIC };
+enum op_kind { OK_NONE, OK_PUBLISH, OK_TOPIC, OK_GROUP, OK_CLAIM };
 
 struct req {
     mic_http *h;
@@ -63,6 +66,8 @@ struct req {
     union {
         mic_publish *publish;
         mic_topic_op *topic;
+        mic_group_op *group;
+        mic_claim *claim;
     } u;
     mic_op *op;
     int submit_err;  /* writer refused the op (429 / 503) */
@@ -334,6 +339,161 @@ static enum MHD_Result h_topic_del(struct req *r, const char **args)
     return submit(r, mic_topic_op_base(r->u.topic));
 }
 
+static enum MHD_Result finish_group(struct req *r, int del)
+{
+    struct mic_error e;
+    struct mic_buf b;
+    int created = 0;
+
+    mic_buf_init(&b);
+    if (mic_group_op_result(r->u.group, &b, &created, &e)) {
+        mic_buf_fini(&b);
+        return send_error(r, &e);
+    }
+    if (del) {
+        mic_buf_fini(&b);
+        return send_empty(r, MHD_HTTP_NO_CONTENT);
+    }
+    return send_buf(r, created ? MHD_HTTP_CREATED : MHD_HTTP_OK, &b);
+}
+
+static enum MHD_Result finish_claim(struct req *r)
+{
+    struct mic_error e;
+    struct mic_buf b;
+
+    mic_buf_init(&b);
+    if (mic_claim_result(r->u.claim, &b, &e)) {
+        mic_buf_fini(&b);
+        return send_error(r, &e);
+    }
+    return send_buf(r, MHD_HTTP_OK, &b);
+}
+
+static enum MHD_Result h_group_list(struct req *r, const char **args)
+{
+    struct mic_error e;
+    struct mic_buf b;
+
+    (void)args;
+    mic_buf_init(&b);
+    if (mic_group_list(r->h->store, &b, &e)) {
+        mic_buf_fini(&b);
+        return send_error(r, &e);
+    }
+    return send_buf(r, MHD_HTTP_OK, &b);
+}
+
+static enum MHD_Result h_group_get(struct req *r, const char **args)
+{
+    struct mic_error e;
+    struct mic_buf b;
+
+    mic_buf_init(&b);
+    if (mic_group_get(r->h->store, args[0], &b, &e)) {
+        mic_buf_fini(&b);
+        return send_error(r, &e);
+    }
+    return send_buf(r, MHD_HTTP_OK, &b);
+}
+
+static enum MHD_Result h_group_put(struct req *r, const char **args)
+{
+    struct mic_error e;
+
+    if (!content_type_ok(r, &e) ||
+        mic_group_put_parse(args[0], r->body ? r->body : "", r->len, r->h->cfg,
+                            &r->u.group, &e))
+        return send_error(r, &e);
+    r->kind = OK_GROUP;
+    return submit(r, mic_group_op_base(r->u.group));
+}
+
+static enum MHD_Result h_group_del(struct req *r, const char **args)
+{
+    struct mic_error e;
+
+    if (mic_group_del_parse(args[0], &r->u.group, &e))
+        return send_error(r, &e);
+    r->kind = OK_GROUP;
+    return submit(r, mic_group_op_base(r->u.group));
+}
+
+/* Is the client of a parked long-poll still connected?  Writer thread. */
+static int conn_alive(mic_op *op)
+{
+    struct req *r = op->owner;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    char c;
+    ssize_t n;
+
+    if (!ci)
+        return 1;
+    n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+}
+
+static enum MHD_Result claim_like(struct req *r, const char *group, int kind)
+{
+    struct mic_error e;
+
+    if ((r->len && !content_type_ok(r, &e)) ||
+        mic_claim_parse(kind, group, r->body ? r->body : "", r->len, r->h->cfg,
+                        &r->u.claim, &e))
+        return send_error(r, &e);
+    r->kind = OK_CLAIM;
+    if (kind == MIC_CLAIM)
+        mic_claim_op(r->u.claim)->alive = conn_alive;
+    return submit(r, mic_claim_op(r->u.claim));
+}
+
+static enum MHD_Result h_claim(struct req *r, const char **args)
+{
+    return claim_like(r, args[0], MIC_CLAIM);
+}
+
+static enum MHD_Result h_ack(struct req *r, const char **args)
+{
+    return claim_like(r, args[0], MIC_ACK);
+}
+
+static enum MHD_Result h_nack(struct req *r, const char **args)
+{
+    return claim_like(r, args[0], MIC_NACK);
+}
+
+static enum MHD_Result h_extend(struct req *r, const char **args)
+{
+    return claim_like(r, args[0], MIC_EXTEND);
+}
+
+static enum MHD_Result h_requeue(struct req *r, const char **args)
+{
+    return claim_like(r, args[0], MIC_REQUEUE);
+}
+
+static enum MHD_Result h_skip(struct req *r, const char **args)
+{
+    return claim_like(r, args[0], MIC_SKIP);
+}
+
+static enum MHD_Result h_dlq_list(struct req *r, const char **args)
+{
+    struct mic_error e;
+    struct mic_buf b;
+
+    mic_buf_init(&b);
+    if (mic_claim_dlq_list(r->h->store, args[0],
+                           MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "after"),
+                           MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit"),
+                           &b, &e)) {
+        mic_buf_fini(&b);
+        return send_error(r, &e);
+    }
+    return send_buf(r, MHD_HTTP_OK, &b);
+}
+
 static enum MHD_Result h_healthz(struct req *r, const char **args)
 {
     (void)args;
@@ -410,6 +570,17 @@ static const struct route routes[] = {
     {"GET", "/v1/topics/*", "/v1/topics/{topic}", h_topic_get},
     {"PUT", "/v1/topics/*", "/v1/topics/{topic}", h_topic_put},
     {"DELETE", "/v1/topics/*", "/v1/topics/{topic}", h_topic_del},
+    {"GET", "/v1/groups", "/v1/groups", h_group_list},
+    {"GET", "/v1/groups/*", "/v1/groups/{group}", h_group_get},
+    {"PUT", "/v1/groups/*", "/v1/groups/{group}", h_group_put},
+    {"DELETE", "/v1/groups/*", "/v1/groups/{group}", h_group_del},
+    {"POST", "/v1/groups/*/claim", "/v1/groups/{group}/claim", h_claim},
+    {"POST", "/v1/groups/*/ack", "/v1/groups/{group}/ack", h_ack},
+    {"POST", "/v1/groups/*/nack", "/v1/groups/{group}/nack", h_nack},
+    {"POST", "/v1/groups/*/extend", "/v1/groups/{group}/extend", h_extend},
+    {"GET", "/v1/groups/*/dlq", "/v1/groups/{group}/dlq", h_dlq_list},
+    {"POST", "/v1/groups/*/dlq/requeue", "/v1/groups/{group}/dlq/requeue", h_requeue},
+    {"POST", "/v1/groups/*/dlq/skip", "/v1/groups/{group}/dlq/skip", h_skip},
     {"GET", "/healthz", "/healthz", h_healthz},
     {"GET", "/readyz", "/readyz", h_readyz},
     {"GET", "/metrics", "/metrics", h_metrics},
@@ -519,6 +690,10 @@ static enum MHD_Result finish(struct req *r)
         return finish_publish(r);
     case OK_TOPIC:
         return finish_topic(r, strcmp(routes[r->route].method, "DELETE") == 0);
+    case OK_GROUP:
+        return finish_group(r, strcmp(routes[r->route].method, "DELETE") == 0);
+    case OK_CLAIM:
+        return finish_claim(r);
     case OK_NONE:
         break;
     }
@@ -617,6 +792,12 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         break;
     case OK_TOPIC:
         mic_topic_op_free(r->u.topic);
+        break;
+    case OK_GROUP:
+        mic_group_op_free(r->u.group);
+        break;
+    case OK_CLAIM:
+        mic_claim_free(r->u.claim);
         break;
     case OK_NONE:
         break;

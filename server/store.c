@@ -11,6 +11,12 @@
  *   aggs    akey -> aggregate record
  *   aggidx  akey, version u64 | akey, created_at u64, seq u64 -> seq u64
  *   topics  name -> topic record
+ *   groups  name -> u32 gid, u8 backfilling, u64 next, u64 end, config JSON
+ *   drops   gid u32 -> (empty): deleted groups whose keys are being removed
+ *   dlv     gid u32, seq u64 -> delivery record
+ *   ready   gid u32, 255 - priority u8, seq u64 -> (empty)
+ *   timers  due u64, gid u32, seq u64 -> u8 kind (retry due, lease end)
+ *   dlq     gid u32, seq u64 -> (empty)
  *
  * Map growth: LMDB forbids mdb_env_set_mapsize while any transaction of
  * this process is open, so read transactions hold 'resize' shared and
@@ -36,6 +42,7 @@
 struct mic_store {
     MDB_env *env;
     MDB_dbi meta, log, ids, time, aggs, aggidx, topics;
+    MDB_dbi groups, drops, dlv, ready, timers, dlq;
     uint64_t map_size, map_max;
     pthread_rwlock_t resize;
 };
@@ -109,6 +116,8 @@ static int get(mic_txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v)
     return from_mdb(mdb_get(t->txn, dbi, k, v));
 }
 
+static int next_id(mic_txn *t, const char *name, uint32_t *id);
+
 /* ---- Environment ---- */
 
 static int mkdirs(const char *dir)
@@ -147,7 +156,13 @@ static int open_dbs(mic_store *s)
         (rc = mdb_dbi_open(txn, "time", MDB_CREATE, &s->time)) ||
         (rc = mdb_dbi_open(txn, "aggs", MDB_CREATE, &s->aggs)) ||
         (rc = mdb_dbi_open(txn, "aggidx", MDB_CREATE, &s->aggidx)) ||
-        (rc = mdb_dbi_open(txn, "topics", MDB_CREATE, &s->topics)))
+        (rc = mdb_dbi_open(txn, "topics", MDB_CREATE, &s->topics)) ||
+        (rc = mdb_dbi_open(txn, "groups", MDB_CREATE, &s->groups)) ||
+        (rc = mdb_dbi_open(txn, "drops", MDB_CREATE, &s->drops)) ||
+        (rc = mdb_dbi_open(txn, "dlv", MDB_CREATE, &s->dlv)) ||
+        (rc = mdb_dbi_open(txn, "ready", MDB_CREATE, &s->ready)) ||
+        (rc = mdb_dbi_open(txn, "timers", MDB_CREATE, &s->timers)) ||
+        (rc = mdb_dbi_open(txn, "dlq", MDB_CREATE, &s->dlq)))
         goto fail;
     rc = mdb_get(txn, s->meta, &k, &v);
     if (rc == MDB_NOTFOUND) {
@@ -331,22 +346,7 @@ int mic_store_last_seq(mic_txn *t, uint64_t *seq)
 
 int mic_store_next_topic_id(mic_txn *t, uint32_t *id)
 {
-    MDB_val k = {13, "next_topic_id"}, v;
-    uint8_t buf[4];
-    uint32_t next = 1;
-    int rc = get(t, t->s->meta, &k, &v);
-
-    if (rc == MIC_OK && v.mv_size == 4)
-        next = get_u32(v.mv_data);
-    else if (rc != MIC_ENOTFOUND && rc != MIC_OK)
-        return rc;
-    put_u32(buf, next + 1);
-    v.mv_size = 4;
-    v.mv_data = buf;
-    if ((rc = put(t, t->s->meta, "meta", &k, &v, 0)))
-        return rc;
-    *id = next;
-    return MIC_OK;
+    return next_id(t, "next_topic_id", id);
 }
 
 /* ---- Log ---- */
@@ -558,6 +558,437 @@ int mic_store_aggidx_put(mic_txn *t, const struct mic_rec *r)
     }
     put_u64(vb, r->seq);
     return put(t, t->s->aggidx, "aggidx", &k, &v, MDB_NOOVERWRITE);
+}
+
+/* ---- Counters in meta ---- */
+
+static int next_id(mic_txn *t, const char *name, uint32_t *id)
+{
+    MDB_val k = {strlen(name), (void *)name}, v;
+    uint8_t buf[4];
+    uint32_t next = 1;
+    int rc = get(t, t->s->meta, &k, &v);
+
+    if (rc == MIC_OK && v.mv_size == 4)
+        next = get_u32(v.mv_data);
+    else if (rc != MIC_ENOTFOUND && rc != MIC_OK)
+        return rc;
+    put_u32(buf, next + 1);
+    v.mv_size = 4;
+    v.mv_data = buf;
+    if ((rc = put(t, t->s->meta, "meta", &k, &v, 0)))
+        return rc;
+    *id = next;
+    return MIC_OK;
+}
+
+/* ---- Groups ---- */
+
+#define GROUP_HDR 21
+
+int mic_store_next_group_id(mic_txn *t, uint32_t *gid)
+{
+    return next_id(t, "next_group_id", gid);
+}
+
+static int group_decode(const MDB_val *v, struct mic_group_rec *g)
+{
+    const uint8_t *p = v->mv_data;
+
+    if (v->mv_size < GROUP_HDR)
+        return MIC_EIO;
+    g->gid = get_u32(p);
+    g->backfilling = p[4];
+    g->backfill_next = get_u64(p + 5);
+    g->backfill_end = get_u64(p + 13);
+    g->config = (const char *)p + GROUP_HDR;
+    g->config_len = v->mv_size - GROUP_HDR;
+    return MIC_OK;
+}
+
+int mic_store_group_get(mic_txn *t, const char *name, size_t len,
+                        struct mic_group_rec *g)
+{
+    MDB_val k = {len, (void *)name}, v;
+    int rc = get(t, t->s->groups, &k, &v);
+
+    return rc ? rc : group_decode(&v, g);
+}
+
+int mic_store_group_put(mic_txn *t, const char *name, size_t len,
+                        const struct mic_group_rec *g)
+{
+    MDB_val k = {len, (void *)name}, v = {GROUP_HDR + g->config_len, NULL};
+    uint8_t *p;
+    int rc;
+
+    if (fault_hook && (rc = fault_hook("groups")))
+        return from_mdb(rc);
+    if ((rc = mdb_put(t->txn, t->s->groups, &k, &v, MDB_RESERVE)))
+        return from_mdb(rc);
+    p = v.mv_data;
+    put_u32(p, g->gid);
+    p[4] = g->backfilling;
+    put_u64(p + 5, g->backfill_next);
+    put_u64(p + 13, g->backfill_end);
+    memcpy(p + GROUP_HDR, g->config, g->config_len);
+    return MIC_OK;
+}
+
+int mic_store_group_del(mic_txn *t, const char *name, size_t len)
+{
+    MDB_val k = {len, (void *)name};
+
+    return from_mdb(mdb_del(t->txn, t->s->groups, &k, NULL));
+}
+
+int mic_store_group_each(mic_txn *t,
+                         int (*fn)(void *arg, const char *name, size_t len,
+                                   const struct mic_group_rec *g),
+                         void *arg)
+{
+    MDB_cursor *c;
+    MDB_val k, v;
+    int rc, stop = 0;
+
+    if ((rc = mdb_cursor_open(t->txn, t->s->groups, &c)))
+        return from_mdb(rc);
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0 && !stop;
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+        struct mic_group_rec g;
+        if (group_decode(&v, &g)) {
+            rc = EIO;
+            break;
+        }
+        stop = fn(arg, k.mv_data, k.mv_size, &g);
+    }
+    mdb_cursor_close(c);
+    if (stop)
+        return stop;
+    return rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
+}
+
+int mic_store_drop_put(mic_txn *t, uint32_t gid)
+{
+    uint8_t kb[4];
+    MDB_val k = {4, kb}, v = {0, NULL};
+
+    put_u32(kb, gid);
+    return put(t, t->s->drops, "drops", &k, &v, 0);
+}
+
+int mic_store_drop_first(mic_txn *t, uint32_t *gid)
+{
+    MDB_cursor *c;
+    MDB_val k, v;
+    int rc;
+
+    if ((rc = mdb_cursor_open(t->txn, t->s->drops, &c)))
+        return from_mdb(rc);
+    rc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
+    if (rc == 0)
+        *gid = get_u32(k.mv_data);
+    mdb_cursor_close(c);
+    return from_mdb(rc);
+}
+
+/* Delete up to *budget keys starting with the 4-byte 'prefix' in 'dbi'. */
+static int purge_prefix(mic_txn *t, MDB_dbi dbi, const uint8_t *prefix,
+                        int *budget, int *empty)
+{
+    MDB_cursor *c;
+    MDB_val k = {4, (void *)prefix}, v;
+    int rc;
+
+    *empty = 0;
+    if ((rc = mdb_cursor_open(t->txn, dbi, &c)))
+        return from_mdb(rc);
+    rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+    while (rc == 0 && *budget > 0 && k.mv_size >= 4 &&
+           memcmp(k.mv_data, prefix, 4) == 0) {
+        if ((rc = mdb_cursor_del(c, 0)))
+            break;
+        (*budget)--;
+        rc = mdb_cursor_get(c, &k, &v, MDB_NEXT); /* after a delete: the next key */
+    }
+    if (rc == MDB_NOTFOUND || (rc == 0 && (k.mv_size < 4 || memcmp(k.mv_data, prefix, 4))))
+        *empty = 1, rc = 0;
+    mdb_cursor_close(c);
+    return from_mdb(rc);
+}
+
+int mic_store_drop_step(mic_txn *t, uint32_t gid, int budget, int *finished)
+{
+    uint8_t prefix[4];
+    MDB_val k = {4, prefix};
+    int rc, e1 = 0, e2 = 0, e3 = 0;
+
+    put_u32(prefix, gid);
+    *finished = 0;
+    if ((rc = purge_prefix(t, t->s->ready, prefix, &budget, &e1)) ||
+        (rc = purge_prefix(t, t->s->dlq, prefix, &budget, &e2)) ||
+        (rc = purge_prefix(t, t->s->dlv, prefix, &budget, &e3)))
+        return rc;
+    if (e1 && e2 && e3) {
+        *finished = 1;
+        return from_mdb(mdb_del(t->txn, t->s->drops, &k, NULL));
+    }
+    return MIC_OK;
+}
+
+/* ---- Deliveries ---- */
+
+#define DLV_HDR 56
+
+int mic_store_dlv_get(mic_txn *t, uint32_t gid, uint64_t seq, struct mic_dlv *d)
+{
+    uint8_t kb[12];
+    MDB_val k = {12, kb}, v;
+    const uint8_t *p;
+    int rc;
+
+    put_u32(kb, gid);
+    put_u64(kb + 4, seq);
+    if ((rc = get(t, t->s->dlv, &k, &v)))
+        return rc;
+    p = v.mv_data;
+    if (v.mv_size < DLV_HDR)
+        return MIC_EIO;
+    d->state = p[0];
+    d->priority = p[1];
+    d->worker_len = p[2];
+    d->attempts = get_u32(p + 4);
+    d->not_before = (int64_t)get_u64(p + 8);
+    d->lease_expires = (int64_t)get_u64(p + 16);
+    d->terminal_at = (int64_t)get_u64(p + 24);
+    memcpy(d->token, p + 32, MIC_TOKEN_LEN);
+    d->error_len = (uint16_t)(p[48] << 8 | p[49]);
+    if (d->worker_len > MIC_WORKER_MAX || d->error_len > MIC_ERROR_MAX ||
+        v.mv_size < (size_t)DLV_HDR + d->worker_len + d->error_len)
+        return MIC_EIO;
+    memcpy(d->worker, p + DLV_HDR, d->worker_len);
+    d->worker[d->worker_len] = 0;
+    memcpy(d->last_error, p + DLV_HDR + d->worker_len, d->error_len);
+    d->last_error[d->error_len] = 0;
+    return MIC_OK;
+}
+
+int mic_store_dlv_put(mic_txn *t, uint32_t gid, uint64_t seq,
+                      const struct mic_dlv *d)
+{
+    uint8_t kb[12], vb[DLV_HDR + MIC_WORKER_MAX + MIC_ERROR_MAX];
+    MDB_val k = {12, kb}, v = {DLV_HDR + (size_t)d->worker_len + d->error_len, vb};
+
+    put_u32(kb, gid);
+    put_u64(kb + 4, seq);
+    memset(vb, 0, DLV_HDR);
+    vb[0] = d->state;
+    vb[1] = d->priority;
+    vb[2] = d->worker_len;
+    put_u32(vb + 4, d->attempts);
+    put_u64(vb + 8, (uint64_t)d->not_before);
+    put_u64(vb + 16, (uint64_t)d->lease_expires);
+    put_u64(vb + 24, (uint64_t)d->terminal_at);
+    memcpy(vb + 32, d->token, MIC_TOKEN_LEN);
+    vb[48] = (uint8_t)(d->error_len >> 8);
+    vb[49] = (uint8_t)d->error_len;
+    memcpy(vb + DLV_HDR, d->worker, d->worker_len);
+    memcpy(vb + DLV_HDR + d->worker_len, d->last_error, d->error_len);
+    return put(t, t->s->dlv, "dlv", &k, &v, 0);
+}
+
+static void ready_key(uint8_t kb[13], uint32_t gid, uint8_t prio, uint64_t seq)
+{
+    put_u32(kb, gid);
+    kb[4] = (uint8_t)(255 - prio);
+    put_u64(kb + 5, seq);
+}
+
+int mic_store_ready_put(mic_txn *t, uint32_t gid, uint8_t prio, uint64_t seq)
+{
+    uint8_t kb[13];
+    MDB_val k = {13, kb}, v = {0, NULL};
+
+    ready_key(kb, gid, prio, seq);
+    return put(t, t->s->ready, "ready", &k, &v, 0);
+}
+
+int mic_store_ready_del(mic_txn *t, uint32_t gid, uint8_t prio, uint64_t seq)
+{
+    uint8_t kb[13];
+    MDB_val k = {13, kb};
+
+    ready_key(kb, gid, prio, seq);
+    return from_mdb(mdb_del(t->txn, t->s->ready, &k, NULL));
+}
+
+int mic_store_ready_pop(mic_txn *t, uint32_t gid, uint64_t *seqs, int max,
+                        int *n)
+{
+    uint8_t prefix[4];
+    MDB_cursor *c;
+    MDB_val k = {4, prefix}, v;
+    int rc;
+
+    *n = 0;
+    put_u32(prefix, gid);
+    if (fault_hook && (rc = fault_hook("ready")))
+        return from_mdb(rc);
+    if ((rc = mdb_cursor_open(t->txn, t->s->ready, &c)))
+        return from_mdb(rc);
+    rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+    while (rc == 0 && *n < max && k.mv_size == 13 &&
+           memcmp(k.mv_data, prefix, 4) == 0) {
+        seqs[(*n)++] = get_u64((uint8_t *)k.mv_data + 5);
+        if ((rc = mdb_cursor_del(c, 0)))
+            break;
+        rc = mdb_cursor_get(c, &k, &v, MDB_NEXT); /* after a delete: the next key */
+    }
+    mdb_cursor_close(c);
+    return rc == MDB_NOTFOUND || rc == 0 ? MIC_OK : from_mdb(rc);
+}
+
+static void timer_key(uint8_t kb[20], int64_t due, uint32_t gid, uint64_t seq)
+{
+    put_u64(kb, (uint64_t)due);
+    put_u32(kb + 8, gid);
+    put_u64(kb + 12, seq);
+}
+
+int mic_store_timer_put(mic_txn *t, int64_t due, uint32_t gid, uint64_t seq,
+                        uint8_t kind)
+{
+    uint8_t kb[20];
+    MDB_val k = {20, kb}, v = {1, &kind};
+
+    timer_key(kb, due, gid, seq);
+    return put(t, t->s->timers, "timers", &k, &v, 0);
+}
+
+int mic_store_timer_del(mic_txn *t, int64_t due, uint32_t gid, uint64_t seq)
+{
+    uint8_t kb[20];
+    MDB_val k = {20, kb};
+    int rc;
+
+    timer_key(kb, due, gid, seq);
+    rc = mdb_del(t->txn, t->s->timers, &k, NULL);
+    return rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
+}
+
+int mic_store_timer_first(mic_txn *t, int64_t *due, uint32_t *gid,
+                          uint64_t *seq, uint8_t *kind)
+{
+    MDB_cursor *c;
+    MDB_val k, v;
+    int rc;
+
+    if ((rc = mdb_cursor_open(t->txn, t->s->timers, &c)))
+        return from_mdb(rc);
+    rc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
+    if (rc == 0 && k.mv_size == 20) {
+        *due = (int64_t)get_u64(k.mv_data);
+        *gid = get_u32((uint8_t *)k.mv_data + 8);
+        *seq = get_u64((uint8_t *)k.mv_data + 12);
+        *kind = v.mv_size ? *(uint8_t *)v.mv_data : 0;
+    }
+    mdb_cursor_close(c);
+    return from_mdb(rc);
+}
+
+int mic_store_dlq_put(mic_txn *t, uint32_t gid, uint64_t seq)
+{
+    uint8_t kb[12];
+    MDB_val k = {12, kb}, v = {0, NULL};
+
+    put_u32(kb, gid);
+    put_u64(kb + 4, seq);
+    return put(t, t->s->dlq, "dlq", &k, &v, 0);
+}
+
+int mic_store_dlq_del(mic_txn *t, uint32_t gid, uint64_t seq)
+{
+    uint8_t kb[12];
+    MDB_val k = {12, kb};
+    int rc;
+
+    put_u32(kb, gid);
+    put_u64(kb + 4, seq);
+    rc = mdb_del(t->txn, t->s->dlq, &k, NULL);
+    return rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
+}
+
+int mic_store_dlq_page(mic_txn *t, uint32_t gid, uint64_t after,
+                       uint64_t *seqs, int max, int *n)
+{
+    uint8_t kb[12];
+    MDB_cursor *c;
+    MDB_val k = {12, kb}, v;
+    int rc;
+
+    *n = 0;
+    put_u32(kb, gid);
+    put_u64(kb + 4, after + 1);
+    if (after == UINT64_MAX)
+        return MIC_OK;
+    if ((rc = mdb_cursor_open(t->txn, t->s->dlq, &c)))
+        return from_mdb(rc);
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+         rc == 0 && *n < max && k.mv_size == 12 && get_u32(k.mv_data) == gid;
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT))
+        seqs[(*n)++] = get_u64((uint8_t *)k.mv_data + 4);
+    mdb_cursor_close(c);
+    return rc == MDB_NOTFOUND || rc == 0 ? MIC_OK : from_mdb(rc);
+}
+
+/* ---- Log scans ---- */
+
+int mic_store_log_scan(mic_txn *t, uint64_t from, uint64_t to, int max,
+                       int (*fn)(void *arg, const struct mic_rec *r),
+                       void *arg, uint64_t *next)
+{
+    uint8_t kb[8];
+    MDB_cursor *c;
+    MDB_val k = {8, kb}, v;
+    int rc, n = 0;
+
+    *next = from;
+    put_u64(kb, from);
+    if ((rc = mdb_cursor_open(t->txn, t->s->log, &c)))
+        return from_mdb(rc);
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE); rc == 0 && n < max;
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT), n++) {
+        uint64_t seq = get_u64(k.mv_data);
+        struct mic_rec r;
+        const uint8_t *p = v.mv_data;
+
+        if (seq > to) {
+            rc = MDB_NOTFOUND;
+            break;
+        }
+        if (v.mv_size < REC_HDR) {
+            rc = EIO;
+            break;
+        }
+        r.seq = seq;
+        r.has_agg = p[1] & 1;
+        r.has_version = (p[1] & 2) != 0;
+        r.priority = p[2];
+        r.topic_id = get_u32(p + 4);
+        r.created_at_us = (int64_t)get_u64(p + 8);
+        r.received_at_us = (int64_t)get_u64(p + 16);
+        r.version = get_u64(p + 24);
+        memcpy(r.akey, p + 32, MIC_AKEY_LEN);
+        r.json = (const char *)p + REC_HDR;
+        r.json_len = v.mv_size - REC_HDR;
+        *next = seq + 1;
+        if (fn(arg, &r))
+            break;
+    }
+    mdb_cursor_close(c);
+    if (rc == MDB_NOTFOUND)
+        *next = to + 1;
+    return rc == MDB_NOTFOUND || rc == 0 ? MIC_OK : from_mdb(rc);
 }
 
 /* ---- Topics ---- */

@@ -68,6 +68,8 @@ int mic_store_grow(mic_store *s);
 void mic_store_usage(mic_store *s, uint64_t *map_size, uint64_t *used,
                      uint64_t *map_max);
 
+/* Name of topic 'id' (a read of the topics index); for fan-out. */
+
 /* Test hook: called before every write with the sub-database's name; a
  * nonzero return (an MDB or errno code) makes that write fail with it. */
 void mic_store_set_fault(int (*hook)(const char *dbname));
@@ -123,6 +125,104 @@ int mic_store_aggidx_get_version(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN],
 /* Index record 'r' (which has an aggregate) under its order key: the
  * version, or (created_at, seq) for an unversioned aggregate. */
 int mic_store_aggidx_put(mic_txn *t, const struct mic_rec *r);
+
+/* ---- Groups ---- */
+
+/* A group's stored record: its id, backfill progress and configuration
+ * (JSON text owned by group.c; borrowed from LMDB on get). */
+struct mic_group_rec {
+    uint32_t gid;
+    uint8_t backfilling;     /* deliveries for older events still being made */
+    uint64_t backfill_next;  /* next log seq to look at */
+    uint64_t backfill_end;   /* last log seq to look at */
+    const char *config;
+    size_t config_len;
+};
+
+int mic_store_next_group_id(mic_txn *t, uint32_t *gid);
+int mic_store_group_get(mic_txn *t, const char *name, size_t len,
+                        struct mic_group_rec *g);
+int mic_store_group_put(mic_txn *t, const char *name, size_t len,
+                        const struct mic_group_rec *g);
+int mic_store_group_del(mic_txn *t, const char *name, size_t len);
+int mic_store_group_each(mic_txn *t,
+                         int (*fn)(void *arg, const char *name, size_t len,
+                                   const struct mic_group_rec *g),
+                         void *arg);
+
+/* Ids of deleted groups whose keys are still being removed. */
+int mic_store_drop_put(mic_txn *t, uint32_t gid);
+/* The first dropped group id, MIC_ENOTFOUND if none. */
+int mic_store_drop_first(mic_txn *t, uint32_t *gid);
+/* Delete up to 'budget' keys of group 'gid' (deliveries, ready set, DLQ);
+ * when none are left, forget the drop and set *finished. */
+int mic_store_drop_step(mic_txn *t, uint32_t gid, int budget, int *finished);
+
+/* ---- Deliveries ---- */
+
+enum mic_dlv_state {
+    MIC_DLV_PENDING = 1,
+    MIC_DLV_PROCESSING = 2,
+    MIC_DLV_DISPATCHED = 3,
+    MIC_DLV_DLQ = 4,
+    MIC_DLV_SKIPPED = 5,
+};
+
+#define MIC_TOKEN_LEN 16
+#define MIC_WORKER_MAX 64
+#define MIC_ERROR_MAX 1024
+
+/* The state of one event in one group. */
+struct mic_dlv {
+    uint8_t state;             /* enum mic_dlv_state */
+    uint8_t priority;
+    uint32_t attempts;         /* claims so far */
+    int64_t not_before;        /* PENDING: claimable from (µs), 0 = now */
+    int64_t lease_expires;     /* PROCESSING: lease end (µs) */
+    int64_t terminal_at;       /* DISPATCHED / DLQ / SKIPPED since (µs) */
+    uint8_t token[MIC_TOKEN_LEN]; /* the last lease granted */
+    uint8_t worker_len;
+    char worker[MIC_WORKER_MAX + 1];
+    uint16_t error_len;
+    char last_error[MIC_ERROR_MAX + 1];
+};
+
+/* Fill 'd' (a copy, NUL-terminated strings).  MIC_ENOTFOUND if absent. */
+int mic_store_dlv_get(mic_txn *t, uint32_t gid, uint64_t seq, struct mic_dlv *d);
+int mic_store_dlv_put(mic_txn *t, uint32_t gid, uint64_t seq,
+                      const struct mic_dlv *d);
+
+/* The ready set of a group: (priority desc, seq asc). */
+int mic_store_ready_put(mic_txn *t, uint32_t gid, uint8_t prio, uint64_t seq);
+int mic_store_ready_del(mic_txn *t, uint32_t gid, uint8_t prio, uint64_t seq);
+/* Remove up to 'max' entries from the head of the ready set, storing their
+ * seqs in order; *n receives how many. */
+int mic_store_ready_pop(mic_txn *t, uint32_t gid, uint64_t *seqs, int max,
+                        int *n);
+
+/* Deadlines, all groups in one index: (due µs, gid, seq) -> kind. */
+enum mic_timer_kind { MIC_TIMER_RETRY = 1, MIC_TIMER_LEASE = 2 };
+int mic_store_timer_put(mic_txn *t, int64_t due, uint32_t gid, uint64_t seq,
+                        uint8_t kind);
+int mic_store_timer_del(mic_txn *t, int64_t due, uint32_t gid, uint64_t seq);
+/* The earliest deadline; MIC_ENOTFOUND if there is none. */
+int mic_store_timer_first(mic_txn *t, int64_t *due, uint32_t *gid,
+                          uint64_t *seq, uint8_t *kind);
+
+/* Dead letters of a group, by seq. */
+int mic_store_dlq_put(mic_txn *t, uint32_t gid, uint64_t seq);
+int mic_store_dlq_del(mic_txn *t, uint32_t gid, uint64_t seq);
+/* Up to 'max' dead-lettered seqs greater than 'after', in order. */
+int mic_store_dlq_page(mic_txn *t, uint32_t gid, uint64_t after,
+                       uint64_t *seqs, int max, int *n);
+
+/* ---- Log scans ---- */
+
+/* Up to 'max' records with seq in [from, to], in seq order; calls fn for
+ * each (r->json borrowed).  Stops early when fn returns nonzero. */
+int mic_store_log_scan(mic_txn *t, uint64_t from, uint64_t to, int max,
+                       int (*fn)(void *arg, const struct mic_rec *r),
+                       void *arg, uint64_t *next);
 
 /* ---- Topics ---- */
 

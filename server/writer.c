@@ -1,16 +1,23 @@
-/* writer.c - the writer thread and its queue (see writer.h).
+/* writer.c - the writer thread, its queue and its parked ops (writer.h).
  *
- * Shared state: the queue ('head', 'tail', 'queued', 'stopping') is guarded
- * by 'lock'; 'cond' wakes the writer.  Everything else ('next_seq', the
- * open transaction) belongs to the writer thread alone.  The statistics are
- * written by the writer under 'lock' too, so readers see a consistent set.
+ * Shared state: the queue ('head', 'tail', 'queued', 'stopping') and the
+ * statistics are guarded by 'lock'; 'cond' wakes the writer.  Everything
+ * else belongs to the writer thread alone: 'next_seq', the transaction, the
+ * parked ops (long-polls) and their wake-up structures.  Handlers never
+ * touch parked ops; a client that went away is noticed through op->alive().
  *
- * A batch: take every queued op (up to --writer-batch), begin one
- * transaction, apply each op, commit once.  When an op reports MIC_ENOSPC
- * (the map is full) the transaction is aborted, the map grown and the whole
- * batch applied again; when the map cannot grow any more, the ops are
- * applied one transaction each, so that those needing no space (deletes)
- * still succeed and the others answer 507. */
+ * A batch: take every queued op (up to --writer-batch) plus the parked ops
+ * that were woken, begin one transaction, run hooks->before (deadlines that
+ * came due, background chunks), apply each op, ask hooks->next_due for the
+ * next deadline, commit once.  Then each op either finishes (done()) or, if
+ * apply() asked for it, is parked until a later batch wakes its key or its
+ * own deadline passes.  The thread sleeps until the earliest of: new work,
+ * the next stored deadline, the next parked op's deadline.
+ *
+ * When an op reports MIC_ENOSPC (the map is full) the transaction is
+ * aborted, the map grown and the whole batch applied again; when the map
+ * cannot grow any more, the ops are applied one transaction each, so that
+ * those needing no space (deletes) still succeed and the others answer 507. */
 #define _GNU_SOURCE
 #include "writer.h"
 
@@ -19,32 +26,151 @@
 #include "err.h"
 #include "log.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#define BUCKETS 256
+
 struct mic_writer {
     mic_store *store;
     const struct mic_config *cfg;
+    struct mic_writer_hooks hooks;
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     mic_op *head, *tail;
     int queued, stopping;
-    uint64_t next_seq;
     struct mic_writer_stats st;
+    /* Writer thread only. */
+    uint64_t next_seq;
+    int64_t next_due_us;        /* earliest stored deadline, 0 = none */
+    mic_op *bucket[BUCKETS];    /* parked ops by wait_key */
+    mic_op **heap;              /* parked ops by wait_until_ms */
+    int nheap, heap_cap;
+    mic_op *woken;              /* to apply again in the next batch */
 };
 
-static void finish(mic_op *list, int result)
+void mic_wctx_wake(struct mic_wctx *w, uint32_t key)
 {
+    for (int i = 0; i < w->nwake; i++)
+        if (w->wake[i] == key)
+            return;
+    if (w->nwake == w->wake_cap) {
+        int cap = w->wake_cap ? w->wake_cap * 2 : 16;
+        uint32_t *p = realloc(w->wake, (size_t)cap * sizeof *p);
+        if (!p)
+            return; /* parked ops still finish at their deadline */
+        w->wake = p;
+        w->wake_cap = cap;
+    }
+    w->wake[w->nwake++] = key;
+}
+
+/* ---- Parked ops: a heap by deadline and lists by key ---- */
+
+static void heap_swap(mic_writer *w, int a, int b)
+{
+    mic_op *t = w->heap[a];
+
+    w->heap[a] = w->heap[b];
+    w->heap[b] = t;
+    w->heap[a]->heap_pos = a;
+    w->heap[b]->heap_pos = b;
+}
+
+static void heap_up(mic_writer *w, int i)
+{
+    while (i > 0 && w->heap[(i - 1) / 2]->wait_until_ms > w->heap[i]->wait_until_ms) {
+        heap_swap(w, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+}
+
+static void heap_down(mic_writer *w, int i)
+{
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < w->nheap && w->heap[l]->wait_until_ms < w->heap[m]->wait_until_ms)
+            m = l;
+        if (r < w->nheap && w->heap[r]->wait_until_ms < w->heap[m]->wait_until_ms)
+            m = r;
+        if (m == i)
+            return;
+        heap_swap(w, i, m);
+        i = m;
+    }
+}
+
+static int park(mic_writer *w, mic_op *op)
+{
+    mic_op **b = &w->bucket[op->wait_key % BUCKETS];
+
+    if (w->nheap == w->heap_cap) {
+        int cap = w->heap_cap ? w->heap_cap * 2 : 64;
+        mic_op **h = realloc(w->heap, (size_t)cap * sizeof *h);
+        if (!h)
+            return -1;
+        w->heap = h;
+        w->heap_cap = cap;
+    }
+    op->heap_pos = w->nheap;
+    w->heap[w->nheap++] = op;
+    heap_up(w, op->heap_pos);
+    op->wprev = NULL;
+    op->wnext = *b;
+    if (*b)
+        (*b)->wprev = op;
+    *b = op;
+    return 0;
+}
+
+static void unpark(mic_writer *w, mic_op *op)
+{
+    int i = op->heap_pos;
+
+    if (op->wprev)
+        op->wprev->wnext = op->wnext;
+    else
+        w->bucket[op->wait_key % BUCKETS] = op->wnext;
+    if (op->wnext)
+        op->wnext->wprev = op->wprev;
+    w->nheap--;
+    if (i != w->nheap) {
+        w->heap[i] = w->heap[w->nheap];
+        w->heap[i]->heap_pos = i;
+        heap_down(w, i);
+        heap_up(w, i);
+    }
+}
+
+/* Move the ops parked on 'key' to the woken list, oldest first. */
+static void wake_key(mic_writer *w, uint32_t key)
+{
+    mic_op *op = w->bucket[key % BUCKETS], *next, *list = NULL;
+
+    for (; op; op = next) {
+        next = op->wnext;
+        if (op->wait_key != key)
+            continue;
+        unpark(w, op);
+        op->next = list;
+        list = op;
+    }
+    /* Buckets hold the newest first, so 'list' is now oldest first;
+     * pushing it onto 'woken' reverses it, and writer_main's pushing onto
+     * the batch reverses it again: the oldest waiter is served first. */
     while (list) {
-        mic_op *next = list->next;
-        list->result = result;
-        list->done(list);
+        next = list->next;
+        list->next = w->woken;
+        w->woken = list;
         list = next;
     }
 }
+
+/* ---- Batches ---- */
 
 static void record(mic_writer *w, int nops, int64_t commit_us, uint64_t seq)
 {
@@ -63,35 +189,79 @@ static void record(mic_writer *w, int nops, int64_t commit_us, uint64_t seq)
     w->st.batch_hist[b]++;
     w->st.commit_us_hist[c]++;
     w->st.commit_seconds_sum += commit_us / 1e6;
+    w->st.parked = w->nheap;
     pthread_mutex_unlock(&w->lock);
 }
 
-/* Apply 'list' in one transaction and commit.  Returns MIC_OK or the error
- * that aborted it; w->next_seq only moves on success. */
-static int run_batch(mic_writer *w, mic_op *list, int nops)
+static void aborted(mic_writer *w)
 {
-    struct mic_wctx ctx;
-    int64_t t0;
+    mic_txn *t;
+
+    if (!w->hooks.aborted)
+        return;
+    if (mic_txn_begin(w->store, 0, &t) == MIC_OK) {
+        w->hooks.aborted(w->hooks.app, t);
+        mic_txn_abort(t);
+    }
+}
+
+/* Apply 'list' in one transaction and commit.  Returns MIC_OK or the error
+ * that aborted it; w->next_seq only moves on success.  'ctx' collects the
+ * keys to wake. */
+static int run_batch(mic_writer *w, mic_op *list, int nops, struct mic_wctx *ctx)
+{
+    int64_t t0, due = 0;
     int rc;
 
-    memset(&ctx, 0, sizeof ctx);
-    if ((rc = mic_txn_begin(w->store, 1, &ctx.txn)))
+    if ((rc = mic_txn_begin(w->store, 1, &ctx->txn)))
         return rc;
-    ctx.now_us = mic_now_us();
-    ctx.next_seq = w->next_seq;
-    ctx.cfg = w->cfg;
-    for (mic_op *op = list; op; op = op->next)
-        if ((rc = op->apply(op, &ctx))) {
-            mic_txn_abort(ctx.txn);
-            return rc;
-        }
+    ctx->now_us = mic_now_us();
+    ctx->next_seq = w->next_seq;
+    ctx->cfg = w->cfg;
+    ctx->app = w->hooks.app;
+    if (w->hooks.before && (rc = w->hooks.before(w->hooks.app, ctx)))
+        goto fail;
+    for (mic_op *op = list; op; op = op->next) {
+        op->wait_key = 0;
+        if ((rc = op->apply(op, ctx)))
+            goto fail;
+    }
+    if (w->hooks.next_due)
+        due = w->hooks.next_due(w->hooks.app, ctx);
     t0 = mic_mono_us();
-    rc = mic_txn_commit(ctx.txn);
-    if (rc)
+    if ((rc = mic_txn_commit(ctx->txn))) {
+        ctx->txn = NULL;
+        aborted(w);
         return rc;
-    w->next_seq = ctx.next_seq;
+    }
+    ctx->txn = NULL;
+    w->next_seq = ctx->next_seq;
+    w->next_due_us = due;
     record(w, nops, mic_mono_us() - t0, w->next_seq);
     return MIC_OK;
+fail:
+    mic_txn_abort(ctx->txn);
+    ctx->txn = NULL;
+    aborted(w);
+    return rc;
+}
+
+/* After the batch: park what asked for it, finish the rest. */
+static void settle(mic_writer *w, mic_op *list, int result)
+{
+    int64_t now = mic_mono_ms();
+
+    while (list) {
+        mic_op *next = list->next;
+        if (result == MIC_OK && list->wait_key && list->wait_until_ms > now &&
+            !w->stopping && park(w, list) == 0) {
+            list = next;
+            continue;
+        }
+        list->result = result;
+        list->done(list);
+        list = next;
+    }
 }
 
 static void set_full(mic_writer *w, int full)
@@ -101,67 +271,146 @@ static void set_full(mic_writer *w, int full)
     pthread_mutex_unlock(&w->lock);
 }
 
-static void process(mic_writer *w, mic_op *list, int nops)
+static void process(mic_writer *w, mic_op *list, int nops, struct mic_wctx *ctx)
 {
     int rc, full = 0;
 
-    while ((rc = run_batch(w, list, nops)) == MIC_ENOSPC &&
+    ctx->nwake = 0;
+    while ((rc = run_batch(w, list, nops, ctx)) == MIC_ENOSPC &&
            mic_store_grow(w->store) == MIC_OK)
         ;
-    if (rc != MIC_ENOSPC || nops == 1) {
+    if (rc != MIC_ENOSPC || nops <= 1) {
         set_full(w, rc == MIC_ENOSPC);
-        finish(list, rc);
-        return;
+        settle(w, list, rc);
+    } else {
+        /* The map is at its limit: give each op its own chance. */
+        while (list) {
+            mic_op *next = list->next;
+            list->next = NULL;
+            rc = run_batch(w, list, 1, ctx);
+            full |= rc == MIC_ENOSPC;
+            settle(w, list, rc);
+            list = next;
+        }
+        set_full(w, full);
     }
-    /* The map is at its limit: give each op its own chance. */
-    while (list) {
-        mic_op *next = list->next;
-        list->next = NULL;
-        rc = run_batch(w, list, 1);
-        full |= rc == MIC_ENOSPC;
-        finish(list, rc);
-        list = next;
+    for (int i = 0; i < ctx->nwake; i++)
+        wake_key(w, ctx->wake[i]);
+}
+
+/* Finish parked ops whose deadline passed, or all of them. */
+static void expire_parked(mic_writer *w, int all)
+{
+    int64_t now = mic_mono_ms();
+
+    while (w->nheap > 0 && (all || w->heap[0]->wait_until_ms <= now)) {
+        mic_op *op = w->heap[0];
+        unpark(w, op);
+        op->result = MIC_OK;
+        op->done(op);
     }
-    set_full(w, full);
+}
+
+/* Monotonic ms of the next thing to do without new work, or -1. */
+static int64_t next_wakeup(mic_writer *w)
+{
+    int64_t t = -1;
+
+    if (w->nheap > 0)
+        t = w->heap[0]->wait_until_ms;
+    if (w->next_due_us) {
+        int64_t due = mic_mono_ms() + (w->next_due_us - mic_now_us()) / 1000;
+        if (due < mic_mono_ms())
+            due = mic_mono_ms();
+        if (t < 0 || due < t)
+            t = due;
+    }
+    return t;
 }
 
 static void *writer_main(void *arg)
 {
     mic_writer *w = arg;
+    struct mic_wctx ctx;
 
+    memset(&ctx, 0, sizeof ctx);
     pthread_mutex_lock(&w->lock);
     for (;;) {
-        mic_op *list, *last;
+        mic_op *list = NULL, *last = NULL;
         int n = 0;
 
-        while (!w->head && !w->stopping)
-            pthread_cond_wait(&w->cond, &w->lock);
-        if (!w->head)
+        while (!w->head && !w->stopping && !w->woken &&
+               !(w->hooks.busy && w->hooks.busy(w->hooks.app))) {
+            int64_t until = next_wakeup(w), now = mic_mono_ms();
+            struct timespec ts;
+
+            if (until < 0) {
+                pthread_cond_wait(&w->cond, &w->lock);
+                continue;
+            }
+            if (until <= now)
+                break;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += (until - now) / 1000;
+            ts.tv_nsec += (long)((until - now) % 1000) * 1000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            if (pthread_cond_timedwait(&w->cond, &w->lock, &ts) == ETIMEDOUT)
+                break;
+        }
+        if (w->stopping && !w->head)
             break;
-        list = last = w->head;
-        for (n = 1; last->next && n < w->cfg->writer_batch; n++)
-            last = last->next;
-        w->head = last->next;
-        if (!w->head)
-            w->tail = NULL;
-        last->next = NULL;
-        w->queued -= n;
+        if (w->head) {
+            list = last = w->head;
+            for (n = 1; last->next && n < w->cfg->writer_batch; n++)
+                last = last->next;
+            w->head = last->next;
+            if (!w->head)
+                w->tail = NULL;
+            last->next = NULL;
+            w->queued -= n;
+        }
         pthread_mutex_unlock(&w->lock);
+
+        expire_parked(w, 0);
+        /* Woken parked ops go first: they have waited longest. */
+        while (w->woken) {
+            mic_op *op = w->woken;
+            w->woken = op->next;
+            op->next = list;
+            list = op;
+            n++;
+        }
         if (w->cfg->writer_delay_ms) {
             struct timespec ts = {w->cfg->writer_delay_ms / 1000,
                                   (long)(w->cfg->writer_delay_ms % 1000) * 1000000};
             nanosleep(&ts, NULL);
         }
-        process(w, list, n);
+        process(w, list, n, &ctx);
         pthread_mutex_lock(&w->lock);
     }
+    pthread_mutex_unlock(&w->lock);
+    /* Stopping: every parked op is answered as it stands. */
+    while (w->woken) {
+        mic_op *op = w->woken;
+        w->woken = op->next;
+        op->result = MIC_OK;
+        op->done(op);
+    }
+    expire_parked(w, 1);
+    free(ctx.wake);
+    pthread_mutex_lock(&w->lock);
     w->st.alive = 0;
+    w->st.parked = 0;
     pthread_mutex_unlock(&w->lock);
     return NULL;
 }
 
 int mic_writer_start(mic_writer **out, mic_store *s,
-                     const struct mic_config *cfg)
+                     const struct mic_config *cfg,
+                     const struct mic_writer_hooks *hooks)
 {
     mic_writer *w = calloc(1, sizeof *w);
     mic_txn *t;
@@ -178,6 +427,8 @@ int mic_writer_start(mic_writer **out, mic_store *s,
         goto fail_free;
     w->store = s;
     w->cfg = cfg;
+    if (hooks)
+        w->hooks = *hooks;
     w->next_seq = last + 1;
     w->st.committed_seq = last;
     w->st.alive = 1;
@@ -202,6 +453,7 @@ int mic_writer_submit(mic_writer *w, mic_op *op)
     int rc = MIC_OK;
 
     op->next = NULL;
+    op->wait_key = 0;
     pthread_mutex_lock(&w->lock);
     if (w->stopping || !w->st.alive)
         rc = MIC_ENOTREADY;
@@ -240,6 +492,7 @@ void mic_writer_free(mic_writer *w)
     mic_writer_stop(w);
     pthread_cond_destroy(&w->cond);
     pthread_mutex_destroy(&w->lock);
+    free(w->heap);
     free(w);
 }
 

@@ -17,13 +17,22 @@ typedef struct mic_writer mic_writer;
 typedef struct mic_op mic_op;
 
 /* What an op's apply() may use: the open write transaction, the time of
- * this batch, and the seq counter (next seq to assign; apply advances it). */
+ * this batch, the seq counter (next seq to assign; apply advances it) and
+ * the writer-owned application state given in the hooks ('app'). */
 struct mic_wctx {
     mic_txn *txn;
     int64_t now_us;
     uint64_t next_seq;
     const struct mic_config *cfg;
+    void *app;
+    /* Keys whose parked ops retry after this batch (mic_wctx_wake). */
+    uint32_t *wake;
+    int nwake, wake_cap;
 };
+
+/* Ask for the ops parked on 'key' to be applied again once this batch is
+ * committed (something they wait for became available). */
+void mic_wctx_wake(struct mic_wctx *w, uint32_t key);
 
 struct mic_op {
     /* Writer thread, inside the batch's transaction.  Returns MIC_OK when
@@ -39,7 +48,33 @@ struct mic_op {
     void (*done)(mic_op *op);
     int result;  /* MIC_OK, or the error that made the batch fail */
     void *owner; /* the submitter's; the writer never touches it */
-    mic_op *next;
+    /* Optional, submitter's: nonzero while the client still waits.
+     * Called in the writer thread; a parked op whose client left is
+     * finished instead of being served. */
+    int (*alive)(mic_op *op);
+    /* Set by apply() to park the op instead of finishing it: it is applied
+     * again after a batch that woke 'wait_key', and finished as it stands
+     * at 'wait_until_ms' (monotonic).  0 = finish now. */
+    uint32_t wait_key;
+    int64_t wait_until_ms;
+    /* Writer-private. */
+    mic_op *next, *wnext, *wprev;
+    int heap_pos;
+};
+
+/* Application hooks run by the writer thread (see writer.c). */
+struct mic_writer_hooks {
+    void *app; /* handed to apply() as w->app */
+    /* In each batch's transaction, before the ops: deadlines that came
+     * due, background chunks.  Returns MIC_OK or an error that aborts. */
+    int (*before)(void *app, struct mic_wctx *w);
+    /* Wall-clock µs of the earliest deadline still ahead, 0 if none;
+     * called inside the transaction, after the ops. */
+    int64_t (*next_due)(void *app, struct mic_wctx *w);
+    /* Nonzero while background work remains (the writer keeps going). */
+    int (*busy)(void *app);
+    /* After an aborted transaction: drop state built on it. */
+    void (*aborted)(void *app, mic_txn *read);
 };
 
 /* Writer figures for /metrics. */
@@ -50,19 +85,23 @@ struct mic_writer_stats {
     double commit_seconds_sum;
     int alive;
     int full;  /* the last batch met a full map that could not grow */
+    int parked; /* ops waiting (long-polls) */
 };
 
-/* Start the writer over 's'.  Returns MIC_OK or an error. */
+/* Start the writer over 's' with 'hooks' (may be NULL).  Returns MIC_OK
+ * or an error. */
 int mic_writer_start(mic_writer **out, mic_store *s,
-                     const struct mic_config *cfg);
+                     const struct mic_config *cfg,
+                     const struct mic_writer_hooks *hooks);
 
 /* Queue 'op'.  Returns MIC_OK (done() will be called exactly once),
  * MIC_EBUSY when the queue is full, or MIC_ENOTREADY once stopping; in
  * both error cases done() is not called. */
 int mic_writer_submit(mic_writer *w, mic_op *op);
 
-/* Finish every queued op and stop the thread; later submits answer
- * MIC_ENOTREADY.  The writer stays allocated until mic_writer_free. */
+/* Finish every queued op, finish every parked op as it stands, and stop
+ * the thread; later submits answer MIC_ENOTREADY.  The writer stays
+ * allocated until mic_writer_free. */
 void mic_writer_stop(mic_writer *w);
 void mic_writer_free(mic_writer *w);
 

@@ -54,7 +54,7 @@ static int setup(void **state)
     snprintf(f->dir, sizeof f->dir, "/tmp/mic-pub-XXXXXX");
     if (!mkdtemp(f->dir) || mic_config_load(&f->cfg, 3, (char **)argv, err, sizeof err) ||
         mic_store_open(&f->store, f->dir, f->cfg.map_size, f->cfg.map_max, 1) ||
-        mic_writer_start(&f->w, f->store, &f->cfg))
+        mic_writer_start(&f->w, f->store, &f->cfg, NULL))
         return -1;
     sem_init(&f->sem, 0, 0);
     fake_now = T0;

@@ -98,7 +98,7 @@ static int fx_open(struct fx *f, const char *const *extra)
         return -1;
     if (mic_store_open(&f->store, f->dir, f->cfg.map_size, f->cfg.map_max, 1))
         return -1;
-    return mic_writer_start(&f->w, f->store, &f->cfg);
+    return mic_writer_start(&f->w, f->store, &f->cfg, NULL);
 }
 
 static void fx_close(struct fx *f)

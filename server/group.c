@@ -1,0 +1,857 @@
+/* group.c - consumer groups (DESIGN sections 2, 4 and 12 "Resources").
+ *
+ * The configuration is stored as the resource's own JSON (what GET
+ * answers) after the group record's header; the writer keeps a registry of
+ * the live groups parsed from it.  The registry is writer-thread state: it
+ * is changed only inside apply() and rebuilt from the store when a batch is
+ * aborted (mic_groups_reload), so it always matches what is committed.
+ *
+ * Deliveries come from two places.  Fan-out: every event stored after a
+ * group exists gets a PENDING delivery in it at publish (cost: one cached
+ * topic lookup plus one delivery per subscribed group).  Backfill: a group
+ * created with start `all` or a time also covers the events stored before
+ * it, walking the log in chunks of BACKFILL_CHUNK records, one chunk per
+ * writer batch, so a large log never stalls other requests.  Deleting a
+ * group removes its record at once (its name is free again, its old tokens
+ * answer not_found) and its keys in chunks of DROP_CHUNK. */
+#define _POSIX_C_SOURCE 200809L
+#include "group.h"
+
+#include "buf.h"
+#include "clock.h"
+#include "config.h"
+#include "err.h"
+#include "event.h"
+#include "json.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BACKFILL_CHUNK 2000
+#define DROP_CHUNK 4000
+#define TOPICS_MAX 64
+#define CACHE_SLOTS 64
+
+struct cache_slot {
+    char topic[MIC_TOPIC_MAX + 1];
+    uint64_t version;
+    struct mic_group **groups;
+    int n;
+};
+
+struct mic_groups {
+    mic_store *store;
+    struct mic_group *list;
+    uint64_t version;       /* bumped on every change: invalidates 'cache' */
+    struct cache_slot cache[CACHE_SLOTS];
+    int backfilling, dropping;
+};
+
+struct mic_group_op {
+    mic_op op; /* first */
+    int del, created;
+    char name[MIC_GROUP_NAME_MAX + 1];
+    size_t len;
+    struct mic_group_cfg cfg;
+    char *json;             /* the resource as stored */
+    size_t json_len;
+    struct mic_error err;
+};
+
+int mic_group_name_ok(const char *s, size_t len)
+{
+    return mic_event_topic_ok(s, len);
+}
+
+const char *mic_dlv_state_name(int state)
+{
+    switch (state) {
+    case MIC_DLV_PENDING: return "pending";
+    case MIC_DLV_PROCESSING: return "processing";
+    case MIC_DLV_DISPATCHED: return "dispatched";
+    case MIC_DLV_DLQ: return "dlq";
+    case MIC_DLV_SKIPPED: return "skipped";
+    }
+    return "unknown";
+}
+
+/* ---- Configuration ---- */
+
+static void cfg_fini(struct mic_group_cfg *c)
+{
+    for (int i = 0; i < c->ntopics; i++)
+        free(c->topics[i]);
+    free(c->topics);
+    c->topics = NULL;
+    c->ntopics = 0;
+}
+
+static int topic_pattern_ok(const char *s, size_t n)
+{
+    if (n >= 1 && s[n - 1] == '*')
+        return n == 1 || mic_event_topic_ok(s, n - 1);
+    return mic_event_topic_ok(s, n);
+}
+
+static int pattern_match(const char *pat, const char *topic, size_t tlen)
+{
+    size_t pl = strlen(pat);
+
+    if (pl && pat[pl - 1] == '*')
+        return tlen >= pl - 1 && memcmp(pat, topic, pl - 1) == 0;
+    return pl == tlen && memcmp(pat, topic, tlen) == 0;
+}
+
+static int cfg_subscribes(const struct mic_group_cfg *c, const char *topic,
+                          size_t tlen)
+{
+    for (int i = 0; i < c->ntopics; i++)
+        if (pattern_match(c->topics[i], topic, tlen))
+            return 1;
+    return 0;
+}
+
+#define BADREQ(field, ...) \
+    mic_error_set(err, MIC_EINVAL, "invalid_request", field, __VA_ARGS__)
+
+static int get_uint(json_t *o, const char *k, uint64_t lo, uint64_t hi,
+                    uint64_t *out, const char *field, struct mic_error *err)
+{
+    json_t *v = json_object_get(o, k);
+
+    if (!v)
+        return MIC_OK;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        (uint64_t)json_integer_value(v) < lo || (uint64_t)json_integer_value(v) > hi)
+        return BADREQ(field, "%s must be an integer from %llu to %llu", field,
+                      (unsigned long long)lo, (unsigned long long)hi);
+    *out = (uint64_t)json_integer_value(v);
+    return MIC_OK;
+}
+
+/* Parse a group's JSON (a PUT body or the stored resource) into 'c'. */
+static int cfg_parse(json_t *o, const char *name, struct mic_group_cfg *c,
+                     struct mic_error *err)
+{
+    static const char *const known[] = {
+        "name", "topics", "kind", "ordered", "max_attempts", "backoff",
+        "lease_ttl_s", "start", "alert_oldest_unhandled_s", "dlq_policy",
+        "replay_run", NULL};
+    json_t *v, *b;
+    const char *k;
+    uint64_t n;
+    int rc;
+
+    memset(c, 0, sizeof *c);
+    c->max_attempts = 10;
+    c->backoff_initial_ms = 1000;
+    c->backoff_max_ms = 300000;
+    c->backoff_multiplier = 2;
+    c->lease_ttl_s = 30;
+    c->alert_s = -1;
+    if (!json_is_object(o))
+        return BADREQ(NULL, "the body must be a JSON object");
+    json_object_foreach(o, k, v) {
+        int ok = 0;
+        for (int i = 0; known[i] && !ok; i++)
+            ok = strcmp(k, known[i]) == 0;
+        if (!ok)
+            return BADREQ(k, "unknown field '%.64s'", k);
+    }
+    if ((v = json_object_get(o, "name")) &&
+        (!json_is_string(v) || strcmp(json_string_value(v), name)))
+        return BADREQ("name", "name must equal the group in the path");
+    v = json_object_get(o, "topics");
+    if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > TOPICS_MAX)
+        return BADREQ("topics", "topics is a list of 1 to %d topic names or prefixes ending in *",
+                      TOPICS_MAX);
+    if (!(c->topics = calloc(json_array_size(v), sizeof *c->topics)))
+        return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        json_t *t = json_array_get(v, i);
+        char f[32];
+        snprintf(f, sizeof f, "topics[%zu]", i);
+        if (!json_is_string(t) || !topic_pattern_ok(json_string_value(t), json_string_length(t)))
+            return BADREQ(f, "a topic name, or a prefix ending in *");
+        if (!(c->topics[c->ntopics++] = strdup(json_string_value(t))))
+            return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+    }
+    if ((v = json_object_get(o, "kind"))) {
+        if (json_is_string(v) && !strcmp(json_string_value(v), "effect"))
+            c->effect = 1;
+        else if (!json_is_string(v) || strcmp(json_string_value(v), "projection"))
+            return BADREQ("kind", "kind is projection or effect");
+    }
+    if ((v = json_object_get(o, "ordered"))) {
+        if (!json_is_boolean(v))
+            return BADREQ("ordered", "ordered is true or false");
+        c->ordered = json_is_true(v);
+    }
+    if ((v = json_object_get(o, "dlq_policy"))) {
+        if (json_is_string(v) && !strcmp(json_string_value(v), "hold"))
+            c->dlq_hold = 1;
+        else if (!json_is_string(v) || strcmp(json_string_value(v), "release"))
+            return BADREQ("dlq_policy", "dlq_policy is release or hold");
+    }
+    n = c->max_attempts;
+    if ((rc = get_uint(o, "max_attempts", 1, 1000, &n, "max_attempts", err)))
+        return rc;
+    c->max_attempts = (uint32_t)n;
+    n = c->lease_ttl_s;
+    if ((rc = get_uint(o, "lease_ttl_s", 1, 43200, &n, "lease_ttl_s", err)))
+        return rc;
+    c->lease_ttl_s = (uint32_t)n;
+    if ((b = json_object_get(o, "backoff"))) {
+        json_t *m;
+        if (!json_is_object(b))
+            return BADREQ("backoff", "backoff is {\"initial_ms\",\"max_ms\",\"multiplier\"}");
+        json_object_foreach(b, k, v)
+            if (strcmp(k, "initial_ms") && strcmp(k, "max_ms") && strcmp(k, "multiplier"))
+                return BADREQ("backoff", "unknown backoff field '%.64s'", k);
+        if ((rc = get_uint(b, "initial_ms", 0, 86400000, &c->backoff_initial_ms,
+                           "backoff.initial_ms", err)) ||
+            (rc = get_uint(b, "max_ms", 0, 86400000, &c->backoff_max_ms,
+                           "backoff.max_ms", err)))
+            return rc;
+        if ((m = json_object_get(b, "multiplier"))) {
+            if (!json_is_number(m) || json_number_value(m) < 1 || json_number_value(m) > 100)
+                return BADREQ("backoff.multiplier", "multiplier is a number from 1 to 100");
+            c->backoff_multiplier = json_number_value(m);
+        }
+        if (c->backoff_max_ms < c->backoff_initial_ms)
+            return BADREQ("backoff.max_ms", "max_ms must be at least initial_ms");
+    }
+    if ((v = json_object_get(o, "start"))) {
+        const char *s = json_is_string(v) ? json_string_value(v) : "";
+        if (!strcmp(s, "all"))
+            c->start = MIC_START_ALL;
+        else if (!strcmp(s, "new"))
+            c->start = MIC_START_NEW;
+        else if (json_is_string(v) &&
+                 mic_time_parse(s, json_string_length(v), &c->start_us) == MIC_OK)
+            c->start = MIC_START_TIME;
+        else
+            return BADREQ("start", "start is all, new, or an RFC 3339 time");
+    }
+    if ((v = json_object_get(o, "alert_oldest_unhandled_s")) && !json_is_null(v)) {
+        n = 0;
+        if ((rc = get_uint(o, "alert_oldest_unhandled_s", 1, 100ull * 365 * 86400, &n,
+                           "alert_oldest_unhandled_s", err)))
+            return rc;
+        c->alert_s = (int64_t)n;
+    }
+    return MIC_OK;
+}
+
+/* Parse a stored configuration (written by cfg_render). */
+static int cfg_from_json(const char *json, size_t len, const char *name,
+                         struct mic_group_cfg *c)
+{
+    json_t *j = json_loadb(json, len, 0, NULL);
+    struct mic_error e;
+    int rc;
+
+    if (!j)
+        return MIC_EIO;
+    rc = cfg_parse(j, name, c, &e);
+    json_decref(j);
+    if (rc)
+        cfg_fini(c);
+    return rc ? MIC_EIO : MIC_OK;
+}
+
+static void cfg_render(struct mic_buf *b, const char *name, size_t len,
+                       const struct mic_group_cfg *c)
+{
+    mic_buf_puts(b, "{\"name\":");
+    mic_buf_json_str(b, name, len);
+    mic_buf_puts(b, ",\"topics\":[");
+    for (int i = 0; i < c->ntopics; i++) {
+        if (i)
+            mic_buf_add(b, ",", 1);
+        mic_buf_json_str(b, c->topics[i], strlen(c->topics[i]));
+    }
+    mic_buf_printf(b, "],\"kind\":\"%s\",\"ordered\":%s,\"max_attempts\":%u,"
+                      "\"backoff\":{\"initial_ms\":%llu,\"max_ms\":%llu,\"multiplier\":%g},"
+                      "\"lease_ttl_s\":%u,\"start\":",
+                   c->effect ? "effect" : "projection", c->ordered ? "true" : "false",
+                   c->max_attempts, (unsigned long long)c->backoff_initial_ms,
+                   (unsigned long long)c->backoff_max_ms, c->backoff_multiplier,
+                   c->lease_ttl_s);
+    if (c->start == MIC_START_TIME)
+        mic_buf_json_time(b, c->start_us);
+    else
+        mic_buf_puts(b, c->start == MIC_START_NEW ? "\"new\"" : "\"all\"");
+    if (c->alert_s >= 0)
+        mic_buf_printf(b, ",\"alert_oldest_unhandled_s\":%lld", (long long)c->alert_s);
+    else
+        mic_buf_puts(b, ",\"alert_oldest_unhandled_s\":null");
+    mic_buf_printf(b, ",\"dlq_policy\":\"%s\"}", c->dlq_hold ? "hold" : "release");
+}
+
+static int cfg_same_topics(const struct mic_group_cfg *a, const struct mic_group_cfg *b)
+{
+    if (a->ntopics != b->ntopics)
+        return 0;
+    for (int i = 0; i < a->ntopics; i++)
+        if (strcmp(a->topics[i], b->topics[i]))
+            return 0;
+    return 1;
+}
+
+/* ---- The registry ---- */
+
+static void group_free(struct mic_group *gr)
+{
+    cfg_fini(&gr->cfg);
+    free(gr);
+}
+
+static void clear(mic_groups *g)
+{
+    while (g->list) {
+        struct mic_group *n = g->list->next;
+        group_free(g->list);
+        g->list = n;
+    }
+    for (int i = 0; i < CACHE_SLOTS; i++) {
+        free(g->cache[i].groups);
+        memset(&g->cache[i], 0, sizeof g->cache[i]);
+    }
+    g->backfilling = g->dropping = 0;
+    g->version++;
+}
+
+static int load_one(void *arg, const char *name, size_t len,
+                    const struct mic_group_rec *rec)
+{
+    mic_groups *g = arg;
+    struct mic_group *gr = calloc(1, sizeof *gr);
+
+    if (!gr || len > MIC_GROUP_NAME_MAX)
+        goto fail;
+    memcpy(gr->name, name, len);
+    gr->gid = rec->gid;
+    gr->first_seq = rec->backfill_end + 1;
+    if (cfg_from_json(rec->config, rec->config_len, gr->name, &gr->cfg))
+        goto fail;
+    g->backfilling |= rec->backfilling;
+    gr->next = g->list;
+    g->list = gr;
+    return 0;
+fail:
+    if (gr)
+        group_free(gr);
+    return MIC_EIO;
+}
+
+void mic_groups_reload(mic_groups *g, mic_txn *t)
+{
+    uint32_t gid;
+
+    clear(g);
+    mic_store_group_each(t, load_one, g);
+    g->dropping = mic_store_drop_first(t, &gid) == MIC_OK;
+}
+
+int mic_groups_new(mic_groups **out, mic_store *s)
+{
+    mic_groups *g = calloc(1, sizeof *g);
+    mic_txn *t;
+    int rc;
+
+    if (!g)
+        return MIC_ENOMEM;
+    g->store = s;
+    if ((rc = mic_txn_begin(s, 0, &t))) {
+        free(g);
+        return rc;
+    }
+    mic_groups_reload(g, t);
+    mic_txn_abort(t);
+    *out = g;
+    return MIC_OK;
+}
+
+void mic_groups_free(mic_groups *g)
+{
+    if (!g)
+        return;
+    clear(g);
+    free(g);
+}
+
+struct mic_group *mic_groups_find(mic_groups *g, const char *name, size_t len)
+{
+    for (struct mic_group *gr = g->list; gr; gr = gr->next)
+        if (strlen(gr->name) == len && !memcmp(gr->name, name, len))
+            return gr;
+    return NULL;
+}
+
+struct mic_group *mic_groups_by_gid(mic_groups *g, uint32_t gid)
+{
+    for (struct mic_group *gr = g->list; gr; gr = gr->next)
+        if (gr->gid == gid)
+            return gr;
+    return NULL;
+}
+
+int mic_groups_busy(mic_groups *g)
+{
+    return g->backfilling || g->dropping;
+}
+
+int mic_group_deliver(struct mic_wctx *w, const struct mic_group *gr,
+                      uint64_t seq, uint8_t priority)
+{
+    struct mic_dlv d;
+    int rc;
+
+    memset(&d, 0, sizeof d);
+    d.state = MIC_DLV_PENDING;
+    d.priority = priority;
+    if ((rc = mic_store_dlv_put(w->txn, gr->gid, seq, &d)) ||
+        (rc = mic_store_ready_put(w->txn, gr->gid, priority, seq)))
+        return rc;
+    mic_wctx_wake(w, gr->gid);
+    return MIC_OK;
+}
+
+/* The groups subscribed to 'topic', through a small direct-mapped cache. */
+static struct cache_slot *subscribers(mic_groups *g, const char *topic, size_t tlen)
+{
+    uint64_t h = 1469598103934665603ull;
+    struct cache_slot *c;
+    int n = 0;
+
+    for (size_t i = 0; i < tlen; i++)
+        h = (h ^ (uint8_t)topic[i]) * 1099511628211ull;
+    c = &g->cache[h % CACHE_SLOTS];
+    if (c->version == g->version && strlen(c->topic) == tlen &&
+        !memcmp(c->topic, topic, tlen))
+        return c;
+    free(c->groups);
+    c->groups = NULL;
+    c->n = 0;
+    c->version = 0;
+    for (struct mic_group *gr = g->list; gr; gr = gr->next)
+        n += cfg_subscribes(&gr->cfg, topic, tlen);
+    if (n && !(c->groups = malloc((size_t)n * sizeof *c->groups)))
+        return NULL;
+    for (struct mic_group *gr = g->list; gr; gr = gr->next)
+        if (cfg_subscribes(&gr->cfg, topic, tlen))
+            c->groups[c->n++] = gr;
+    memcpy(c->topic, topic, tlen);
+    c->topic[tlen] = 0;
+    c->version = g->version;
+    return c;
+}
+
+int mic_groups_fanout(mic_groups *g, struct mic_wctx *w, const char *topic,
+                      size_t tlen, const struct mic_rec *r)
+{
+    struct cache_slot *c;
+    int rc;
+
+    if (!g->list)
+        return MIC_OK;
+    if (!(c = subscribers(g, topic, tlen)))
+        return MIC_ENOMEM;
+    for (int i = 0; i < c->n; i++) {
+        const struct mic_group *gr = c->groups[i];
+        if (gr->cfg.start == MIC_START_TIME && r->created_at_us < gr->cfg.start_us)
+            continue;
+        if ((rc = mic_group_deliver(w, gr, r->seq, r->priority)))
+            return rc;
+    }
+    return MIC_OK;
+}
+
+/* ---- Background work ---- */
+
+struct backfill {
+    struct mic_wctx *w;
+    const struct mic_group *gr;
+    uint32_t *ids;   /* topic ids the group subscribes to */
+    int nids, cap, rc;
+};
+
+static int collect_topic(void *arg, const char *name, size_t len,
+                         const struct mic_topic_rec *tr)
+{
+    struct backfill *b = arg;
+
+    if (!cfg_subscribes(&b->gr->cfg, name, len))
+        return 0;
+    if (b->nids == b->cap) {
+        int cap = b->cap ? b->cap * 2 : 16;
+        uint32_t *p = realloc(b->ids, (size_t)cap * sizeof *p);
+        if (!p)
+            return MIC_ENOMEM;
+        b->ids = p;
+        b->cap = cap;
+    }
+    b->ids[b->nids++] = tr->id;
+    return 0;
+}
+
+static int backfill_one(void *arg, const struct mic_rec *r)
+{
+    struct backfill *b = arg;
+    int hit = 0;
+
+    for (int i = 0; i < b->nids && !hit; i++)
+        hit = b->ids[i] == r->topic_id;
+    if (!hit || (b->gr->cfg.start == MIC_START_TIME && r->created_at_us < b->gr->cfg.start_us))
+        return 0;
+    return (b->rc = mic_group_deliver(b->w, b->gr, r->seq, r->priority)) != MIC_OK;
+}
+
+static int backfill_step(mic_groups *g, struct mic_wctx *w)
+{
+    g->backfilling = 0;
+    for (struct mic_group *gr = g->list; gr; gr = gr->next) {
+        struct mic_group_rec rec;
+        struct backfill b = {w, gr, NULL, 0, 0, MIC_OK};
+        uint64_t next;
+        int rc;
+
+        if ((rc = mic_store_group_get(w->txn, gr->name, strlen(gr->name), &rec)))
+            return rc;
+        if (!rec.backfilling)
+            continue;
+        if ((rc = mic_store_topic_each(w->txn, collect_topic, &b)) ||
+            (rc = mic_store_log_scan(w->txn, rec.backfill_next, rec.backfill_end,
+                                     BACKFILL_CHUNK, backfill_one, &b, &next)) ||
+            (rc = b.rc)) {
+            free(b.ids);
+            return rc;
+        }
+        free(b.ids);
+        {
+            /* The record is borrowed from LMDB: copy the config first. */
+            struct mic_group_rec upd = rec;
+            char *cfg = malloc(rec.config_len ? rec.config_len : 1);
+            if (!cfg)
+                return MIC_ENOMEM;
+            memcpy(cfg, rec.config, rec.config_len);
+            upd.config = cfg;
+            upd.backfill_next = next;
+            upd.backfilling = next <= rec.backfill_end;
+            rc = mic_store_group_put(w->txn, gr->name, strlen(gr->name), &upd);
+            free(cfg);
+            if (rc)
+                return rc;
+            g->backfilling |= upd.backfilling;
+        }
+        return MIC_OK; /* one chunk per batch */
+    }
+    return MIC_OK;
+}
+
+int mic_groups_background(mic_groups *g, struct mic_wctx *w)
+{
+    uint32_t gid;
+    int rc, finished;
+
+    if (g->backfilling && (rc = backfill_step(g, w)))
+        return rc;
+    if (!g->dropping)
+        return MIC_OK;
+    rc = mic_store_drop_first(w->txn, &gid);
+    if (rc == MIC_ENOTFOUND) {
+        g->dropping = 0;
+        return MIC_OK;
+    }
+    if (rc || (rc = mic_store_drop_step(w->txn, gid, DROP_CHUNK, &finished)))
+        return rc;
+    if (finished)
+        g->dropping = mic_store_drop_first(w->txn, &gid) == MIC_OK;
+    return MIC_OK;
+}
+
+/* ---- PUT and DELETE ---- */
+
+static int apply(mic_op *op, struct mic_wctx *w)
+{
+    mic_group_op *o = (mic_group_op *)op;
+    mic_groups *g = w->app;
+    struct mic_group *old = mic_groups_find(g, o->name, o->len);
+    struct mic_group_rec rec;
+    struct mic_group *gr;
+    int rc;
+
+    o->err.err = MIC_OK;
+    o->created = 0;
+    if (o->del) {
+        struct mic_group **pp;
+        if (!old) {
+            mic_error_set(&o->err, MIC_ENOTFOUND, "not_found", NULL, "no group %s", o->name);
+            return MIC_OK;
+        }
+        if ((rc = mic_store_group_del(w->txn, o->name, o->len)) ||
+            (rc = mic_store_drop_put(w->txn, old->gid)))
+            return rc;
+        mic_wctx_wake(w, old->gid);
+        for (pp = &g->list; *pp != old; pp = &(*pp)->next)
+            ;
+        *pp = old->next;
+        group_free(old);
+        g->version++;
+        g->dropping = 1;
+        return MIC_OK;
+    }
+    if (old) {
+        if (!cfg_same_topics(&old->cfg, &o->cfg) || old->cfg.ordered != o->cfg.ordered ||
+            old->cfg.start != o->cfg.start ||
+            (o->cfg.start == MIC_START_TIME && old->cfg.start_us != o->cfg.start_us)) {
+            mic_error_set(&o->err, MIC_ECONFLICT, "immutable_field",
+                          !cfg_same_topics(&old->cfg, &o->cfg) ? "topics"
+                          : old->cfg.ordered != o->cfg.ordered ? "ordered" : "start",
+                          "topics, ordered and start are fixed when a group is created");
+            return MIC_OK;
+        }
+        if ((rc = mic_store_group_get(w->txn, o->name, o->len, &rec)))
+            return rc;
+        rec.config = o->json;
+        rec.config_len = o->json_len;
+        if ((rc = mic_store_group_put(w->txn, o->name, o->len, &rec)))
+            return rc;
+        /* Apply the new settings from now on. */
+        cfg_fini(&old->cfg);
+        if ((rc = cfg_from_json(o->json, o->json_len, o->name, &old->cfg)))
+            return rc;
+        g->version++;
+        return MIC_OK;
+    }
+    memset(&rec, 0, sizeof rec);
+    if ((rc = mic_store_next_group_id(w->txn, &rec.gid)))
+        return rc;
+    rec.backfill_end = w->next_seq - 1;
+    rec.backfill_next = 1;
+    rec.backfilling = o->cfg.start != MIC_START_NEW && rec.backfill_end >= 1;
+    rec.config = o->json;
+    rec.config_len = o->json_len;
+    if ((rc = mic_store_group_put(w->txn, o->name, o->len, &rec)))
+        return rc;
+    if (!(gr = calloc(1, sizeof *gr)))
+        return MIC_ENOMEM;
+    memcpy(gr->name, o->name, o->len);
+    gr->gid = rec.gid;
+    gr->first_seq = rec.backfill_end + 1;
+    if ((rc = cfg_from_json(o->json, o->json_len, o->name, &gr->cfg))) {
+        group_free(gr);
+        return rc;
+    }
+    gr->next = g->list;
+    g->list = gr;
+    g->version++;
+    g->backfilling |= rec.backfilling;
+    o->created = 1;
+    return MIC_OK;
+}
+
+static int new_op(const char *name, mic_group_op **out, struct mic_error *err)
+{
+    mic_group_op *o;
+
+    if (!mic_group_name_ok(name, strlen(name)))
+        return mic_error_set(err, MIC_ENOTFOUND, "not_found", NULL,
+                             "group names match [A-Za-z0-9._:-]{1,200}");
+    if (!(o = calloc(1, sizeof *o)))
+        return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+    o->op.apply = apply;
+    o->len = strlen(name);
+    memcpy(o->name, name, o->len + 1);
+    *out = o;
+    return MIC_OK;
+}
+
+int mic_group_put_parse(const char *name, const char *body, size_t len,
+                        const struct mic_config *cfg, mic_group_op **out,
+                        struct mic_error *err)
+{
+    mic_group_op *o;
+    struct mic_buf b;
+    json_t *j = NULL;
+    int rc;
+
+    if ((rc = new_op(name, &o, err)))
+        return rc;
+    if ((rc = mic_json_load(body, len, cfg->max_depth, &j, err)) ||
+        (rc = cfg_parse(j, name, &o->cfg, err)))
+        goto fail;
+    if (o->cfg.ordered) {
+        rc = BADREQ("ordered", "ordered groups are not available yet in this version");
+        goto fail;
+    }
+    if (json_object_get(j, "replay_run")) {
+        rc = BADREQ("replay_run", "replay groups are made by POST /v1/replays");
+        goto fail;
+    }
+    json_decref(j);
+    mic_buf_init(&b);
+    cfg_render(&b, o->name, o->len, &o->cfg);
+    if (b.oom) {
+        mic_buf_fini(&b);
+        mic_group_op_free(o);
+        return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+    }
+    o->json = mic_buf_steal(&b, &o->json_len);
+    *out = o;
+    return MIC_OK;
+fail:
+    json_decref(j);
+    mic_group_op_free(o);
+    return rc;
+}
+
+int mic_group_del_parse(const char *name, mic_group_op **out,
+                        struct mic_error *err)
+{
+    int rc = new_op(name, out, err);
+
+    if (rc == MIC_OK)
+        (*out)->del = 1;
+    return rc;
+}
+
+mic_op *mic_group_op_base(mic_group_op *o)
+{
+    return &o->op;
+}
+
+int mic_group_op_result(mic_group_op *o, struct mic_buf *out, int *created,
+                        struct mic_error *err)
+{
+    if (o->err.err) {
+        *err = o->err;
+        return o->err.err;
+    }
+    *created = o->created;
+    if (!o->del)
+        mic_buf_add(out, o->json, o->json_len);
+    return MIC_OK;
+}
+
+void mic_group_op_free(mic_group_op *o)
+{
+    if (!o)
+        return;
+    cfg_fini(&o->cfg);
+    free(o->json);
+    free(o);
+}
+
+/* ---- Reads ---- */
+
+int mic_group_gid(mic_txn *t, const char *name, uint32_t *gid)
+{
+    struct mic_group_rec rec;
+    int rc = mic_store_group_get(t, name, strlen(name), &rec);
+
+    if (rc == MIC_OK)
+        *gid = rec.gid;
+    return rc;
+}
+
+int mic_group_get(mic_store *s, const char *name, struct mic_buf *out,
+                  struct mic_error *err)
+{
+    struct mic_group_rec rec;
+    mic_txn *t;
+    int rc;
+
+    if (!mic_group_name_ok(name, strlen(name)))
+        return mic_error_set(err, MIC_ENOTFOUND, "not_found", NULL, "no group %s", name);
+    if ((rc = mic_txn_begin(s, 0, &t)))
+        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+    rc = mic_store_group_get(t, name, strlen(name), &rec);
+    if (rc == MIC_OK)
+        mic_buf_add(out, rec.config, rec.config_len);
+    mic_txn_abort(t);
+    if (rc == MIC_ENOTFOUND)
+        return mic_error_set(err, rc, "not_found", NULL, "no group %s", name);
+    if (rc)
+        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+    return MIC_OK;
+}
+
+static int list_one(void *arg, const char *name, size_t len,
+                    const struct mic_group_rec *rec)
+{
+    struct mic_buf *b = arg;
+
+    (void)name;
+    (void)len;
+    if (b->len && b->p[b->len - 1] != '[')
+        mic_buf_add(b, ",", 1);
+    mic_buf_add(b, rec->config, rec->config_len);
+    return 0;
+}
+
+int mic_group_list(mic_store *s, struct mic_buf *out, struct mic_error *err)
+{
+    mic_txn *t;
+    int rc;
+
+    if ((rc = mic_txn_begin(s, 0, &t)))
+        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+    mic_buf_puts(out, "{\"groups\":[");
+    rc = mic_store_group_each(t, list_one, out);
+    mic_txn_abort(t);
+    if (rc)
+        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+    mic_buf_puts(out, "]}");
+    return MIC_OK;
+}
+
+struct dlv_list {
+    uint64_t seq;
+    mic_txn *t;
+    struct mic_buf *out;
+};
+
+static int dlv_one(void *arg, const char *name, size_t len,
+                   const struct mic_group_rec *rec)
+{
+    struct dlv_list *l = arg;
+    struct mic_dlv d;
+
+    if (mic_store_dlv_get(l->t, rec->gid, l->seq, &d) != MIC_OK)
+        return 0;
+    if (l->out->len && l->out->p[l->out->len - 1] != '[')
+        mic_buf_add(l->out, ",", 1);
+    mic_buf_puts(l->out, "{\"group\":");
+    mic_buf_json_str(l->out, name, len);
+    mic_buf_printf(l->out, ",\"state\":\"%s\",\"attempts\":%u",
+                   mic_dlv_state_name(d.state), d.attempts);
+    if (d.state == MIC_DLV_PENDING && d.not_before) {
+        mic_buf_puts(l->out, ",\"not_before\":");
+        mic_buf_json_time(l->out, d.not_before);
+    }
+    if (d.state == MIC_DLV_PROCESSING) {
+        mic_buf_puts(l->out, ",\"lease_expires_at\":");
+        mic_buf_json_time(l->out, d.lease_expires);
+    }
+    if (d.worker_len) {
+        mic_buf_puts(l->out, ",\"worker\":");
+        mic_buf_json_str(l->out, d.worker, d.worker_len);
+    }
+    if (d.error_len) {
+        mic_buf_puts(l->out, ",\"last_error\":");
+        mic_buf_json_str(l->out, d.last_error, d.error_len);
+    }
+    mic_buf_add(l->out, "}", 1);
+    return 0;
+}
+
+int mic_group_deliveries_json(mic_txn *t, uint64_t seq, struct mic_buf *out)
+{
+    struct dlv_list l = {seq, t, out};
+
+    return mic_store_group_each(t, dlv_one, &l);
+}

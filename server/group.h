@@ -1,0 +1,98 @@
+/* group.h - consumer groups: configuration (PUT/GET/DELETE /v1/groups),
+ * the writer's registry of live groups, fan-out of new events into
+ * deliveries, and the background work of a group (backfill of older
+ * events for `start`, removal of a deleted group's keys) in bounded chunks. */
+#ifndef MIC_GROUP_H
+#define MIC_GROUP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+#include "writer.h"
+
+struct mic_buf;
+struct mic_config;
+struct mic_error;
+
+#define MIC_GROUP_NAME_MAX 200
+
+enum mic_start { MIC_START_ALL, MIC_START_NEW, MIC_START_TIME };
+
+/* A group's configuration. */
+struct mic_group_cfg {
+    char **topics;          /* exact names, or prefixes ending in '*' */
+    int ntopics;
+    int effect;             /* kind: 0 projection, 1 effect */
+    int ordered;
+    int dlq_hold;           /* dlq_policy: 0 release, 1 hold */
+    uint32_t max_attempts;
+    uint64_t backoff_initial_ms, backoff_max_ms;
+    double backoff_multiplier;
+    uint32_t lease_ttl_s;
+    int start;              /* enum mic_start */
+    int64_t start_us;       /* MIC_START_TIME: created_at >= this */
+    int64_t alert_s;        /* alert_oldest_unhandled_s, -1 = none */
+};
+
+/* A live group, as the writer knows it. */
+struct mic_group {
+    char name[MIC_GROUP_NAME_MAX + 1];
+    uint32_t gid;
+    struct mic_group_cfg cfg;
+    uint64_t first_seq;     /* start=new: only events from this seq on */
+    struct mic_group *next;
+};
+
+typedef struct mic_groups mic_groups;
+typedef struct mic_group_op mic_group_op;
+
+/* ---- The registry (writer thread) ---- */
+
+int mic_groups_new(mic_groups **out, mic_store *s);
+void mic_groups_free(mic_groups *g);
+/* The group called 'name', or NULL. */
+struct mic_group *mic_groups_find(mic_groups *g, const char *name, size_t len);
+struct mic_group *mic_groups_by_gid(mic_groups *g, uint32_t gid);
+/* Add a PENDING delivery of record 'r' (of topic 'topic') to every group
+ * that subscribes to it. */
+int mic_groups_fanout(mic_groups *g, struct mic_wctx *w, const char *topic,
+                      size_t tlen, const struct mic_rec *r);
+/* One bounded chunk of backfill or removal; *more set while work remains. */
+int mic_groups_background(mic_groups *g, struct mic_wctx *w);
+int mic_groups_busy(mic_groups *g);
+/* Rebuild from the committed store after an aborted batch. */
+void mic_groups_reload(mic_groups *g, mic_txn *read);
+
+/* Add a PENDING, ready delivery of 'seq' to group 'gr' (also used by
+ * replay runs). */
+int mic_group_deliver(struct mic_wctx *w, const struct mic_group *gr,
+                      uint64_t seq, uint8_t priority);
+
+/* ---- Requests ---- */
+
+int mic_group_put_parse(const char *name, const char *body, size_t len,
+                        const struct mic_config *cfg, mic_group_op **out,
+                        struct mic_error *err);
+int mic_group_del_parse(const char *name, mic_group_op **out,
+                        struct mic_error *err);
+mic_op *mic_group_op_base(mic_group_op *o);
+int mic_group_op_result(mic_group_op *o, struct mic_buf *out, int *created,
+                        struct mic_error *err);
+void mic_group_op_free(mic_group_op *o);
+
+int mic_group_get(mic_store *s, const char *name, struct mic_buf *out,
+                  struct mic_error *err);
+int mic_group_list(mic_store *s, struct mic_buf *out, struct mic_error *err);
+/* Read side: the id of group 'name' (read transaction 't'). */
+int mic_group_gid(mic_txn *t, const char *name, uint32_t *gid);
+/* Append the delivery states of 'seq' in every group to 'out' as the
+ * elements of a JSON array (GET /v1/events/{id}). */
+int mic_group_deliveries_json(mic_txn *t, uint64_t seq, struct mic_buf *out);
+
+/* Nonzero if 'name' is a valid group name ([A-Za-z0-9._:-]{1,200}). */
+int mic_group_name_ok(const char *name, size_t len);
+/* The lowercase word for a delivery state ("pending", ...). */
+const char *mic_dlv_state_name(int state);
+
+#endif
