@@ -81,6 +81,9 @@ int mic_metrics_render(mic_store *s, mic_writer *w, struct mic_buf *b)
         "# HELP mic_writer_committed_seq Highest seq committed.\n"
         "# TYPE mic_writer_committed_seq gauge\n"
         "mic_writer_committed_seq %llu\n"
+        "# HELP mic_writer_parked Long-poll claims waiting (suspended connections).\n"
+        "# TYPE mic_writer_parked gauge\n"
+        "mic_writer_parked %d\n"
         "# HELP mic_store_events Events stored in the log.\n"
         "# TYPE mic_store_events gauge\n"
         "mic_store_events %llu\n"
@@ -94,7 +97,7 @@ int mic_metrics_render(mic_store *s, mic_writer *w, struct mic_buf *b)
         "# TYPE mic_store_map_max_bytes gauge\n"
         "mic_store_map_max_bytes %llu\n",
         (unsigned long long)st.commits, (unsigned long long)st.ops,
-        (unsigned long long)st.committed_seq, (unsigned long long)events,
+        (unsigned long long)st.committed_seq, st.parked, (unsigned long long)events,
         (unsigned long long)map_size, (unsigned long long)used,
         (unsigned long long)map_max);
     histogram(b, "mic_writer_batch_size", "Operations per committed transaction.",

@@ -268,6 +268,7 @@ static void set_full(mic_writer *w, int full)
 {
     pthread_mutex_lock(&w->lock);
     w->st.full = full;
+    w->st.parked = w->nheap;
     pthread_mutex_unlock(&w->lock);
 }
 
@@ -375,6 +376,9 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&w->lock);
 
         expire_parked(w, 0);
+        pthread_mutex_lock(&w->lock);
+        w->st.parked = w->nheap;
+        pthread_mutex_unlock(&w->lock);
         /* Woken parked ops go first: they have waited longest. */
         while (w->woken) {
             mic_op *op = w->woken;
