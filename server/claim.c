@@ -75,8 +75,13 @@ struct mic_claim {
     int has_retry;
     uint32_t retry_after_s;
     uint64_t requeued;
-    /* results */
-    struct mic_buf out;
+    /* results: a claim's grants (the JSON is built by the caller, off the
+     * writer thread, from these and the log) */
+    uint64_t *seqs;
+    uint32_t *attempts;
+    uint8_t (*tokens)[MIC_TOKEN_LEN];
+    int granted;
+    int64_t lease_expires;
     struct mic_error err;
 };
 
@@ -282,53 +287,42 @@ void mic_claim_hooks(mic_groups *g, struct mic_writer_hooks *h)
 
 static int apply_claim(mic_claim *c, struct mic_wctx *w, struct mic_group *gr)
 {
-    uint64_t seqs[ITEMS_MAX];
     int64_t ttl_us = (int64_t)(c->lease_ttl_s ? c->lease_ttl_s : gr->cfg.lease_ttl_s) * 1000000;
     int n, rc;
 
-    mic_buf_puts(&c->out, "{\"deliveries\":[");
-    if (c->op.alive && !c->op.alive(&c->op)) {
-        mic_buf_puts(&c->out, "]}"); /* the client left: take nothing */
-        return MIC_OK;
-    }
-    if ((rc = mic_store_ready_pop(w->txn, gr->gid, seqs, c->max, &n)))
+    c->granted = 0;
+    c->lease_expires = w->now_us + ttl_us;
+    if (c->op.alive && !c->op.alive(&c->op))
+        return MIC_OK; /* the client left: take nothing */
+    if ((rc = mic_store_ready_pop(w->txn, gr->gid, c->seqs, c->max, &n)))
         return rc;
+    if (n && RAND_bytes(c->tokens[0], n * MIC_TOKEN_LEN) != 1)
+        return MIC_EIO;
     for (int i = 0; i < n; i++) {
         struct mic_dlv d;
-        struct mic_rec r;
-        char tok[2 * MIC_TOKEN_LEN + 1];
 
-        if ((rc = mic_store_dlv_get(w->txn, gr->gid, seqs[i], &d)) ||
-            (rc = mic_store_log_get(w->txn, seqs[i], &r)))
+        if ((rc = mic_store_dlv_get(w->txn, gr->gid, c->seqs[i], &d)))
             return rc == MIC_ENOTFOUND ? MIC_EIO : rc;
         d.state = MIC_DLV_PROCESSING;
         d.attempts++;
         d.not_before = 0;
-        d.lease_expires = w->now_us + ttl_us;
-        if (RAND_bytes(d.token, MIC_TOKEN_LEN) != 1)
-            return MIC_EIO;
+        d.lease_expires = c->lease_expires;
+        memcpy(d.token, c->tokens[i], MIC_TOKEN_LEN);
         memcpy(d.worker, c->worker, c->worker_len);
         d.worker[c->worker_len] = 0;
         d.worker_len = (uint8_t)c->worker_len;
-        if ((rc = mic_store_dlv_put(w->txn, gr->gid, seqs[i], &d)) ||
-            (rc = mic_store_timer_put(w->txn, d.lease_expires, gr->gid, seqs[i],
+        if ((rc = mic_store_dlv_put(w->txn, gr->gid, c->seqs[i], &d)) ||
+            (rc = mic_store_timer_put(w->txn, d.lease_expires, gr->gid, c->seqs[i],
                                       MIC_TIMER_LEASE)))
             return rc;
-        hex(d.token, MIC_TOKEN_LEN, tok);
-        mic_buf_printf(&c->out, "%s{\"seq\":%llu,\"lease_token\":\"%s\",\"attempt\":%u,"
-                                "\"lease_expires_at\":",
-                       i ? "," : "", (unsigned long long)seqs[i], tok, d.attempts);
-        mic_buf_json_time(&c->out, d.lease_expires);
-        mic_buf_puts(&c->out, ",\"event\":");
-        mic_buf_add(&c->out, r.json, r.json_len);
-        mic_buf_add(&c->out, "}", 1);
+        c->attempts[i] = d.attempts;
     }
-    mic_buf_puts(&c->out, "]}");
+    c->granted = n;
     if (n == 0 && c->deadline_ms > mic_mono_ms()) {
         c->op.wait_key = gr->gid;
         c->op.wait_until_ms = c->deadline_ms;
     }
-    return c->out.oom ? MIC_ENOMEM : MIC_OK;
+    return MIC_OK;
 }
 
 /* The token matches a lease that still counts: PROCESSING, or expired
@@ -451,7 +445,6 @@ static int apply(mic_op *op, struct mic_wctx *w)
     int rc;
 
     c->err.err = MIC_OK;
-    c->out.len = 0;
     c->requeued = 0;
     if (!gr) {
         mic_error_set(&c->err, MIC_ENOTFOUND, "not_found", NULL, "no group %s", c->group);
@@ -636,12 +629,9 @@ int mic_claim_parse(int kind, const char *group, const char *body, size_t len,
     c->kind = kind;
     c->glen = strlen(group);
     memcpy(c->group, group, c->glen + 1);
-    mic_buf_init(&c->out);
-    if (len == 0 && kind == MIC_CLAIM) {
-        c->max = 1;
-        *out = c;
-        return MIC_OK;
-    }
+    c->max = 1;
+    if (len == 0 && kind == MIC_CLAIM)
+        goto grants;
     if ((rc = mic_json_load(body, len, cfg->max_depth, &o, err)))
         goto fail;
     if (!json_is_object(o)) {
@@ -654,6 +644,15 @@ int mic_claim_parse(int kind, const char *group, const char *body, size_t len,
     if (rc)
         goto fail;
     json_decref(o);
+    o = NULL;
+grants:
+    if (kind == MIC_CLAIM &&
+        (!(c->seqs = calloc((size_t)c->max, sizeof *c->seqs)) ||
+         !(c->attempts = calloc((size_t)c->max, sizeof *c->attempts)) ||
+         !(c->tokens = calloc((size_t)c->max, sizeof *c->tokens)))) {
+        rc = mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        goto fail;
+    }
     *out = c;
     return MIC_OK;
 fail:
@@ -667,16 +666,54 @@ mic_op *mic_claim_op(mic_claim *c)
     return &c->op;
 }
 
-int mic_claim_result(mic_claim *c, struct mic_buf *out, struct mic_error *err)
+/* A claim's answer: the grants with their events, read from the log. */
+static int claim_json(mic_claim *c, mic_store *s, struct mic_buf *out,
+                      struct mic_error *err)
+{
+    char t[MIC_TIME_LEN + 3], tok[2 * MIC_TOKEN_LEN + 1];
+    mic_txn *txn;
+    int rc = MIC_OK;
+
+    mic_buf_puts(out, "{\"deliveries\":[");
+    if (c->granted && (rc = mic_txn_begin(s, 0, &txn)))
+        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+    t[0] = '"';
+    mic_time_format(c->lease_expires, t + 1);
+    t[MIC_TIME_LEN + 1] = '"';
+    for (int i = 0; i < c->granted && rc == MIC_OK; i++) {
+        struct mic_rec r;
+        if ((rc = mic_store_log_get(txn, c->seqs[i], &r)))
+            break;
+        hex(c->tokens[i], MIC_TOKEN_LEN, tok);
+        mic_buf_add(out, i ? ",{\"seq\":" : "{\"seq\":", i ? 8 : 7);
+        mic_buf_i64(out, (int64_t)c->seqs[i]);
+        mic_buf_puts(out, ",\"lease_token\":\"");
+        mic_buf_add(out, tok, 2 * MIC_TOKEN_LEN);
+        mic_buf_puts(out, "\",\"attempt\":");
+        mic_buf_i64(out, c->attempts[i]);
+        mic_buf_puts(out, ",\"lease_expires_at\":");
+        mic_buf_add(out, t, MIC_TIME_LEN + 2);
+        mic_buf_puts(out, ",\"event\":");
+        mic_buf_add(out, r.json, r.json_len);
+        mic_buf_add(out, "}", 1);
+    }
+    if (c->granted)
+        mic_txn_abort(txn);
+    if (rc)
+        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+    mic_buf_puts(out, "]}");
+    return MIC_OK;
+}
+
+int mic_claim_result(mic_claim *c, mic_store *s, struct mic_buf *out,
+                     struct mic_error *err)
 {
     if (c->err.err) {
         *err = c->err;
         return c->err.err;
     }
-    if (c->kind == MIC_CLAIM) {
-        mic_buf_add(out, c->out.p, c->out.len);
-        return MIC_OK;
-    }
+    if (c->kind == MIC_CLAIM)
+        return claim_json(c, s, out, err);
     if (c->all) {
         mic_buf_printf(out, "{\"requeued\":%llu}", (unsigned long long)c->requeued);
         return MIC_OK;
@@ -684,8 +721,11 @@ int mic_claim_result(mic_claim *c, struct mic_buf *out, struct mic_error *err)
     mic_buf_puts(out, "{\"results\":[");
     for (int i = 0; i < c->n; i++) {
         struct item *it = &c->items[i];
-        mic_buf_printf(out, "%s{\"seq\":%llu,\"status\":\"%s\"", i ? "," : "",
-                       (unsigned long long)it->seq, status_names[it->status]);
+        mic_buf_add(out, i ? ",{\"seq\":" : "{\"seq\":", i ? 8 : 7);
+        mic_buf_i64(out, (int64_t)it->seq);
+        mic_buf_puts(out, ",\"status\":\"");
+        mic_buf_puts(out, status_names[it->status]);
+        mic_buf_add(out, "\"", 1);
         if (it->status == ST_RETRYING) {
             mic_buf_puts(out, ",\"not_before\":");
             mic_buf_json_time(out, it->t);
@@ -703,7 +743,9 @@ void mic_claim_free(mic_claim *c)
 {
     if (!c)
         return;
-    mic_buf_fini(&c->out);
+    free(c->seqs);
+    free(c->attempts);
+    free(c->tokens);
     free(c->items);
     free(c);
 }

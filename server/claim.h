@@ -29,8 +29,10 @@ int mic_claim_parse(int kind, const char *group, const char *body, size_t len,
                     const struct mic_config *cfg, mic_claim **out,
                     struct mic_error *err);
 mic_op *mic_claim_op(mic_claim *c);
-/* After done(): MIC_OK with the JSON body appended to 'out', or the error. */
-int mic_claim_result(mic_claim *c, struct mic_buf *out, struct mic_error *err);
+/* After done(): MIC_OK with the JSON body appended to 'out' (a claim
+ * reads its events from 's' in a read transaction), or the error. */
+int mic_claim_result(mic_claim *c, mic_store *s, struct mic_buf *out,
+                     struct mic_error *err);
 void mic_claim_free(mic_claim *c);
 
 /* GET /v1/groups/{g}/dlq?after=&limit= (read transaction). */

@@ -363,7 +363,7 @@ static enum MHD_Result finish_claim(struct req *r)
     struct mic_buf b;
 
     mic_buf_init(&b);
-    if (mic_claim_result(r->u.claim, &b, &e)) {
+    if (mic_claim_result(r->u.claim, r->h->store, &b, &e)) {
         mic_buf_fini(&b);
         return send_error(r, &e);
     }

@@ -1,0 +1,275 @@
+/* workers.c - a worker pool against micd, for benchmarks.
+ *
+ * Each of --workers threads keeps one HTTP/1.1 keep-alive connection and
+ * loops: POST /v1/groups/G/claim {"max":M,"lease_ttl_s":30} then POST .../ack
+ * with every delivery it got, until --expect deliveries were acked in all
+ * (drain mode) or --rounds claims were made (latency mode, one delivery per
+ * claim).  It counts duplicates (a seq handed out twice) and, with
+ * --first-seq/--expect, missing seqs.  It stops by itself: at --expect, or
+ * after --max-seconds.
+ *
+ *   workers --url http://127.0.0.1:PORT --group G --workers 8 --max 32 --expect 100000
+ *   workers --url ... --group G --workers 1 --max 1 --rounds 2000
+ *
+ * Prints one JSON line: {"workers","max","acked","claims","seconds",
+ * "events_per_s","claim_p50_ms","claim_p99_ms","duplicates","missing"}. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static char host[64] = "127.0.0.1", group[201];
+static int port, nworkers = 8, maxc = 32, rounds;
+static long expect;
+static double max_seconds = 300;
+static atomic_long acked, claims, dups, empties;
+static atomic_int stop;
+static uint8_t *seen;
+static size_t seen_len;
+static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
+
+struct conn {
+    int fd;
+    char *buf;
+    size_t cap;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int conn_open(struct conn *c)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    int one = 1;
+
+    inet_pton(AF_INET, host, &a.sin_addr);
+    c->fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&a, sizeof a))
+        return -1;
+    setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return 0;
+}
+
+/* POST 'body' to 'path'; the response body is left in c->buf (NUL-ended).
+ * Returns the status, or -1. */
+static int post(struct conn *c, const char *path, const char *body, size_t blen)
+{
+    char head[512];
+    size_t got = 0, hdr_end = 0, clen = 0;
+    int n = snprintf(head, sizeof head,
+                     "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n", path, host, blen);
+
+    if (write(c->fd, head, (size_t)n) != n || write(c->fd, body, blen) != (ssize_t)blen)
+        return -1;
+    for (;;) {
+        ssize_t r;
+        if (got + 4096 > c->cap) {
+            c->cap = c->cap ? c->cap * 2 : 65536;
+            c->buf = realloc(c->buf, c->cap + 1);
+        }
+        r = read(c->fd, c->buf + got, c->cap - got);
+        if (r <= 0)
+            return -1;
+        got += (size_t)r;
+        c->buf[got] = 0;
+        if (!hdr_end) {
+            char *e = strstr(c->buf, "\r\n\r\n"), *cl;
+            if (!e)
+                continue;
+            hdr_end = (size_t)(e - c->buf) + 4;
+            cl = strcasestr(c->buf, "Content-Length:");
+            clen = cl && cl < e ? strtoul(cl + 15, NULL, 10) : 0;
+        }
+        if (got >= hdr_end + clen)
+            break;
+    }
+    {
+        int status = atoi(c->buf + 9);
+        memmove(c->buf, c->buf + hdr_end, clen);
+        c->buf[clen] = 0;
+        return status;
+    }
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+struct worker {
+    int id;
+    double *lat;
+    int nlat, cap;
+};
+
+static void mark(uint64_t seq)
+{
+    pthread_mutex_lock(&seen_lock);
+    if (seq >= seen_len) {
+        size_t n = seen_len ? seen_len : 1 << 20;
+        while (n <= seq)
+            n *= 2;
+        seen = realloc(seen, n);
+        memset(seen + seen_len, 0, n - seen_len);
+        seen_len = n;
+    }
+    if (seen[seq]++)
+        atomic_fetch_add(&dups, 1);
+    pthread_mutex_unlock(&seen_lock);
+}
+
+static void *work(void *arg)
+{
+    struct worker *w = arg;
+    struct conn c = {0};
+    char cpath[300], apath[300], claim[128];
+    char *ack = malloc(64 + (size_t)maxc * 80);
+    double t0 = now_s();
+
+    snprintf(cpath, sizeof cpath, "/v1/groups/%s/claim", group);
+    snprintf(apath, sizeof apath, "/v1/groups/%s/ack", group);
+    snprintf(claim, sizeof claim, "{\"max\":%d,\"lease_ttl_s\":30,\"worker\":\"w%d\"}", maxc, w->id);
+    if (conn_open(&c))
+        goto out;
+    while (!atomic_load(&stop) && now_s() - t0 < max_seconds) {
+        double a = now_s();
+        int st = post(&c, cpath, claim, strlen(claim)), n = 0;
+        size_t len;
+        char *p;
+
+        if (st != 200) {
+            fprintf(stderr, "claim: status %d\n", st);
+            break;
+        }
+        if (w->nlat == w->cap) {
+            w->cap = w->cap ? w->cap * 2 : 4096;
+            w->lat = realloc(w->lat, (size_t)w->cap * sizeof *w->lat);
+        }
+        w->lat[w->nlat++] = (now_s() - a) * 1000;
+        atomic_fetch_add(&claims, 1);
+        len = (size_t)sprintf(ack, "{\"deliveries\":[");
+        for (p = c.buf; (p = strstr(p, "{\"seq\":")); ) {
+            uint64_t seq = strtoull(p + 7, &p, 10);
+            char *t = strstr(p, "\"lease_token\":\"");
+            if (!t)
+                break;
+            t += 15;
+            mark(seq);
+            len += (size_t)sprintf(ack + len, "%s{\"seq\":%llu,\"lease_token\":\"%.32s\"}",
+                                   n ? "," : "", (unsigned long long)seq, t);
+            n++;
+            p = t;
+        }
+        len += (size_t)sprintf(ack + len, "]}");
+        if (n == 0) {
+            atomic_fetch_add(&empties, 1);
+            if (expect && atomic_load(&acked) >= expect)
+                break;
+            continue;
+        }
+        if (post(&c, apath, ack, len) != 200 || strstr(c.buf, "lease_lost")) {
+            fprintf(stderr, "ack failed: %.200s\n", c.buf);
+            break;
+        }
+        if (atomic_fetch_add(&acked, n) + n >= expect && expect)
+            atomic_store(&stop, 1);
+        if (rounds && atomic_load(&claims) >= rounds)
+            atomic_store(&stop, 1);
+    }
+out:
+    if (c.fd > 0)
+        close(c.fd);
+    free(c.buf);
+    free(ack);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    uint64_t first = 0;
+    long missing = 0;
+    double t0, secs;
+    pthread_t *th;
+    struct worker *ws;
+    double *all;
+    long nall = 0;
+
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--url")) {
+            if (sscanf(argv[i + 1], "http://%63[^:]:%d", host, &port) != 2)
+                return 2;
+        } else if (!strcmp(argv[i], "--group"))
+            snprintf(group, sizeof group, "%s", argv[i + 1]);
+        else if (!strcmp(argv[i], "--workers"))
+            nworkers = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--max"))
+            maxc = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--expect"))
+            expect = atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "--rounds"))
+            rounds = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--first-seq"))
+            first = strtoull(argv[i + 1], NULL, 10);
+        else if (!strcmp(argv[i], "--max-seconds"))
+            max_seconds = atof(argv[i + 1]);
+        else {
+            fprintf(stderr, "usage: workers --url URL --group G [--workers N] [--max M] "
+                            "[--expect N [--first-seq S]] [--rounds R] [--max-seconds S]\n");
+            return 2;
+        }
+    }
+    if (!port || !group[0] || (!expect && !rounds) || nworkers < 1 || maxc < 1) {
+        fprintf(stderr, "workers: --url, --group and --expect or --rounds are required\n");
+        return 2;
+    }
+    th = calloc((size_t)nworkers, sizeof *th);
+    ws = calloc((size_t)nworkers, sizeof *ws);
+    t0 = now_s();
+    for (int i = 0; i < nworkers; i++) {
+        ws[i].id = i;
+        pthread_create(&th[i], NULL, work, &ws[i]);
+    }
+    for (int i = 0; i < nworkers; i++)
+        pthread_join(th[i], NULL);
+    secs = now_s() - t0;
+    for (int i = 0; i < nworkers; i++)
+        nall += ws[i].nlat;
+    all = malloc((size_t)(nall ? nall : 1) * sizeof *all);
+    nall = 0;
+    for (int i = 0; i < nworkers; i++) {
+        memcpy(all + nall, ws[i].lat, (size_t)ws[i].nlat * sizeof *all);
+        nall += ws[i].nlat;
+        free(ws[i].lat);
+    }
+    qsort(all, (size_t)nall, sizeof *all, cmp_d);
+    if (first && expect)
+        for (uint64_t s = first; s < first + (uint64_t)expect; s++)
+            missing += s >= seen_len || !seen[s];
+    printf("{\"workers\":%d,\"max\":%d,\"acked\":%ld,\"claims\":%ld,\"empty_claims\":%ld,"
+           "\"seconds\":%.3f,\"events_per_s\":%.1f,\"claim_p50_ms\":%.3f,\"claim_p99_ms\":%.3f,"
+           "\"duplicates\":%ld,\"missing\":%ld}\n",
+           nworkers, maxc, atomic_load(&acked), atomic_load(&claims), atomic_load(&empties), secs,
+           atomic_load(&acked) / secs, nall ? all[nall / 2] : 0, nall ? all[(nall * 99) / 100] : 0,
+           atomic_load(&dups), missing);
+    free(all);
+    free(th);
+    free(ws);
+    free(seen);
+    return (expect && atomic_load(&acked) < expect) || atomic_load(&dups) ? 1 : 0;
+}

@@ -1,0 +1,429 @@
+/* test_claim.c - the delivery state machine against a real store and
+ * writer, with an injected clock (no sleeps): lease expiry, backoff,
+ * dead-lettering, fencing by token, extend, requeue and skip.  Time moves
+ * only when the test moves it; the writer fires due deadlines at the start
+ * of the next batch. */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "buf.h"
+#include "claim.h"
+#include "clock.h"
+#include "config.h"
+#include "err.h"
+#include "group.h"
+#include "publish.h"
+#include "store.h"
+#include "writer.h"
+
+#include <jansson.h>
+#include <semaphore.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define T0 1790000000000000LL
+#define SEC 1000000LL
+
+static int64_t fake_now;
+static int64_t fake_clock(void)
+{
+    return fake_now;
+}
+
+struct fx {
+    char dir[64];
+    struct mic_config cfg;
+    mic_store *store;
+    mic_groups *groups;
+    mic_writer *w;
+    sem_t sem;
+};
+
+static void done(mic_op *op)
+{
+    sem_post(op->owner);
+}
+
+static void run(struct fx *f, mic_op *op)
+{
+    op->done = done;
+    op->owner = &f->sem;
+    assert_int_equal(mic_writer_submit(f->w, op), MIC_OK);
+    sem_wait(&f->sem);
+    assert_int_equal(op->result, MIC_OK);
+}
+
+static int setup(void **state)
+{
+    struct fx *f = calloc(1, sizeof *f);
+    const char *argv[] = {"micd"};
+    struct mic_writer_hooks h;
+    char err[128];
+
+    fake_now = T0;
+    mic_clock_set(fake_clock);
+    snprintf(f->dir, sizeof f->dir, "/tmp/mic-claim-XXXXXX");
+    if (!mkdtemp(f->dir) || mic_config_load(&f->cfg, 1, (char **)argv, err, sizeof err) ||
+        mic_store_open(&f->store, f->dir, f->cfg.map_size, f->cfg.map_max, 1) ||
+        mic_groups_new(&f->groups, f->store))
+        return -1;
+    mic_claim_hooks(f->groups, &h);
+    if (mic_writer_start(&f->w, f->store, &f->cfg, &h))
+        return -1;
+    sem_init(&f->sem, 0, 0);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fx *f = *state;
+    char p[128];
+
+    mic_writer_free(f->w);
+    mic_groups_free(f->groups);
+    mic_store_close(f->store);
+    mic_clock_set(NULL);
+    sem_destroy(&f->sem);
+    snprintf(p, sizeof p, "%s/data.mdb", f->dir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/lock.mdb", f->dir);
+    unlink(p);
+    rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
+static void make_group(struct fx *f, const char *name, const char *body)
+{
+    struct mic_error e;
+    struct mic_buf b;
+    mic_group_op *o;
+    int created;
+
+    assert_int_equal(mic_group_put_parse(name, body, strlen(body), &f->cfg, &o, &e), MIC_OK);
+    run(f, mic_group_op_base(o));
+    mic_buf_init(&b);
+    assert_int_equal(mic_group_op_result(o, &b, &created, &e), MIC_OK);
+    mic_buf_fini(&b);
+    mic_group_op_free(o);
+}
+
+static void publish(struct fx *f, const char *body)
+{
+    struct mic_error e;
+    struct mic_buf b;
+    mic_publish *p;
+    int dup;
+
+    assert_int_equal(mic_publish_parse(body, strlen(body), &f->cfg, &p, &e), MIC_OK);
+    run(f, mic_publish_op(p));
+    mic_buf_init(&b);
+    assert_int_equal(mic_publish_result(p, &b, &dup, &e), MIC_OK);
+    mic_buf_fini(&b);
+    mic_publish_free(p);
+}
+
+/* Run a claim-family request; returns the parsed JSON answer. */
+static json_t *call(struct fx *f, int kind, const char *group, const char *body)
+{
+    struct mic_error e;
+    struct mic_buf b;
+    mic_claim *c;
+    json_t *j;
+
+    assert_int_equal(mic_claim_parse(kind, group, body, strlen(body), &f->cfg, &c, &e), MIC_OK);
+    run(f, mic_claim_op(c));
+    mic_buf_init(&b);
+    assert_int_equal(mic_claim_result(c, f->store, &b, &e), MIC_OK);
+    j = json_loadb(b.p, b.len, 0, NULL);
+    assert_non_null(j);
+    mic_buf_fini(&b);
+    mic_claim_free(c);
+    return j;
+}
+
+static int claimed(json_t *j)
+{
+    return (int)json_array_size(json_object_get(j, "deliveries"));
+}
+
+static json_t *delivery(json_t *j, size_t i)
+{
+    return json_array_get(json_object_get(j, "deliveries"), i);
+}
+
+static const char *status(json_t *j, size_t i)
+{
+    return json_string_value(json_object_get(json_array_get(json_object_get(j, "results"), i),
+                                             "status"));
+}
+
+static void settle(char *out, size_t n, json_t *d)
+{
+    snprintf(out, n, "{\"deliveries\":[{\"seq\":%lld,\"lease_token\":\"%s\"}]}",
+             (long long)json_integer_value(json_object_get(d, "seq")),
+             json_string_value(json_object_get(d, "lease_token")));
+}
+
+static struct mic_dlv dlv_of(struct fx *f, const char *group, uint64_t seq)
+{
+    struct mic_dlv d;
+    mic_txn *t;
+    uint32_t gid;
+
+    assert_int_equal(mic_txn_begin(f->store, 0, &t), MIC_OK);
+    assert_int_equal(mic_group_gid(t, group, &gid), MIC_OK);
+    assert_int_equal(mic_store_dlv_get(t, gid, seq, &d), MIC_OK);
+    mic_txn_abort(t);
+    return d;
+}
+
+/* ---- Tests ---- */
+
+static void lease_expiry_redelivers(void **state)
+{
+    struct fx *f = *state;
+    json_t *a, *b;
+    char body[256];
+
+    make_group(f, "g", "{\"topics\":[\"t\"],\"lease_ttl_s\":30,\"backoff\":{\"initial_ms\":0,\"max_ms\":0}}");
+    publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}");
+    a = call(f, MIC_CLAIM, "g", "{\"max\":5}");
+    assert_int_equal(claimed(a), 1);
+    assert_int_equal(json_integer_value(json_object_get(delivery(a, 0), "attempt")), 1);
+    b = call(f, MIC_CLAIM, "g", "{}");
+    assert_int_equal(claimed(b), 0); /* leased: nobody else gets it */
+    json_decref(b);
+    fake_now += 29 * SEC;
+    b = call(f, MIC_CLAIM, "g", "{}");
+    assert_int_equal(claimed(b), 0); /* not yet */
+    json_decref(b);
+    fake_now += 2 * SEC;
+    b = call(f, MIC_CLAIM, "g", "{}");
+    assert_int_equal(claimed(b), 1); /* the lease ended: attempt 2 */
+    assert_int_equal(json_integer_value(json_object_get(delivery(b, 0), "attempt")), 2);
+    assert_string_not_equal(json_string_value(json_object_get(delivery(a, 0), "lease_token")),
+                            json_string_value(json_object_get(delivery(b, 0), "lease_token")));
+    /* The first holder is fenced off. */
+    settle(body, sizeof body, delivery(a, 0));
+    json_decref(b);
+    b = call(f, MIC_ACK, "g", body);
+    assert_string_equal(status(b, 0), "lease_lost");
+    assert_int_equal(dlv_of(f, "g", 1).state, MIC_DLV_PROCESSING);
+    json_decref(b);
+    json_decref(a);
+}
+
+static void backoff_then_dlq(void **state)
+{
+    struct fx *f = *state;
+    json_t *a, *r;
+    char body[256];
+    struct mic_dlv d;
+
+    make_group(f, "g", "{\"topics\":[\"t\"],\"max_attempts\":3,"
+                       "\"backoff\":{\"initial_ms\":1000,\"max_ms\":4000,\"multiplier\":2}}");
+    publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}");
+    for (int attempt = 1; attempt <= 3; attempt++) {
+        a = call(f, MIC_CLAIM, "g", "{}");
+        assert_int_equal(claimed(a), 1);
+        assert_int_equal(json_integer_value(json_object_get(delivery(a, 0), "attempt")), attempt);
+        snprintf(body, sizeof body, "{\"deliveries\":[{\"seq\":1,\"lease_token\":\"%s\"}],\"error\":\"e%d\"}",
+                 json_string_value(json_object_get(delivery(a, 0), "lease_token")), attempt);
+        r = call(f, MIC_NACK, "g", body);
+        if (attempt < 3) {
+            int64_t cap = 1000000LL << (attempt - 1); /* full jitter: [0, cap] */
+            assert_string_equal(status(r, 0), "retrying");
+            d = dlv_of(f, "g", 1);
+            assert_int_equal(d.state, MIC_DLV_PENDING);
+            assert_true(d.not_before == 0 || (d.not_before >= fake_now && d.not_before <= fake_now + cap));
+            assert_string_equal(d.last_error, attempt == 1 ? "e1" : "e2");
+            if (d.not_before > fake_now + 1000) {
+                json_t *none = call(f, MIC_CLAIM, "g", "{}");
+                assert_int_equal(claimed(none), 0); /* waits for its retry time */
+                json_decref(none);
+            }
+            fake_now += cap + 1;
+        } else {
+            assert_string_equal(status(r, 0), "dead_lettered");
+            d = dlv_of(f, "g", 1);
+            assert_int_equal(d.state, MIC_DLV_DLQ);
+            assert_int_equal(d.attempts, 3);
+            assert_string_equal(d.last_error, "e3");
+        }
+        json_decref(r);
+        json_decref(a);
+    }
+    a = call(f, MIC_CLAIM, "g", "{}");
+    assert_int_equal(claimed(a), 0);
+    json_decref(a);
+    /* Requeue: attempts start again. */
+    r = call(f, MIC_REQUEUE, "g", "{\"seqs\":[1,2]}");
+    assert_string_equal(status(r, 0), "requeued");
+    assert_string_equal(status(r, 1), "not_found");
+    json_decref(r);
+    a = call(f, MIC_CLAIM, "g", "{}");
+    assert_int_equal(json_integer_value(json_object_get(delivery(a, 0), "attempt")), 1);
+    json_decref(a);
+    r = call(f, MIC_REQUEUE, "g", "{\"seqs\":[1]}");
+    assert_string_equal(status(r, 0), "not_in_dlq");
+    json_decref(r);
+}
+
+static void expiry_at_max_attempts_dead_letters(void **state)
+{
+    struct fx *f = *state;
+    json_t *a, *r;
+    char body[256];
+
+    make_group(f, "g", "{\"topics\":[\"t\"],\"max_attempts\":1,\"lease_ttl_s\":5}");
+    publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}");
+    a = call(f, MIC_CLAIM, "g", "{}");
+    assert_int_equal(claimed(a), 1);
+    fake_now += 6 * SEC;
+    r = call(f, MIC_CLAIM, "g", "{}"); /* the batch fires the expiry first */
+    assert_int_equal(claimed(r), 0);
+    json_decref(r);
+    assert_int_equal(dlv_of(f, "g", 1).state, MIC_DLV_DLQ);
+    assert_string_equal(dlv_of(f, "g", 1).last_error, "lease expired");
+    /* Dead-lettered by its expiry: the old token is lost. */
+    settle(body, sizeof body, delivery(a, 0));
+    r = call(f, MIC_ACK, "g", body);
+    assert_string_equal(status(r, 0), "lease_lost");
+    json_decref(r);
+    r = call(f, MIC_SKIP, "g", "{\"seqs\":[1]}");
+    assert_string_equal(status(r, 0), "skipped");
+    json_decref(r);
+    assert_int_equal(dlv_of(f, "g", 1).state, MIC_DLV_SKIPPED);
+    json_decref(a);
+}
+
+static void expired_token_honoured_until_reclaimed(void **state)
+{
+    struct fx *f = *state;
+    json_t *a, *r;
+    char body[256];
+
+    make_group(f, "g", "{\"topics\":[\"t\"],\"lease_ttl_s\":5,\"backoff\":{\"initial_ms\":60000,\"max_ms\":60000,\"multiplier\":1}}");
+    publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}");
+    publish(f, "{\"event_id\":\"e2\",\"topic\":\"t\"}");
+    a = call(f, MIC_CLAIM, "g", "{\"max\":2}");
+    assert_int_equal(claimed(a), 2);
+    fake_now += 6 * SEC;
+    r = call(f, MIC_CLAIM, "g", "{}"); /* expiries fire; retries are 0..60 s away */
+    json_decref(r);
+    /* e1: the expired token still acks. */
+    settle(body, sizeof body, delivery(a, 0));
+    r = call(f, MIC_ACK, "g", body);
+    assert_string_equal(status(r, 0), "acked");
+    json_decref(r);
+    assert_int_equal(dlv_of(f, "g", 1).state, MIC_DLV_DISPATCHED);
+    /* Acking again answers the same. */
+    r = call(f, MIC_ACK, "g", body);
+    assert_string_equal(status(r, 0), "acked");
+    json_decref(r);
+    /* e2: extend revives the expired lease. */
+    settle(body, sizeof body, delivery(a, 1));
+    body[strlen(body) - 1] = 0;
+    strcat(body, ",\"lease_ttl_s\":100}");
+    r = call(f, MIC_EXTEND, "g", body);
+    assert_string_equal(status(r, 0), "extended");
+    json_decref(r);
+    assert_int_equal(dlv_of(f, "g", 2).state, MIC_DLV_PROCESSING);
+    assert_int_equal(dlv_of(f, "g", 2).lease_expires, fake_now + 100 * SEC);
+    fake_now += 61 * SEC; /* past any retry time: still leased, not redelivered */
+    r = call(f, MIC_CLAIM, "g", "{}");
+    assert_int_equal(claimed(r), 0);
+    json_decref(r);
+    json_decref(a);
+}
+
+static void priority_then_seq(void **state)
+{
+    struct fx *f = *state;
+    json_t *a;
+
+    make_group(f, "g", "{\"topics\":[\"t*\"]}");
+    publish(f, "{\"event_id\":\"p0\",\"topic\":\"t1\"}");
+    publish(f, "{\"event_id\":\"p5\",\"topic\":\"t2\",\"priority\":5}");
+    publish(f, "{\"event_id\":\"p0b\",\"topic\":\"t1\"}");
+    publish(f, "{\"event_id\":\"p9\",\"topic\":\"t1\",\"priority\":9}");
+    publish(f, "{\"event_id\":\"x\",\"topic\":\"other\",\"priority\":9}");
+    a = call(f, MIC_CLAIM, "g", "{\"max\":10}");
+    assert_int_equal(claimed(a), 4);
+    assert_int_equal(json_integer_value(json_object_get(delivery(a, 0), "seq")), 4);
+    assert_int_equal(json_integer_value(json_object_get(delivery(a, 1), "seq")), 2);
+    assert_int_equal(json_integer_value(json_object_get(delivery(a, 2), "seq")), 1);
+    assert_int_equal(json_integer_value(json_object_get(delivery(a, 3), "seq")), 3);
+    json_decref(a);
+}
+
+static void deadlines_fire_in_order(void **state)
+{
+    struct fx *f = *state;
+    json_t *a, *b;
+
+    make_group(f, "g", "{\"topics\":[\"t\"],\"backoff\":{\"initial_ms\":0,\"max_ms\":0}}");
+    publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}");
+    publish(f, "{\"event_id\":\"e2\",\"topic\":\"t\"}");
+    publish(f, "{\"event_id\":\"e3\",\"topic\":\"t\"}");
+    a = call(f, MIC_CLAIM, "g", "{\"lease_ttl_s\":10}");
+    json_decref(a);
+    a = call(f, MIC_CLAIM, "g", "{\"lease_ttl_s\":20}");
+    json_decref(a);
+    a = call(f, MIC_CLAIM, "g", "{\"lease_ttl_s\":30}");
+    json_decref(a);
+    fake_now += 21 * SEC;
+    b = call(f, MIC_CLAIM, "g", "{\"max\":10}");
+    assert_int_equal(claimed(b), 2); /* seqs 1 and 2 expired, 3 still leased */
+    assert_int_equal(json_integer_value(json_object_get(delivery(b, 0), "seq")), 1);
+    assert_int_equal(json_integer_value(json_object_get(delivery(b, 1), "seq")), 2);
+    assert_int_equal(dlv_of(f, "g", 3).state, MIC_DLV_PROCESSING);
+    json_decref(b);
+}
+
+static void backfill_in_chunks(void **state)
+{
+    struct fx *f = *state;
+    json_t *a;
+    char body[64];
+    int total = 0;
+
+    for (int i = 0; i < 5000; i++) { /* more than one backfill chunk */
+        snprintf(body, sizeof body, "{\"topic\":\"%s\"}", i % 2 ? "t" : "u");
+        publish(f, body);
+    }
+    make_group(f, "g", "{\"topics\":[\"t\"]}");
+    make_group(f, "n", "{\"topics\":[\"t\"],\"start\":\"new\"}");
+    publish(f, "{\"event_id\":\"after\",\"topic\":\"t\"}");
+    for (int round = 0; round < 100 && total < 2501; round++) {
+        a = call(f, MIC_CLAIM, "g", "{\"max\":1000}");
+        total += claimed(a);
+        json_decref(a);
+    }
+    assert_int_equal(total, 2501);
+    a = call(f, MIC_CLAIM, "n", "{\"max\":1000}");
+    assert_int_equal(claimed(a), 1);
+    json_decref(a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(lease_expiry_redelivers, setup, teardown),
+        cmocka_unit_test_setup_teardown(backoff_then_dlq, setup, teardown),
+        cmocka_unit_test_setup_teardown(expiry_at_max_attempts_dead_letters, setup, teardown),
+        cmocka_unit_test_setup_teardown(expired_token_honoured_until_reclaimed, setup, teardown),
+        cmocka_unit_test_setup_teardown(priority_then_seq, setup, teardown),
+        cmocka_unit_test_setup_teardown(deadlines_fire_in_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(backfill_in_chunks, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
