@@ -25,7 +25,7 @@ SAN_OBJ := $(SRV_SRC:server/%.c=build/san/%.o)
 UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
 
-.PHONY: all run test check deps bench clean
+.PHONY: all run test check deps bench bench-claims clean
 all: build/micd
 
 deps:
@@ -56,6 +56,8 @@ build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) tests/harness.h
 
 build/loadgen: bench/loadgen.c | build/rel
 	$(CC) $(WARN) -O2 -D_GNU_SOURCE $< -o $@ -lpthread -lm
+build/workers: bench/workers.c | build/rel
+	$(CC) $(WARN) -O2 -D_GNU_SOURCE $< -o $@ -lpthread
 build/bench_parse: bench/bench_parse.c $(REL_OBJ)
 	$(CC) $(WARN) -O2 $(PKGCFLAGS) -Iserver $< $(REL_OBJ) -o $@ $(PKGLIBS)
 
@@ -71,13 +73,17 @@ test: deps
 
 BENCH_DEBS := redis-server redis-tools python3
 
-bench: deps build/micd build/loadgen build/bench_parse
+bench: deps build/micd build/loadgen build/workers build/bench_parse
 	@missing=""; for p in $(BENCH_DEBS); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; fi
 	bench/publish.sh
 	@echo; echo "handler-side parse+validate cost (no HTTP, no store):"; ./build/bench_parse 100 2000
+	@echo; bench/claims.sh
+
+bench-claims: deps build/micd build/loadgen build/workers
+	bench/claims.sh
 
 clean:
 	rm -rf build

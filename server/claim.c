@@ -15,7 +15,9 @@
  *
  * A lease token whose lease expired still works until another claim takes
  * the delivery (the record keeps the last token), unless the expiry
- * dead-lettered it; after that it answers lease_lost.  A claim that finds
+ * dead-lettered it; after that it answers lease_lost.  On the wire a token
+ * is 40 hex digits: the group's id (4 bytes; a token of a deleted group
+ * whose name was reused answers not_found) and 128 random bits.  A claim that finds
  * nothing and may wait parks in the writer on its group's id and is applied
  * again when that group gains ready deliveries, or answered empty at its
  * deadline; no thread waits. */
@@ -49,6 +51,7 @@ static const char *const status_names[] = {
 
 struct item {
     uint64_t seq;
+    uint32_t gid;     /* the group incarnation the token was granted in */
     uint8_t token[MIC_TOKEN_LEN];
     int has_retry;
     uint32_t retry_after_s;
@@ -81,6 +84,7 @@ struct mic_claim {
     uint32_t *attempts;
     uint8_t (*tokens)[MIC_TOKEN_LEN];
     int granted;
+    uint32_t gid;
     int64_t lease_expires;
     struct mic_error err;
 };
@@ -143,8 +147,11 @@ static int unhex(const char *s, size_t len, uint8_t *out, size_t n)
 
 static void set_error(struct mic_dlv *d, const char *e, size_t n)
 {
-    if (n > MIC_ERROR_MAX)
+    if (n > MIC_ERROR_MAX) {
         n = MIC_ERROR_MAX;
+        while (n > 0 && ((unsigned char)e[n] & 0xC0) == 0x80)
+            n--; /* cut on a UTF-8 character boundary */
+    }
     memcpy(d->last_error, e, n);
     d->last_error[n] = 0;
     d->error_len = (uint16_t)n;
@@ -291,6 +298,7 @@ static int apply_claim(mic_claim *c, struct mic_wctx *w, struct mic_group *gr)
     int n, rc;
 
     c->granted = 0;
+    c->gid = gr->gid;
     c->lease_expires = w->now_us + ttl_us;
     if (c->op.alive && !c->op.alive(&c->op))
         return MIC_OK; /* the client left: take nothing */
@@ -339,6 +347,9 @@ static int settle_one(mic_claim *c, struct mic_wctx *w, struct mic_group *gr,
     struct mic_dlv d;
     int rc = mic_store_dlv_get(w->txn, gr->gid, it->seq, &d), dead;
 
+    if ((c->kind == MIC_ACK || c->kind == MIC_NACK || c->kind == MIC_EXTEND) &&
+        it->gid != gr->gid)
+        rc = MIC_ENOTFOUND; /* a token of a deleted group of the same name */
     if (rc == MIC_ENOTFOUND) {
         it->status = ST_NOTFOUND;
         return MIC_OK;
@@ -541,7 +552,13 @@ static int parse_settle(mic_claim *c, json_t *o, struct mic_error *err)
     if ((e = json_object_get(o, "error"))) {
         if (!json_is_string(e))
             return BADREQ("error", "error is a string");
-        c->error_len = json_string_length(e) > MIC_ERROR_MAX ? MIC_ERROR_MAX : json_string_length(e);
+        c->error_len = json_string_length(e);
+        if (c->error_len > MIC_ERROR_MAX) {
+            c->error_len = MIC_ERROR_MAX;
+            while (c->error_len > 0 &&
+                   ((unsigned char)json_string_value(e)[c->error_len] & 0xC0) == 0x80)
+                c->error_len--; /* cut on a UTF-8 character boundary */
+        }
         memcpy(c->error, json_string_value(e), c->error_len);
     }
     if ((rc = get_num(o, "retry_after_s", 0, 86400, 1, &v, &present, err)))
@@ -556,6 +573,7 @@ static int parse_settle(mic_claim *c, json_t *o, struct mic_error *err)
         return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
     for (int i = 0; i < c->n; i++) {
         json_t *it = json_array_get(list, (size_t)i), *seq, *tok;
+        uint8_t raw[4 + MIC_TOKEN_LEN];
         char f[48];
 
         snprintf(f, sizeof f, "deliveries[%d]", i);
@@ -564,10 +582,12 @@ static int parse_settle(mic_claim *c, json_t *o, struct mic_error *err)
         if (!json_is_object(it) || !json_is_integer(seq) || json_integer_value(seq) < 1)
             return BADREQ(f, "each delivery has an integer seq and its lease_token");
         if (!json_is_string(tok) ||
-            unhex(json_string_value(tok), json_string_length(tok), c->items[i].token,
-                  MIC_TOKEN_LEN))
+            unhex(json_string_value(tok), json_string_length(tok), raw, sizeof raw))
             return BADREQ(f, "lease_token is the %d hex digits a claim returned",
-                          2 * MIC_TOKEN_LEN);
+                          (int)(2 * sizeof raw));
+        c->items[i].gid = (uint32_t)raw[0] << 24 | (uint32_t)raw[1] << 16 |
+                          (uint32_t)raw[2] << 8 | raw[3];
+        memcpy(c->items[i].token, raw + 4, MIC_TOKEN_LEN);
         c->items[i].seq = (uint64_t)json_integer_value(seq);
         if (c->kind == MIC_NACK &&
             (rc = get_num(it, "retry_after_s", 0, 86400, 1, &v, &present, err)))
@@ -670,7 +690,8 @@ mic_op *mic_claim_op(mic_claim *c)
 static int claim_json(mic_claim *c, mic_store *s, struct mic_buf *out,
                       struct mic_error *err)
 {
-    char t[MIC_TIME_LEN + 3], tok[2 * MIC_TOKEN_LEN + 1];
+    char t[MIC_TIME_LEN + 3], tok[2 * (4 + MIC_TOKEN_LEN) + 1];
+    uint8_t raw[4 + MIC_TOKEN_LEN];
     mic_txn *txn;
     int rc = MIC_OK;
 
@@ -684,11 +705,16 @@ static int claim_json(mic_claim *c, mic_store *s, struct mic_buf *out,
         struct mic_rec r;
         if ((rc = mic_store_log_get(txn, c->seqs[i], &r)))
             break;
-        hex(c->tokens[i], MIC_TOKEN_LEN, tok);
+        raw[0] = (uint8_t)(c->gid >> 24);
+        raw[1] = (uint8_t)(c->gid >> 16);
+        raw[2] = (uint8_t)(c->gid >> 8);
+        raw[3] = (uint8_t)c->gid;
+        memcpy(raw + 4, c->tokens[i], MIC_TOKEN_LEN);
+        hex(raw, sizeof raw, tok);
         mic_buf_add(out, i ? ",{\"seq\":" : "{\"seq\":", i ? 8 : 7);
         mic_buf_i64(out, (int64_t)c->seqs[i]);
         mic_buf_puts(out, ",\"lease_token\":\"");
-        mic_buf_add(out, tok, 2 * MIC_TOKEN_LEN);
+        mic_buf_add(out, tok, 2 * sizeof raw);
         mic_buf_puts(out, "\",\"attempt\":");
         mic_buf_i64(out, c->attempts[i]);
         mic_buf_puts(out, ",\"lease_expires_at\":");
@@ -770,7 +796,7 @@ int mic_claim_dlq_list(mic_store *s, const char *group, const char *after,
     }
     if (after) {
         from = strtoull(after, &end, 10);
-        if (*end || !*after)
+        if (*end || *after < '0' || *after > '9')
             return BADREQ("after", "after takes the next cursor of the previous page");
     }
     if (!mic_group_name_ok(group, strlen(group)))

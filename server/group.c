@@ -334,7 +334,6 @@ static int load_one(void *arg, const char *name, size_t len,
         goto fail;
     memcpy(gr->name, name, len);
     gr->gid = rec->gid;
-    gr->first_seq = rec->backfill_end + 1;
     if (cfg_from_json(rec->config, rec->config_len, gr->name, &gr->cfg))
         goto fail;
     g->backfilling |= rec->backfilling;
@@ -641,7 +640,6 @@ static int apply(mic_op *op, struct mic_wctx *w)
         return MIC_ENOMEM;
     memcpy(gr->name, o->name, o->len);
     gr->gid = rec.gid;
-    gr->first_seq = rec.backfill_end + 1;
     if ((rc = cfg_from_json(o->json, o->json_len, o->name, &gr->cfg))) {
         group_free(gr);
         return rc;

@@ -40,7 +40,6 @@ struct mic_group {
     char name[MIC_GROUP_NAME_MAX + 1];
     uint32_t gid;
     struct mic_group_cfg cfg;
-    uint64_t first_seq;     /* start=new: only events from this seq on */
     struct mic_group *next;
 };
 

@@ -297,6 +297,9 @@ static void process(mic_writer *w, mic_op *list, int nops, struct mic_wctx *ctx)
     }
     for (int i = 0; i < ctx->nwake; i++)
         wake_key(w, ctx->wake[i]);
+    pthread_mutex_lock(&w->lock);
+    w->st.parked = w->nheap;
+    pthread_mutex_unlock(&w->lock);
 }
 
 /* Finish parked ops whose deadline passed, or all of them. */
