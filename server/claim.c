@@ -29,6 +29,7 @@
 #include "config.h"
 #include "err.h"
 #include "json.h"
+#include "order.h"
 
 #include <math.h>
 #include <openssl/rand.h>
@@ -172,6 +173,20 @@ static int detach(struct mic_wctx *w, uint32_t gid, uint64_t seq,
     return MIC_OK;
 }
 
+/* In an ordered group, delivery 'seq' left its aggregate's queue (it is
+ * dispatched, skipped, or dead-lettered under dlq_policy release). */
+static int leave_queue(struct mic_wctx *w, const struct mic_group *gr, uint64_t seq)
+{
+    struct mic_rec r;
+    int rc;
+
+    if (!gr->cfg.ordered)
+        return MIC_OK;
+    if ((rc = mic_store_log_get(w->txn, seq, &r)))
+        return rc == MIC_ENOTFOUND ? MIC_OK : rc;
+    return r.has_agg ? mic_order_release(w, gr, &r) : MIC_OK;
+}
+
 /* 'd' failed an attempt (nack or expiry): back to PENDING after a backoff,
  * or to the DLQ.  'retry_us' < 0 means "the group's backoff". */
 static int fail_attempt(struct mic_wctx *w, const struct mic_group *gr,
@@ -184,9 +199,11 @@ static int fail_attempt(struct mic_wctx *w, const struct mic_group *gr,
     if (*dead) {
         d->state = MIC_DLV_DLQ;
         d->terminal_at = w->now_us;
-        if ((rc = mic_store_dlq_put(w->txn, gr->gid, seq)))
+        if ((rc = mic_store_dlq_put(w->txn, gr->gid, seq)) ||
+            (rc = mic_store_dlv_put(w->txn, gr->gid, seq, d)))
             return rc;
-        return mic_store_dlv_put(w->txn, gr->gid, seq, d);
+        /* Under dlq_policy hold the dead letter keeps its aggregate's head. */
+        return gr->cfg.dlq_hold ? MIC_OK : leave_queue(w, gr, seq);
     }
     if (retry_us < 0)
         retry_us = backoff_us(&gr->cfg, d->attempts);
@@ -372,7 +389,9 @@ static int settle_one(mic_claim *c, struct mic_wctx *w, struct mic_group *gr,
         d.terminal_at = w->now_us;
         d.not_before = 0;
         it->status = ST_ACKED;
-        return mic_store_dlv_put(w->txn, gr->gid, it->seq, &d);
+        if ((rc = mic_store_dlv_put(w->txn, gr->gid, it->seq, &d)))
+            return rc;
+        return leave_queue(w, gr, it->seq);
     case MIC_NACK:
         if (!holds(&d, it)) {
             it->status = ST_LOST;
@@ -416,7 +435,9 @@ static int settle_one(mic_claim *c, struct mic_wctx *w, struct mic_group *gr,
             d.state = MIC_DLV_SKIPPED;
             d.terminal_at = w->now_us;
             it->status = ST_SKIPPED;
-            return mic_store_dlv_put(w->txn, gr->gid, it->seq, &d);
+            if ((rc = mic_store_dlv_put(w->txn, gr->gid, it->seq, &d)))
+                return rc;
+            return leave_queue(w, gr, it->seq); /* releases a held aggregate */
         }
         d.state = MIC_DLV_PENDING;
         d.attempts = 0;
@@ -424,6 +445,21 @@ static int settle_one(mic_claim *c, struct mic_wctx *w, struct mic_group *gr,
         d.terminal_at = 0;
         it->status = ST_REQUEUED;
         c->requeued++;
+        if (gr->cfg.ordered && !gr->cfg.dlq_hold) {
+            /* It left its aggregate's queue when it died: it goes back in
+             * at its place, behind whatever head is out now. */
+            struct mic_rec r;
+            if ((rc = mic_store_log_get(w->txn, it->seq, &r)))
+                return rc;
+            if (r.has_agg) {
+                d.queued = 1;
+                if ((rc = mic_store_dlv_put(w->txn, gr->gid, it->seq, &d)))
+                    return rc;
+                return mic_order_requeue(w, gr, &r);
+            }
+        }
+        /* A held head (or an event without aggregate) is claimable at once;
+         * its successors follow in order. */
         if ((rc = mic_store_dlv_put(w->txn, gr->gid, it->seq, &d)))
             return rc;
         mic_wctx_wake(w, gr->gid);

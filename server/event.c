@@ -341,6 +341,10 @@ int mic_event_parse(json_t *obj, int64_t now_us, const char *path,
     if (atype) {
         ev->has_agg = 1;
         mic_store_akey(atype, atlen, aid, ailen, ev->akey);
+        memcpy(ev->atype, atype, atlen);
+        memcpy(ev->aid, aid, ailen);
+        ev->atlen = atlen;
+        ev->ailen = ailen;
     }
     memcpy(ev->topic, topic, tlen + 1);
     ev->topiclen = tlen;

@@ -25,6 +25,8 @@ struct mic_event {
     uint8_t has_agg, has_version, priority;
     uint64_t version;
     uint8_t akey[MIC_AKEY_LEN];
+    char atype[MIC_AGG_NAME_MAX + 1], aid[MIC_AGG_NAME_MAX + 1];
+    size_t atlen, ailen;
     uint8_t digest[MIC_DIGEST_LEN];
     size_t payload_len;  /* compact JSON size of the payload, 0 if none */
     char *json;          /* malloc'd, freed by mic_event_fini */

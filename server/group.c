@@ -23,6 +23,7 @@
 #include "err.h"
 #include "event.h"
 #include "json.h"
+#include "order.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -390,6 +391,11 @@ struct mic_group *mic_groups_find(mic_groups *g, const char *name, size_t len)
     return NULL;
 }
 
+struct mic_group *mic_groups_first(mic_groups *g)
+{
+    return g->list;
+}
+
 struct mic_group *mic_groups_by_gid(mic_groups *g, uint32_t gid)
 {
     for (struct mic_group *gr = g->list; gr; gr = gr->next)
@@ -417,6 +423,15 @@ int mic_group_deliver(struct mic_wctx *w, const struct mic_group *gr,
         return rc;
     mic_wctx_wake(w, gr->gid);
     return MIC_OK;
+}
+
+/* A new delivery of 'r': in its aggregate's queue in an ordered group,
+ * else straight to the ready set. */
+static int deliver(struct mic_wctx *w, const struct mic_group *gr, const struct mic_rec *r)
+{
+    if (gr->cfg.ordered && r->has_agg)
+        return mic_order_enqueue(w, gr, r);
+    return mic_group_deliver(w, gr, r->seq, r->priority);
 }
 
 /* The groups subscribed to 'topic', through a small direct-mapped cache. */
@@ -463,7 +478,7 @@ int mic_groups_fanout(mic_groups *g, struct mic_wctx *w, const char *topic,
         const struct mic_group *gr = c->groups[i];
         if (gr->cfg.start == MIC_START_TIME && r->created_at_us < gr->cfg.start_us)
             continue;
-        if ((rc = mic_group_deliver(w, gr, r->seq, r->priority)))
+        if ((rc = deliver(w, gr, r)))
             return rc;
     }
     return MIC_OK;
@@ -506,7 +521,7 @@ static int backfill_one(void *arg, const struct mic_rec *r)
         hit = b->ids[i] == r->topic_id;
     if (!hit || (b->gr->cfg.start == MIC_START_TIME && r->created_at_us < b->gr->cfg.start_us))
         return 0;
-    return (b->rc = mic_group_deliver(b->w, b->gr, r->seq, r->priority)) != MIC_OK;
+    return (b->rc = deliver(b->w, b->gr, r)) != MIC_OK;
 }
 
 static int backfill_step(mic_groups *g, struct mic_wctx *w)
@@ -682,10 +697,6 @@ int mic_group_put_parse(const char *name, const char *body, size_t len,
     if ((rc = mic_json_load(body, len, cfg->max_depth, &j, err)) ||
         (rc = cfg_parse(j, name, &o->cfg, err)))
         goto fail;
-    if (o->cfg.ordered) {
-        rc = BADREQ("ordered", "ordered groups are not available yet in this version");
-        goto fail;
-    }
     if (json_object_get(j, "replay_run")) {
         rc = BADREQ("replay_run", "replay groups are made by POST /v1/replays");
         goto fail;

@@ -53,6 +53,8 @@ void mic_groups_free(mic_groups *g);
 /* The group called 'name', or NULL. */
 struct mic_group *mic_groups_find(mic_groups *g, const char *name, size_t len);
 struct mic_group *mic_groups_by_gid(mic_groups *g, uint32_t gid);
+/* The first live group (then follow ->next), or NULL. */
+struct mic_group *mic_groups_first(mic_groups *g);
 /* Add a PENDING delivery of record 'r' (of topic 'topic') to every group
  * that subscribes to it. */
 int mic_groups_fanout(mic_groups *g, struct mic_wctx *w, const char *topic,

@@ -16,6 +16,7 @@
 #include "err.h"
 #include "event.h"
 #include "group.h"
+#include "order.h"
 #include "json.h"
 
 #include <stdio.h>
@@ -296,7 +297,20 @@ static int check_item(mic_publish *p, struct mic_wctx *w, int i)
                                   : "this aggregate carries no versions: aggregate_version is not allowed");
         return 1;
     }
+    if (!exists) {
+        memcpy(a.type, ev->atype, ev->atlen);
+        memcpy(a.id, ev->aid, ev->ailen);
+        a.tlen = (uint16_t)ev->atlen;
+        a.ilen = (uint16_t)ev->ailen;
+    }
     if (ev->has_version) {
+        if (exists && mic_store_gapskip_get(w->txn, ev->akey, ev->version) == MIC_OK) {
+            mic_error_set(&p->err, MIC_ECONFLICT, "version_skipped",
+                          path_of(p, i, f, sizeof f, "aggregate_version"),
+                          "aggregate_version %llu was skipped by an admin and cannot arrive any more",
+                          (unsigned long long)ev->version);
+            return 1;
+        }
         if (exists && ev->version < a.baseline) {
             mic_error_set(&p->err, MIC_ECONFLICT, "version_below_baseline",
                           path_of(p, i, f, sizeof f, "aggregate_version"),
@@ -327,6 +341,33 @@ static int check_item(mic_publish *p, struct mic_wctx *w, int i)
     a.events++;
     it->agg = a;
     return MIC_OK;
+}
+
+/* Index the event under its aggregate and update the aggregate's record
+ * (read again here: earlier events of this batch may have changed it). */
+static int update_aggregate(struct mic_wctx *w, const struct mic_event *ev,
+                            const struct mic_rec *r)
+{
+    struct mic_agg_rec a;
+    int rc = mic_store_agg_get(w->txn, ev->akey, &a);
+
+    if (rc == MIC_ENOTFOUND) {
+        memset(&a, 0, sizeof a);
+        a.versioned = ev->has_version;
+        a.baseline = a.contig = ev->version;
+        memcpy(a.type, ev->atype, ev->atlen);
+        memcpy(a.id, ev->aid, ev->ailen);
+        a.tlen = (uint16_t)ev->atlen;
+        a.ilen = (uint16_t)ev->ailen;
+    } else if (rc) {
+        return rc;
+    }
+    if (ev->version > a.max_version)
+        a.max_version = ev->version;
+    a.events++;
+    if ((rc = mic_store_aggidx_put(w->txn, r)))
+        return rc == MIC_ECONFLICT ? MIC_EIO : rc;
+    return mic_store_agg_put(w->txn, ev->akey, &a);
 }
 
 static int write_item(mic_publish *p, struct mic_wctx *w, struct item *it)
@@ -370,12 +411,12 @@ static int write_item(mic_publish *p, struct mic_wctx *w, struct item *it)
         (rc = mic_store_time_put(w->txn, tr.id, ev->created_at_us, ev->id,
                                  ev->idlen, it->seq)))
         return rc;
-    if (ev->has_agg &&
-        ((rc = mic_store_aggidx_put(w->txn, &r)) ||
-         (rc = mic_store_agg_put(w->txn, ev->akey, &it->agg))))
-        return rc == MIC_ECONFLICT ? MIC_EIO : rc;
-    if (w->app)
-        return mic_groups_fanout(w->app, w, ev->topic, ev->topiclen, &r);
+    if (ev->has_agg && (rc = update_aggregate(w, ev, &r)))
+        return rc;
+    if (w->app && (rc = mic_groups_fanout(w->app, w, ev->topic, ev->topiclen, &r)))
+        return rc;
+    if (w->app && ev->has_version)
+        return mic_order_version_stored(w, w->app, ev->akey);
     return MIC_OK;
 }
 

@@ -23,6 +23,7 @@
 #include "log.h"
 #include "group.h"
 #include "metrics.h"
+#include "order.h"
 #include "publish.h"
 #include "topic.h"
 
@@ -50,7 +51,7 @@ struct mic_http {
 };
 
 enum req_state { RS_NEW, RS_BODY, RS_WAITING, RS_DONE };
-enum op_kind { OK_NONE, OK_PUBLISH, OK_TOPIC, OK_GROUP, OK_CLAIM };
+enum op_kind { OK_NONE, OK_PUBLISH, OK_TOPIC, OK_GROUP, OK_CLAIM, OK_GAP };
 
 struct req {
     mic_http *h;
@@ -68,6 +69,7 @@ struct req {
         mic_topic_op *topic;
         mic_group_op *group;
         mic_claim *claim;
+        mic_gap_skip *gap;
     } u;
     mic_op *op;
     int submit_err;  /* writer refused the op (429 / 503) */
@@ -494,6 +496,58 @@ static enum MHD_Result h_dlq_list(struct req *r, const char **args)
     return send_buf(r, MHD_HTTP_OK, &b);
 }
 
+static enum MHD_Result h_blocked(struct req *r, const char **args)
+{
+    struct mic_error e;
+    struct mic_buf b;
+
+    mic_buf_init(&b);
+    if (mic_order_blocked(r->h->store, args[0],
+                          MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "reason"),
+                          MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit"),
+                          &b, &e)) {
+        mic_buf_fini(&b);
+        return send_error(r, &e);
+    }
+    return send_buf(r, MHD_HTTP_OK, &b);
+}
+
+static enum MHD_Result h_aggregate(struct req *r, const char **args)
+{
+    struct mic_error e;
+    struct mic_buf b;
+
+    mic_buf_init(&b);
+    if (mic_order_aggregate(r->h->store, args[0], args[1], &b, &e)) {
+        mic_buf_fini(&b);
+        return send_error(r, &e);
+    }
+    return send_buf(r, MHD_HTTP_OK, &b);
+}
+
+static enum MHD_Result h_gap_skip(struct req *r, const char **args)
+{
+    struct mic_error e;
+
+    if (mic_gap_skip_parse(args[0], args[1], args[2], &r->u.gap, &e))
+        return send_error(r, &e);
+    r->kind = OK_GAP;
+    return submit(r, mic_gap_skip_op(r->u.gap));
+}
+
+static enum MHD_Result finish_gap(struct req *r)
+{
+    struct mic_error e;
+    struct mic_buf b;
+
+    mic_buf_init(&b);
+    if (mic_gap_skip_result(r->u.gap, &b, &e)) {
+        mic_buf_fini(&b);
+        return send_error(r, &e);
+    }
+    return send_buf(r, MHD_HTTP_OK, &b);
+}
+
 static enum MHD_Result h_healthz(struct req *r, const char **args)
 {
     (void)args;
@@ -581,6 +635,10 @@ static const struct route routes[] = {
     {"GET", "/v1/groups/*/dlq", "/v1/groups/{group}/dlq", h_dlq_list},
     {"POST", "/v1/groups/*/dlq/requeue", "/v1/groups/{group}/dlq/requeue", h_requeue},
     {"POST", "/v1/groups/*/dlq/skip", "/v1/groups/{group}/dlq/skip", h_skip},
+    {"GET", "/v1/groups/*/blocked", "/v1/groups/{group}/blocked", h_blocked},
+    {"GET", "/v1/aggregates/*/*", "/v1/aggregates/{type}/{id}", h_aggregate},
+    {"POST", "/v1/aggregates/*/*/gaps/*/skip", "/v1/aggregates/{type}/{id}/gaps/{version}/skip",
+     h_gap_skip},
     {"GET", "/healthz", "/healthz", h_healthz},
     {"GET", "/readyz", "/readyz", h_readyz},
     {"GET", "/metrics", "/metrics", h_metrics},
@@ -694,6 +752,8 @@ static enum MHD_Result finish(struct req *r)
         return finish_group(r, strcmp(routes[r->route].method, "DELETE") == 0);
     case OK_CLAIM:
         return finish_claim(r);
+    case OK_GAP:
+        return finish_gap(r);
     case OK_NONE:
         break;
     }
@@ -798,6 +858,9 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         break;
     case OK_CLAIM:
         mic_claim_free(r->u.claim);
+        break;
+    case OK_GAP:
+        mic_gap_skip_free(r->u.gap);
         break;
     case OK_NONE:
         break;

@@ -17,6 +17,9 @@
  *   ready   gid u32, 255 - priority u8, seq u64 -> (empty)
  *   timers  due u64, gid u32, seq u64 -> u8 kind (retry due, lease end)
  *   dlq     gid u32, seq u64 -> (empty)
+ *   aq      gid u32, akey, k1 u64, k2 u64 -> seq u64 (ordered groups)
+ *   ags     gid u32, akey -> aggregate state in the group
+ *   gapskip akey, version u64 -> (empty)
  *
  * Map growth: LMDB forbids mdb_env_set_mapsize while any transaction of
  * this process is open, so read transactions hold 'resize' shared and
@@ -42,7 +45,7 @@
 struct mic_store {
     MDB_env *env;
     MDB_dbi meta, log, ids, time, aggs, aggidx, topics;
-    MDB_dbi groups, drops, dlv, ready, timers, dlq;
+    MDB_dbi groups, drops, dlv, ready, timers, dlq, aq, ags, gapskip;
     uint64_t map_size, map_max;
     pthread_rwlock_t resize;
 };
@@ -162,7 +165,10 @@ static int open_dbs(mic_store *s)
         (rc = mdb_dbi_open(txn, "dlv", MDB_CREATE, &s->dlv)) ||
         (rc = mdb_dbi_open(txn, "ready", MDB_CREATE, &s->ready)) ||
         (rc = mdb_dbi_open(txn, "timers", MDB_CREATE, &s->timers)) ||
-        (rc = mdb_dbi_open(txn, "dlq", MDB_CREATE, &s->dlq)))
+        (rc = mdb_dbi_open(txn, "dlq", MDB_CREATE, &s->dlq)) ||
+        (rc = mdb_dbi_open(txn, "aq", MDB_CREATE, &s->aq)) ||
+        (rc = mdb_dbi_open(txn, "ags", MDB_CREATE, &s->ags)) ||
+        (rc = mdb_dbi_open(txn, "gapskip", MDB_CREATE, &s->gapskip)))
         goto fail;
     rc = mdb_get(txn, s->meta, &k, &v);
     if (rc == MDB_NOTFOUND) {
@@ -494,7 +500,7 @@ void mic_store_akey(const char *type, size_t tlen, const char *id,
     memcpy(akey, md, MIC_AKEY_LEN);
 }
 
-#define AGG_REC 25
+#define AGG_REC 33
 
 int mic_store_agg_get(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN],
                       struct mic_agg_rec *a)
@@ -505,26 +511,45 @@ int mic_store_agg_get(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN],
 
     if (rc)
         return rc;
-    if (v.mv_size < AGG_REC)
+    if (v.mv_size < AGG_REC + 4)
         return MIC_EIO;
     p = v.mv_data;
     a->versioned = p[0];
     a->baseline = get_u64(p + 1);
     a->max_version = get_u64(p + 9);
     a->events = get_u64(p + 17);
+    a->contig = get_u64(p + 25);
+    a->tlen = (uint16_t)(p[33] << 8 | p[34]);
+    if (a->tlen > MIC_AGG_NAME_MAX || v.mv_size < (size_t)AGG_REC + 4 + a->tlen)
+        return MIC_EIO;
+    memcpy(a->type, p + 35, a->tlen);
+    a->type[a->tlen] = 0;
+    p += 35 + a->tlen;
+    a->ilen = (uint16_t)(p[0] << 8 | p[1]);
+    if (a->ilen > MIC_AGG_NAME_MAX || v.mv_size < (size_t)AGG_REC + 4 + a->tlen + a->ilen)
+        return MIC_EIO;
+    memcpy(a->id, p + 2, a->ilen);
+    a->id[a->ilen] = 0;
     return MIC_OK;
 }
 
 int mic_store_agg_put(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN],
                       const struct mic_agg_rec *a)
 {
-    uint8_t vb[AGG_REC];
-    MDB_val k = {MIC_AKEY_LEN, (void *)akey}, v = {sizeof vb, vb};
+    uint8_t vb[AGG_REC + 4 + 2 * MIC_AGG_NAME_MAX];
+    MDB_val k = {MIC_AKEY_LEN, (void *)akey}, v = {AGG_REC + 4 + a->tlen + a->ilen, vb};
 
     vb[0] = a->versioned;
     put_u64(vb + 1, a->baseline);
     put_u64(vb + 9, a->max_version);
     put_u64(vb + 17, a->events);
+    put_u64(vb + 25, a->contig);
+    vb[33] = (uint8_t)(a->tlen >> 8);
+    vb[34] = (uint8_t)a->tlen;
+    memcpy(vb + 35, a->type, a->tlen);
+    vb[35 + a->tlen] = (uint8_t)(a->ilen >> 8);
+    vb[36 + a->tlen] = (uint8_t)a->ilen;
+    memcpy(vb + 37 + a->tlen, a->id, a->ilen);
     return put(t, t->s->aggs, "aggs", &k, &v, 0);
 }
 
@@ -721,15 +746,17 @@ int mic_store_drop_step(mic_txn *t, uint32_t gid, int budget, int *finished)
 {
     uint8_t prefix[4];
     MDB_val k = {4, prefix};
-    int rc, e1 = 0, e2 = 0, e3 = 0;
+    int rc, e1 = 0, e2 = 0, e3 = 0, e4 = 0, e5 = 0;
 
     put_u32(prefix, gid);
     *finished = 0;
     if ((rc = purge_prefix(t, t->s->ready, prefix, &budget, &e1)) ||
         (rc = purge_prefix(t, t->s->dlq, prefix, &budget, &e2)) ||
+        (rc = purge_prefix(t, t->s->aq, prefix, &budget, &e4)) ||
+        (rc = purge_prefix(t, t->s->ags, prefix, &budget, &e5)) ||
         (rc = purge_prefix(t, t->s->dlv, prefix, &budget, &e3)))
         return rc;
-    if (e1 && e2 && e3) {
+    if (e1 && e2 && e3 && e4 && e5) {
         *finished = 1;
         return from_mdb(mdb_del(t->txn, t->s->drops, &k, NULL));
     }
@@ -757,6 +784,7 @@ int mic_store_dlv_get(mic_txn *t, uint32_t gid, uint64_t seq, struct mic_dlv *d)
     d->state = p[0];
     d->priority = p[1];
     d->worker_len = p[2];
+    d->queued = p[3];
     d->attempts = get_u32(p + 4);
     d->not_before = (int64_t)get_u64(p + 8);
     d->lease_expires = (int64_t)get_u64(p + 16);
@@ -785,6 +813,7 @@ int mic_store_dlv_put(mic_txn *t, uint32_t gid, uint64_t seq,
     vb[0] = d->state;
     vb[1] = d->priority;
     vb[2] = d->worker_len;
+    vb[3] = d->queued;
     put_u32(vb + 4, d->attempts);
     put_u64(vb + 8, (uint64_t)d->not_before);
     put_u64(vb + 16, (uint64_t)d->lease_expires);
@@ -988,6 +1017,193 @@ int mic_store_log_scan(mic_txn *t, uint64_t from, uint64_t to, int max,
     mdb_cursor_close(c);
     if (rc == MDB_NOTFOUND)
         *next = to + 1;
+    return rc == MDB_NOTFOUND || rc == 0 ? MIC_OK : from_mdb(rc);
+}
+
+int mic_store_aggidx_each(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN],
+                          int (*fn)(void *arg, uint64_t seq), void *arg)
+{
+    MDB_cursor *c;
+    MDB_val k = {MIC_AKEY_LEN, (void *)akey}, v;
+    int rc, stop = 0;
+
+    if ((rc = mdb_cursor_open(t->txn, t->s->aggidx, &c)))
+        return from_mdb(rc);
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+         rc == 0 && !stop && k.mv_size > MIC_AKEY_LEN && !memcmp(k.mv_data, akey, MIC_AKEY_LEN);
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT))
+        stop = fn(arg, get_u64(v.mv_data));
+    mdb_cursor_close(c);
+    if (stop)
+        return stop;
+    return rc == MDB_NOTFOUND || rc == 0 ? MIC_OK : from_mdb(rc);
+}
+
+int mic_store_gapskip_put(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN], uint64_t ver)
+{
+    uint8_t kb[MIC_AKEY_LEN + 8];
+    MDB_val k = {sizeof kb, kb}, v = {0, NULL};
+
+    memcpy(kb, akey, MIC_AKEY_LEN);
+    put_u64(kb + MIC_AKEY_LEN, ver);
+    return put(t, t->s->gapskip, "gapskip", &k, &v, 0);
+}
+
+int mic_store_gapskip_get(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN], uint64_t ver)
+{
+    uint8_t kb[MIC_AKEY_LEN + 8];
+    MDB_val k = {sizeof kb, kb}, v;
+
+    memcpy(kb, akey, MIC_AKEY_LEN);
+    put_u64(kb + MIC_AKEY_LEN, ver);
+    return get(t, t->s->gapskip, &k, &v);
+}
+
+/* ---- Ordered groups ---- */
+
+#define AQ_KEY (4 + MIC_AKEY_LEN + 16)
+
+static void aq_key(uint8_t *kb, uint32_t gid, const uint8_t *akey, const struct mic_aq *e)
+{
+    put_u32(kb, gid);
+    memcpy(kb + 4, akey, MIC_AKEY_LEN);
+    put_u64(kb + 4 + MIC_AKEY_LEN, e->k1);
+    put_u64(kb + 12 + MIC_AKEY_LEN, e->k2);
+}
+
+int mic_store_aq_put(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
+                     const struct mic_aq *e)
+{
+    uint8_t kb[AQ_KEY], vb[8];
+    MDB_val k = {AQ_KEY, kb}, v = {8, vb};
+
+    aq_key(kb, gid, akey, e);
+    put_u64(vb, e->seq);
+    return put(t, t->s->aq, "aq", &k, &v, 0);
+}
+
+int mic_store_aq_del(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
+                     const struct mic_aq *e)
+{
+    uint8_t kb[AQ_KEY];
+    MDB_val k = {AQ_KEY, kb};
+    int rc;
+
+    aq_key(kb, gid, akey, e);
+    rc = mdb_del(t->txn, t->s->aq, &k, NULL);
+    return from_mdb(rc);
+}
+
+int mic_store_aq_first(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
+                       struct mic_aq *e)
+{
+    uint8_t kb[4 + MIC_AKEY_LEN];
+    MDB_cursor *c;
+    MDB_val k = {sizeof kb, kb}, v;
+    int rc;
+
+    put_u32(kb, gid);
+    memcpy(kb + 4, akey, MIC_AKEY_LEN);
+    if ((rc = mdb_cursor_open(t->txn, t->s->aq, &c)))
+        return from_mdb(rc);
+    rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+    if (rc == 0 && (k.mv_size != AQ_KEY || memcmp(k.mv_data, kb, sizeof kb)))
+        rc = MDB_NOTFOUND;
+    if (rc == 0) {
+        e->k1 = get_u64((uint8_t *)k.mv_data + 4 + MIC_AKEY_LEN);
+        e->k2 = get_u64((uint8_t *)k.mv_data + 12 + MIC_AKEY_LEN);
+        e->seq = get_u64(v.mv_data);
+    }
+    mdb_cursor_close(c);
+    return from_mdb(rc);
+}
+
+#define AGS_REC 32
+
+static void ags_decode(const uint8_t *p, struct mic_ags *a)
+{
+    a->active = get_u64(p);
+    a->missing = get_u64(p + 8);
+    a->since = (int64_t)get_u64(p + 16);
+    a->waiting = get_u64(p + 24);
+}
+
+int mic_store_ags_get(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
+                      struct mic_ags *a)
+{
+    uint8_t kb[4 + MIC_AKEY_LEN];
+    MDB_val k = {sizeof kb, kb}, v;
+    int rc;
+
+    put_u32(kb, gid);
+    memcpy(kb + 4, akey, MIC_AKEY_LEN);
+    if ((rc = get(t, t->s->ags, &k, &v)))
+        return rc;
+    if (v.mv_size < AGS_REC)
+        return MIC_EIO;
+    ags_decode(v.mv_data, a);
+    return MIC_OK;
+}
+
+int mic_store_ags_put(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
+                      const struct mic_ags *a)
+{
+    uint8_t kb[4 + MIC_AKEY_LEN], vb[AGS_REC];
+    MDB_val k = {sizeof kb, kb}, v = {AGS_REC, vb};
+
+    put_u32(kb, gid);
+    memcpy(kb + 4, akey, MIC_AKEY_LEN);
+    put_u64(vb, a->active);
+    put_u64(vb + 8, a->missing);
+    put_u64(vb + 16, (uint64_t)a->since);
+    put_u64(vb + 24, a->waiting);
+    return put(t, t->s->ags, "ags", &k, &v, 0);
+}
+
+int mic_store_ags_del(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN])
+{
+    uint8_t kb[4 + MIC_AKEY_LEN];
+    MDB_val k = {sizeof kb, kb};
+    int rc;
+
+    put_u32(kb, gid);
+    memcpy(kb + 4, akey, MIC_AKEY_LEN);
+    rc = mdb_del(t->txn, t->s->ags, &k, NULL);
+    return rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
+}
+
+int mic_store_ags_each(mic_txn *t, uint32_t gid, const uint8_t *after,
+                       int (*fn)(void *arg, const uint8_t akey[MIC_AKEY_LEN],
+                                 const struct mic_ags *a),
+                       void *arg)
+{
+    uint8_t kb[4 + MIC_AKEY_LEN + 1];
+    MDB_cursor *c;
+    MDB_val k = {4, kb}, v;
+    int rc, stop = 0;
+
+    put_u32(kb, gid);
+    if (after) {
+        memcpy(kb + 4, after, MIC_AKEY_LEN);
+        kb[4 + MIC_AKEY_LEN] = 0; /* just past 'after' */
+        k.mv_size = sizeof kb;
+    }
+    if ((rc = mdb_cursor_open(t->txn, t->s->ags, &c)))
+        return from_mdb(rc);
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+         rc == 0 && !stop && k.mv_size == 4 + MIC_AKEY_LEN && get_u32(k.mv_data) == gid;
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+        struct mic_ags a;
+        if (v.mv_size < AGS_REC) {
+            rc = EIO;
+            break;
+        }
+        ags_decode(v.mv_data, &a);
+        stop = fn(arg, (const uint8_t *)k.mv_data + 4, &a);
+    }
+    mdb_cursor_close(c);
+    if (stop)
+        return stop;
     return rc == MDB_NOTFOUND || rc == 0 ? MIC_OK : from_mdb(rc);
 }
 

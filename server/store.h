@@ -41,12 +41,18 @@ struct mic_topic_rec {
     uint64_t dedupe_retain_s;
 };
 
+#define MIC_AGG_NAME_MAX 256
+
 /* What the store knows about one aggregate. */
 struct mic_agg_rec {
     uint8_t versioned;   /* the aggregate carries versions */
     uint64_t baseline;   /* first version seen */
     uint64_t max_version;
     uint64_t events;
+    uint64_t contig;     /* every version from baseline to here is stored or skipped */
+    uint16_t tlen, ilen; /* aggregate_type and aggregate_id */
+    char type[MIC_AGG_NAME_MAX + 1];
+    char id[MIC_AGG_NAME_MAX + 1];
 };
 
 /* ---- Environment ---- */
@@ -176,6 +182,7 @@ enum mic_dlv_state {
 struct mic_dlv {
     uint8_t state;             /* enum mic_dlv_state */
     uint8_t priority;
+    uint8_t queued;            /* ordered groups: waits behind its head */
     uint32_t attempts;         /* claims so far */
     int64_t not_before;        /* PENDING: claimable from (µs), 0 = now */
     int64_t lease_expires;     /* PROCESSING: lease end (µs) */
@@ -223,6 +230,53 @@ int mic_store_dlq_page(mic_txn *t, uint32_t gid, uint64_t after,
 int mic_store_log_scan(mic_txn *t, uint64_t from, uint64_t to, int max,
                        int (*fn)(void *arg, const struct mic_rec *r),
                        void *arg, uint64_t *next);
+
+/* Call fn with the seq of every event of aggregate 'akey', in aggregate
+ * order, starting after order key (k1, k2) (0, 0 = from the first). */
+int mic_store_aggidx_each(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN],
+                          int (*fn)(void *arg, uint64_t seq), void *arg);
+
+/* Versions skipped by an admin: (akey, version). */
+int mic_store_gapskip_put(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN], uint64_t v);
+int mic_store_gapskip_get(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN], uint64_t v);
+
+/* ---- Ordered groups: per-aggregate queues ---- */
+
+/* An entry of an aggregate's queue in an ordered group: its order key
+ * (version, seq) or (created_at, seq), and the delivery's seq. */
+struct mic_aq {
+    uint64_t k1, k2, seq;
+};
+
+int mic_store_aq_put(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
+                     const struct mic_aq *e);
+/* MIC_ENOTFOUND if the entry is not there. */
+int mic_store_aq_del(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
+                     const struct mic_aq *e);
+/* The first entry of the queue; MIC_ENOTFOUND if it is empty. */
+int mic_store_aq_first(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
+                       struct mic_aq *e);
+
+/* The state of an aggregate in an ordered group. */
+struct mic_ags {
+    uint64_t active;      /* seq of the head handed to workers, 0 = none */
+    uint64_t missing;     /* parked: the version it waits for, 0 = none */
+    int64_t since;        /* the head (or the parking) dates from (µs) */
+    uint64_t waiting;     /* entries in the queue, head included */
+};
+
+int mic_store_ags_get(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
+                      struct mic_ags *a);
+int mic_store_ags_put(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
+                      const struct mic_ags *a);
+int mic_store_ags_del(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN]);
+/* Call fn for each aggregate with a queue in group 'gid', in akey order,
+ * starting after 'after' (NULL = from the first); stops when fn returns
+ * nonzero. */
+int mic_store_ags_each(mic_txn *t, uint32_t gid, const uint8_t *after,
+                       int (*fn)(void *arg, const uint8_t akey[MIC_AKEY_LEN],
+                                 const struct mic_ags *a),
+                       void *arg);
 
 /* ---- Topics ---- */
 

@@ -1,0 +1,56 @@
+/* order.h - ordered groups: one queue per aggregate in each ordered group,
+ * only its head handed out, parking on version gaps; the gap skip, the
+ * blocked listing and the aggregate view. */
+#ifndef MIC_ORDER_H
+#define MIC_ORDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "group.h"
+#include "store.h"
+#include "writer.h"
+
+struct mic_buf;
+struct mic_config;
+struct mic_error;
+typedef struct mic_gap_skip mic_gap_skip;
+
+/* ---- Writer thread ---- */
+
+/* A new delivery of 'r' (which has an aggregate) in ordered group 'gr'. */
+int mic_order_enqueue(struct mic_wctx *w, const struct mic_group *gr,
+                      const struct mic_rec *r);
+/* Delivery 'r' of ordered group 'gr' became terminal: it leaves its
+ * aggregate's queue and the next event becomes the head. */
+int mic_order_release(struct mic_wctx *w, const struct mic_group *gr,
+                      const struct mic_rec *r);
+/* A requeued dead letter of a group with dlq_policy release enters its
+ * aggregate's queue again. */
+int mic_order_requeue(struct mic_wctx *w, const struct mic_group *gr,
+                      const struct mic_rec *r);
+/* A versioned event of aggregate 'akey' was stored: move the aggregate's
+ * contiguous watermark and release heads parked below it. */
+int mic_order_version_stored(struct mic_wctx *w, mic_groups *g,
+                             const uint8_t akey[MIC_AKEY_LEN]);
+
+/* ---- POST /v1/aggregates/{type}/{id}/gaps/{version}/skip ---- */
+
+int mic_gap_skip_parse(const char *type, const char *id, const char *version,
+                       mic_gap_skip **out, struct mic_error *err);
+mic_op *mic_gap_skip_op(mic_gap_skip *g);
+int mic_gap_skip_result(mic_gap_skip *g, struct mic_buf *out,
+                        struct mic_error *err);
+void mic_gap_skip_free(mic_gap_skip *g);
+
+/* ---- Reads ---- */
+
+/* GET /v1/groups/{g}/blocked?reason=&limit= */
+int mic_order_blocked(mic_store *s, const char *group, const char *reason,
+                      const char *limit, struct mic_buf *out,
+                      struct mic_error *err);
+/* GET /v1/aggregates/{type}/{id} */
+int mic_order_aggregate(mic_store *s, const char *type, const char *id,
+                        struct mic_buf *out, struct mic_error *err);
+
+#endif
