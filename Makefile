@@ -25,7 +25,7 @@ SAN_OBJ := $(SRV_SRC:server/%.c=build/san/%.o)
 UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
 
-.PHONY: all run test check deps bench bench-claims clean
+.PHONY: all run test check deps bench bench-claims bench-ordered clean
 all: build/micd
 
 deps:
@@ -57,7 +57,7 @@ build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) tests/harness.h
 build/loadgen: bench/loadgen.c | build/rel
 	$(CC) $(WARN) -O2 -D_GNU_SOURCE $< -o $@ -lpthread -lm
 build/workers: bench/workers.c | build/rel
-	$(CC) $(WARN) -O2 -D_GNU_SOURCE $< -o $@ -lpthread
+	$(CC) $(WARN) -O2 $< -o $@ -lpthread
 build/bench_parse: bench/bench_parse.c $(REL_OBJ)
 	$(CC) $(WARN) -O2 $(PKGCFLAGS) -Iserver $< $(REL_OBJ) -o $@ $(PKGLIBS)
 
@@ -81,9 +81,13 @@ bench: deps build/micd build/loadgen build/workers build/bench_parse
 	bench/publish.sh
 	@echo; echo "handler-side parse+validate cost (no HTTP, no store):"; ./build/bench_parse 100 2000
 	@echo; bench/claims.sh
+	@echo; bench/ordered.sh
 
 bench-claims: deps build/micd build/loadgen build/workers
 	bench/claims.sh
+
+bench-ordered: deps build/micd build/loadgen build/workers
+	bench/ordered.sh
 
 clean:
 	rm -rf build

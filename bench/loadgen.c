@@ -113,6 +113,7 @@
 
 /* Pieces of one event object; see event_put. */
 #define EV_AGG      "\"aggregate_type\":\"bench\",\"aggregate_id\":\"a"
+#define EV_VER      "\"aggregate_version\":"
 #define EV_PAYLOAD  "\"payload\":{\"seq\":"
 #define EV_PAD      ",\"pad\":\""
 #define EV_END      "\"}}"
@@ -546,6 +547,8 @@ struct options {
     unsigned threads;
     double max_seconds;
     uint64_t aggregates;
+    bool versions;
+    uint64_t agg_offset;
 };
 
 /* Read-only once the workers start, except the atomics and the done trio. */
@@ -626,9 +629,16 @@ static size_t event_put(const struct run *r, char *out, uint64_t n)
     if (r->opt.aggregates) {
         memcpy(p, EV_AGG, sizeof EV_AGG - 1);
         p += sizeof EV_AGG - 1;
-        p += u64_put(p, n % r->opt.aggregates);
+        p += u64_put(p, n % r->opt.aggregates + r->opt.agg_offset);
         *p++ = '"';
         *p++ = ',';
+        if (r->opt.versions) {
+            /* Event n is version n / A + 1 of aggregate n % A. */
+            memcpy(p, EV_VER, sizeof EV_VER - 1);
+            p += sizeof EV_VER - 1;
+            p += u64_put(p, n / r->opt.aggregates + 1);
+            *p++ = ',';
+        }
     }
     memcpy(p, EV_PAYLOAD, sizeof EV_PAYLOAD - 1);
     p += sizeof EV_PAYLOAD - 1;
@@ -647,7 +657,7 @@ static size_t event_put(const struct run *r, char *out, uint64_t n)
 /* Upper bound of event_put's output. */
 static size_t event_max(const struct run *r)
 {
-    return r->ev_head_len + 20 + r->ev_mid_len + sizeof EV_AGG + 22 +
+    return r->ev_head_len + 20 + r->ev_mid_len + sizeof EV_AGG + 22 + sizeof EV_VER + 22 +
            sizeof EV_PAYLOAD + 20 + sizeof EV_PAD + sizeof EV_END + r->opt.payload_bytes;
 }
 
@@ -1303,6 +1313,9 @@ static void usage(FILE *f)
             "  --threads K          threads, each with its own epoll loop (default 2)\n"
             "  --max-seconds S      stop after S seconds whatever happens (default 120)\n"
             "  --aggregates A       spread events over A aggregates, 0 = none (default 0)\n"
+            "  --versions           with --aggregates: event n is aggregate_version n/A+1 of\n"
+            "                       aggregate n%%A (publish with --conns 1 to keep versions in order)\n"
+            "  --agg-offset K       number aggregates from K (default 0)\n"
             "\n"
             "Prints one JSON line on stdout. Exit 0 when every event was published\n"
             "without error, 1 otherwise, 2 on a bad argument.\n");
@@ -1340,7 +1353,7 @@ static bool topic_valid(const char *t)
 }
 
 enum { OPT_URL = 256, OPT_CONNS, OPT_EVENTS, OPT_BATCH, OPT_TOPIC, OPT_PAYLOAD,
-       OPT_THREADS, OPT_MAXSEC, OPT_AGGS, OPT_HELP };
+       OPT_THREADS, OPT_MAXSEC, OPT_AGGS, OPT_VERSIONS, OPT_AGGOFF, OPT_HELP };
 
 /* Fill *o from argv. Returns 0, 1 for --help, or -1 after saying why. */
 static int options_parse(struct options *o, int argc, char **argv)
@@ -1355,6 +1368,8 @@ static int options_parse(struct options *o, int argc, char **argv)
         { "threads", required_argument, NULL, OPT_THREADS },
         { "max-seconds", required_argument, NULL, OPT_MAXSEC },
         { "aggregates", required_argument, NULL, OPT_AGGS },
+        { "versions", no_argument, NULL, OPT_VERSIONS },
+        { "agg-offset", required_argument, NULL, OPT_AGGOFF },
         { "help", no_argument, NULL, OPT_HELP },
         { NULL, 0, NULL, 0 },
     };
@@ -1420,6 +1435,14 @@ static int options_parse(struct options *o, int argc, char **argv)
             if (u64_arg(optarg, 0, UINT32_MAX, &v))
                 goto bad;
             o->aggregates = v;
+            break;
+        case OPT_VERSIONS:
+            o->versions = true;
+            break;
+        case OPT_AGGOFF:
+            if (u64_arg(optarg, 0, UINT32_MAX, &v))
+                goto bad;
+            o->agg_offset = v;
             break;
         case OPT_HELP:
             return 1;

@@ -11,8 +11,13 @@
  *   workers --url http://127.0.0.1:PORT --group G --workers 8 --max 32 --expect 100000
  *   workers --url ... --group G --workers 1 --max 1 --rounds 2000
  *
+ * With --verify-order 1 (events from `loadgen --aggregates A --versions`),
+ * every delivery's aggregate_version must be the one after the version last
+ * taken for its aggregate; violations are counted.
+ *
  * Prints one JSON line: {"workers","max","acked","claims","seconds",
- * "events_per_s","claim_p50_ms","claim_p99_ms","duplicates","missing"}. */
+ * "events_per_s","claim_p50_ms","claim_p99_ms","duplicates","missing",
+ * "order_violations"}. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -31,7 +36,10 @@ static char host[64] = "127.0.0.1", group[201];
 static int port, nworkers = 8, maxc = 32, rounds;
 static long expect;
 static double max_seconds = 300;
-static atomic_long acked, claims, dups, empties;
+static atomic_long acked, claims, dups, empties, disorder;
+static int verify_order;
+static uint64_t *last_version;   /* per aggregate "a<k>": last version taken */
+static size_t naggs;
 static atomic_int stop;
 static uint8_t *seen;
 static size_t seen_len;
@@ -139,7 +147,7 @@ static void *work(void *arg)
     struct worker *w = arg;
     struct conn c = {0};
     char cpath[300], apath[300], claim[128];
-    char *ack = malloc(64 + (size_t)maxc * 80);
+    char *ack = malloc(64 + (size_t)maxc * 96);
     double t0 = now_s();
 
     snprintf(cpath, sizeof cpath, "/v1/groups/%s/claim", group);
@@ -166,12 +174,37 @@ static void *work(void *arg)
         len = (size_t)sprintf(ack, "{\"deliveries\":[");
         for (p = c.buf; (p = strstr(p, "{\"seq\":")); ) {
             uint64_t seq = strtoull(p + 7, &p, 10);
-            char *t = strstr(p, "\"lease_token\":\"");
+            char *t = strstr(p, "\"lease_token\":\""), *next;
             if (!t)
                 break;
             t += 15;
             mark(seq);
-            len += (size_t)sprintf(ack + len, "%s{\"seq\":%llu,\"lease_token\":\"%.32s\"}",
+            if (verify_order) {
+                /* Within this delivery: aggregate a<k>, version v must
+                 * follow the version taken last for a<k>. */
+                char *a, *v;
+                next = strstr(t, "{\"seq\":");
+                a = strstr(t, "\"aggregate_id\":\"a");
+                v = strstr(t, "\"aggregate_version\":");
+                if (a && v && (!next || (a < next && v < next))) {
+                    size_t k = strtoul(a + 17, NULL, 10);
+                    uint64_t ver = strtoull(v + 20, NULL, 10);
+                    pthread_mutex_lock(&seen_lock);
+                    if (k >= naggs) {
+                        size_t n = naggs ? naggs : 1024;
+                        while (n <= k)
+                            n *= 2;
+                        last_version = realloc(last_version, n * sizeof *last_version);
+                        memset(last_version + naggs, 0, (n - naggs) * sizeof *last_version);
+                        naggs = n;
+                    }
+                    if (last_version[k] + 1 != ver)
+                        atomic_fetch_add(&disorder, 1);
+                    last_version[k] = ver;
+                    pthread_mutex_unlock(&seen_lock);
+                }
+            }
+            len += (size_t)sprintf(ack + len, "%s{\"seq\":%llu,\"lease_token\":\"%.40s\"}",
                                    n ? "," : "", (unsigned long long)seq, t);
             n++;
             p = t;
@@ -228,9 +261,11 @@ int main(int argc, char **argv)
             first = strtoull(argv[i + 1], NULL, 10);
         else if (!strcmp(argv[i], "--max-seconds"))
             max_seconds = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--verify-order"))
+            verify_order = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "usage: workers --url URL --group G [--workers N] [--max M] "
-                            "[--expect N [--first-seq S]] [--rounds R] [--max-seconds S]\n");
+                            "[--expect N [--first-seq S]] [--rounds R] [--max-seconds S] [--verify-order 1]\n");
             return 2;
         }
     }
@@ -263,13 +298,15 @@ int main(int argc, char **argv)
             missing += s >= seen_len || !seen[s];
     printf("{\"workers\":%d,\"max\":%d,\"acked\":%ld,\"claims\":%ld,\"empty_claims\":%ld,"
            "\"seconds\":%.3f,\"events_per_s\":%.1f,\"claim_p50_ms\":%.3f,\"claim_p99_ms\":%.3f,"
-           "\"duplicates\":%ld,\"missing\":%ld}\n",
+           "\"duplicates\":%ld,\"missing\":%ld,\"order_violations\":%ld}\n",
            nworkers, maxc, atomic_load(&acked), atomic_load(&claims), atomic_load(&empties), secs,
            atomic_load(&acked) / secs, nall ? all[nall / 2] : 0, nall ? all[(nall * 99) / 100] : 0,
-           atomic_load(&dups), missing);
+           atomic_load(&dups), missing, atomic_load(&disorder));
     free(all);
+    free(last_version);
     free(th);
     free(ws);
     free(seen);
-    return (expect && atomic_load(&acked) < expect) || atomic_load(&dups) ? 1 : 0;
+    return (expect && atomic_load(&acked) < expect) || atomic_load(&dups) ||
+                   atomic_load(&disorder) ? 1 : 0;
 }

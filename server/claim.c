@@ -445,21 +445,14 @@ static int settle_one(mic_claim *c, struct mic_wctx *w, struct mic_group *gr,
         d.terminal_at = 0;
         it->status = ST_REQUEUED;
         c->requeued++;
-        if (gr->cfg.ordered && !gr->cfg.dlq_hold) {
-            /* It left its aggregate's queue when it died: it goes back in
-             * at its place, behind whatever head is out now. */
+        if (gr->cfg.ordered) {
             struct mic_rec r;
             if ((rc = mic_store_log_get(w->txn, it->seq, &r)))
                 return rc;
-            if (r.has_agg) {
-                d.queued = 1;
-                if ((rc = mic_store_dlv_put(w->txn, gr->gid, it->seq, &d)))
-                    return rc;
-                return mic_order_requeue(w, gr, &r);
-            }
+            if (r.has_agg)
+                return mic_order_requeue(w, gr, &r, &d);
         }
-        /* A held head (or an event without aggregate) is claimable at once;
-         * its successors follow in order. */
+        /* Without an aggregate: claimable at once. */
         if ((rc = mic_store_dlv_put(w->txn, gr->gid, it->seq, &d)))
             return rc;
         mic_wctx_wake(w, gr->gid);

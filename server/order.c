@@ -142,9 +142,34 @@ int mic_order_enqueue(struct mic_wctx *w, const struct mic_group *gr,
 }
 
 int mic_order_requeue(struct mic_wctx *w, const struct mic_group *gr,
-                      const struct mic_rec *r)
+                      const struct mic_rec *r, struct mic_dlv *d)
 {
-    return join(w, gr, r);
+    struct mic_ags a;
+    struct mic_aq e;
+    int rc;
+
+    order_key(r, &e);
+    rc = mic_store_aq_has(w->txn, gr->gid, r->akey, &e);
+    if (rc == MIC_ENOTFOUND) {
+        d->queued = 1;
+        if ((rc = mic_store_dlv_put(w->txn, gr->gid, r->seq, d)))
+            return rc;
+        return join(w, gr, r);
+    }
+    if (rc)
+        return rc;
+    /* Still in the queue: it is (or will be) the head; only the head is
+     * made claimable. */
+    d->queued = 1;
+    if ((rc = mic_store_dlv_put(w->txn, gr->gid, r->seq, d)))
+        return rc;
+    if ((rc = mic_store_ags_get(w->txn, gr->gid, r->akey, &a)))
+        return rc;
+    if (a.active == r->seq)
+        a.active = 0; /* picked again by advance, now claimable */
+    if ((rc = mic_store_ags_put(w->txn, gr->gid, r->akey, &a)))
+        return rc;
+    return advance(w, gr, r->akey);
 }
 
 int mic_order_release(struct mic_wctx *w, const struct mic_group *gr,

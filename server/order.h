@@ -25,10 +25,12 @@ int mic_order_enqueue(struct mic_wctx *w, const struct mic_group *gr,
  * aggregate's queue and the next event becomes the head. */
 int mic_order_release(struct mic_wctx *w, const struct mic_group *gr,
                       const struct mic_rec *r);
-/* A requeued dead letter of a group with dlq_policy release enters its
- * aggregate's queue again. */
+/* A requeued dead letter 'r' of ordered group 'gr' (its delivery record
+ * already PENDING in 'd', written here): if it still heads its aggregate
+ * (it died under dlq_policy hold) it is claimable at once; if it left the
+ * queue (release) it enters it again at its place. */
 int mic_order_requeue(struct mic_wctx *w, const struct mic_group *gr,
-                      const struct mic_rec *r);
+                      const struct mic_rec *r, struct mic_dlv *d);
 /* A versioned event of aggregate 'akey' was stored: move the aggregate's
  * contiguous watermark and release heads parked below it. */
 int mic_order_version_stored(struct mic_wctx *w, mic_groups *g,

@@ -1094,6 +1094,16 @@ int mic_store_aq_del(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
     return from_mdb(rc);
 }
 
+int mic_store_aq_has(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
+                     const struct mic_aq *e)
+{
+    uint8_t kb[AQ_KEY];
+    MDB_val k = {AQ_KEY, kb}, v;
+
+    aq_key(kb, gid, akey, e);
+    return get(t, t->s->aq, &k, &v);
+}
+
 int mic_store_aq_first(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
                        struct mic_aq *e)
 {

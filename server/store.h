@@ -253,6 +253,9 @@ int mic_store_aq_put(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
 /* MIC_ENOTFOUND if the entry is not there. */
 int mic_store_aq_del(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
                      const struct mic_aq *e);
+/* MIC_OK if entry 'e' is in the queue, MIC_ENOTFOUND if not. */
+int mic_store_aq_has(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
+                     const struct mic_aq *e);
 /* The first entry of the queue; MIC_ENOTFOUND if it is empty. */
 int mic_store_aq_first(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
                        struct mic_aq *e);
