@@ -337,7 +337,9 @@ static int load_one(void *arg, const char *name, size_t len,
     gr->gid = rec->gid;
     if (cfg_from_json(rec->config, rec->config_len, gr->name, &gr->cfg))
         goto fail;
-    g->backfilling |= rec->backfilling;
+    gr->backfilling = rec->backfilling == 1;
+    gr->releasing = rec->backfilling == 2;
+    g->backfilling |= rec->backfilling != 0;
     gr->next = g->list;
     g->list = gr;
     return 0;
@@ -526,17 +528,16 @@ static int backfill_one(void *arg, const struct mic_rec *r)
 
 static int backfill_step(mic_groups *g, struct mic_wctx *w)
 {
-    g->backfilling = 0;
     for (struct mic_group *gr = g->list; gr; gr = gr->next) {
         struct mic_group_rec rec;
         struct backfill b = {w, gr, NULL, 0, 0, MIC_OK};
         uint64_t next;
         int rc;
 
+        if (!gr->backfilling)
+            continue;
         if ((rc = mic_store_group_get(w->txn, gr->name, strlen(gr->name), &rec)))
             return rc;
-        if (!rec.backfilling)
-            continue;
         if ((rc = mic_store_topic_each(w->txn, collect_topic, &b)) ||
             (rc = mic_store_log_scan(w->txn, rec.backfill_next, rec.backfill_end,
                                      BACKFILL_CHUNK, backfill_one, &b, &next)) ||
@@ -554,13 +555,88 @@ static int backfill_step(mic_groups *g, struct mic_wctx *w)
             memcpy(cfg, rec.config, rec.config_len);
             upd.config = cfg;
             upd.backfill_next = next;
-            upd.backfilling = next <= rec.backfill_end;
+            upd.backfilling = next <= rec.backfill_end ? 1 : gr->cfg.ordered ? 2 : 0;
             rc = mic_store_group_put(w->txn, gr->name, strlen(gr->name), &upd);
             free(cfg);
             if (rc)
                 return rc;
-            g->backfilling |= upd.backfilling;
+            gr->backfilling = upd.backfilling == 1;
+            gr->releasing = upd.backfilling == 2;
+            gr->cursor_set = 0;
+            g->backfilling = 1; /* look again next batch */
         }
+        return MIC_OK; /* one chunk per batch */
+    }
+    return MIC_OK;
+}
+
+/* Set the group record's backfill state to 'state'. */
+static int set_backfill_state(struct mic_wctx *w, struct mic_group *gr, uint8_t state)
+{
+    struct mic_group_rec rec, upd;
+    char *cfg;
+    int rc;
+
+    if ((rc = mic_store_group_get(w->txn, gr->name, strlen(gr->name), &rec)))
+        return rc;
+    if (!(cfg = malloc(rec.config_len ? rec.config_len : 1)))
+        return MIC_ENOMEM;
+    memcpy(cfg, rec.config, rec.config_len);
+    upd = rec;
+    upd.config = cfg;
+    upd.backfilling = state;
+    rc = mic_store_group_put(w->txn, gr->name, strlen(gr->name), &upd);
+    free(cfg);
+    return rc;
+}
+
+struct collect {
+    uint8_t (*akeys)[MIC_AKEY_LEN];
+    int n, max;
+};
+
+static int collect_agg(void *arg, const uint8_t akey[MIC_AKEY_LEN], const struct mic_ags *a)
+{
+    struct collect *c = arg;
+
+    (void)a;
+    memcpy(c->akeys[c->n++], akey, MIC_AKEY_LEN);
+    return c->n == c->max;
+}
+
+/* An ordered group's backfill is complete: pick the heads of its waiting
+ * aggregates, RELEASE_CHUNK per batch (idempotent: redone from the start
+ * after a restart). */
+static int release_step(mic_groups *g, struct mic_wctx *w)
+{
+    enum { RELEASE_CHUNK = 2000 };
+    for (struct mic_group *gr = g->list; gr; gr = gr->next) {
+        struct collect c = {NULL, 0, RELEASE_CHUNK};
+        int rc;
+
+        if (!gr->releasing)
+            continue;
+        if (!(c.akeys = malloc(RELEASE_CHUNK * sizeof *c.akeys)))
+            return MIC_ENOMEM;
+        rc = mic_store_ags_each(w->txn, gr->gid, gr->cursor_set ? gr->cursor : NULL,
+                                collect_agg, &c);
+        if (rc == 1)
+            rc = MIC_OK;
+        for (int i = 0; i < c.n && rc == MIC_OK; i++)
+            rc = mic_order_advance(w, gr, c.akeys[i]);
+        if (rc == MIC_OK && c.n) {
+            memcpy(gr->cursor, c.akeys[c.n - 1], MIC_AKEY_LEN);
+            gr->cursor_set = 1;
+        }
+        free(c.akeys);
+        if (rc)
+            return rc;
+        if (c.n < RELEASE_CHUNK) {
+            if ((rc = set_backfill_state(w, gr, 0)))
+                return rc;
+            gr->releasing = 0;
+        }
+        g->backfilling = 1;
         return MIC_OK; /* one chunk per batch */
     }
     return MIC_OK;
@@ -571,8 +647,11 @@ int mic_groups_background(mic_groups *g, struct mic_wctx *w)
     uint32_t gid;
     int rc, finished;
 
-    if (g->backfilling && (rc = backfill_step(g, w)))
-        return rc;
+    if (g->backfilling) {
+        g->backfilling = 0;
+        if ((rc = backfill_step(g, w)) || (rc = release_step(g, w)))
+            return rc;
+    }
     if (!g->dropping)
         return MIC_OK;
     rc = mic_store_drop_first(w->txn, &gid);
@@ -659,6 +738,7 @@ static int apply(mic_op *op, struct mic_wctx *w)
         group_free(gr);
         return rc;
     }
+    gr->backfilling = rec.backfilling;
     gr->next = g->list;
     g->list = gr;
     g->version++;

@@ -40,6 +40,10 @@ struct mic_group {
     char name[MIC_GROUP_NAME_MAX + 1];
     uint32_t gid;
     struct mic_group_cfg cfg;
+    int backfilling;        /* older events still being added */
+    int releasing;          /* ordered: backfill done, heads being released */
+    uint8_t cursor[MIC_AKEY_LEN]; /* releasing: last aggregate done */
+    int cursor_set;
     struct mic_group *next;
 };
 

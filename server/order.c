@@ -19,7 +19,12 @@
  *     baseline up to its own is stored or skipped (the aggregate's `contig`
  *     watermark); otherwise the aggregate parks on the first missing one.
  * Terminal states (dispatched, skipped, dead-lettered under release) take
- * the delivery out of the queue (mic_order_release) and advance. */
+ * the delivery out of the queue (mic_order_release) and advance.
+ *
+ * A group created over existing events (start `all` or a time) picks no
+ * head until its backfill is complete, since an event's predecessors may
+ * sit later in the log; then group.c releases the heads of every waiting
+ * aggregate, a chunk per batch (mic_order_advance). */
 #define _POSIX_C_SOURCE 200809L
 #include "order.h"
 
@@ -49,6 +54,11 @@ static int advance(struct mic_wctx *w, const struct mic_group *gr,
     struct mic_dlv d;
     int rc;
 
+    /* While older events are still being backfilled, an event's
+     * predecessors may not have reached the queue yet: no head is picked
+     * before the backfill is complete. */
+    if (gr->backfilling)
+        return MIC_OK;
     if ((rc = mic_store_ags_get(w->txn, gr->gid, akey, &a)))
         return rc == MIC_ENOTFOUND ? MIC_OK : rc;
     rc = mic_store_aq_first(w->txn, gr->gid, akey, &first);
@@ -102,6 +112,12 @@ static int advance(struct mic_wctx *w, const struct mic_group *gr,
     a.missing = 0;
     a.since = w->now_us;
     return mic_store_ags_put(w->txn, gr->gid, akey, &a);
+}
+
+int mic_order_advance(struct mic_wctx *w, const struct mic_group *gr,
+                      const uint8_t akey[MIC_AKEY_LEN])
+{
+    return advance(w, gr, akey);
 }
 
 /* Put 'r' in its aggregate's queue (its delivery is written by the caller

@@ -31,6 +31,10 @@ int mic_order_release(struct mic_wctx *w, const struct mic_group *gr,
  * queue (release) it enters it again at its place. */
 int mic_order_requeue(struct mic_wctx *w, const struct mic_group *gr,
                       const struct mic_rec *r, struct mic_dlv *d);
+/* Pick the head of aggregate 'akey' in 'gr' if it has none (used once a
+ * backfill is complete). */
+int mic_order_advance(struct mic_wctx *w, const struct mic_group *gr,
+                      const uint8_t akey[MIC_AKEY_LEN]);
 /* A versioned event of aggregate 'akey' was stored: move the aggregate's
  * contiguous watermark and release heads parked below it. */
 int mic_order_version_stored(struct mic_wctx *w, mic_groups *g,

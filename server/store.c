@@ -484,6 +484,45 @@ int mic_store_time_any(mic_txn *t, uint32_t topic_id)
     return from_mdb(rc);
 }
 
+int mic_store_time_scan(mic_txn *t, uint32_t topic_id, int64_t from_us,
+                        const char *from_id, size_t from_idlen, int exclusive,
+                        int64_t to_us, int max,
+                        int (*fn)(void *arg, int64_t created_us, const char *id,
+                                  size_t idlen, uint64_t seq),
+                        void *arg)
+{
+    uint8_t kb[12 + 128];
+    MDB_cursor *c;
+    MDB_val k = {12 + from_idlen, kb}, v;
+    int rc, n = 0, stop = 0;
+
+    if (from_idlen > 128)
+        return MIC_EINVAL;
+    put_u32(kb, topic_id);
+    put_u64(kb + 4, (uint64_t)from_us);
+    memcpy(kb + 12, from_id, from_idlen);
+    if ((rc = mdb_cursor_open(t->txn, t->s->time, &c)))
+        return from_mdb(rc);
+    rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+    if (rc == 0 && exclusive && k.mv_size == 12 + from_idlen &&
+        !memcmp(k.mv_data, kb, 12 + from_idlen))
+        rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+    for (; rc == 0 && n < max && !stop; rc = mdb_cursor_get(c, &k, &v, MDB_NEXT), n++) {
+        const uint8_t *p = k.mv_data;
+        int64_t at;
+        if (k.mv_size < 12 || get_u32(p) != topic_id)
+            break;
+        at = (int64_t)get_u64(p + 4);
+        if (at > to_us)
+            break;
+        stop = fn(arg, at, (const char *)p + 12, k.mv_size - 12, get_u64(v.mv_data));
+    }
+    mdb_cursor_close(c);
+    if (stop)
+        return stop;
+    return rc == 0 || rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
+}
+
 /* ---- Aggregates ---- */
 
 void mic_store_akey(const char *type, size_t tlen, const char *id,

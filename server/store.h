@@ -116,6 +116,17 @@ int mic_store_time_put(mic_txn *t, uint32_t topic_id, int64_t created_at_us,
                        const char *id, size_t idlen, uint64_t seq);
 /* MIC_OK if the topic has at least one event, MIC_ENOTFOUND if none. */
 int mic_store_time_any(mic_txn *t, uint32_t topic_id);
+/* Call fn for up to 'max' entries of topic 'topic_id' in (created_at,
+ * event_id) order from position (from_us, from_id) -- exclusive of it when
+ * 'exclusive' -- while created_at <= to_us.  fn gets the entry's
+ * created_at, event_id and seq; a nonzero return stops the walk and is
+ * returned. */
+int mic_store_time_scan(mic_txn *t, uint32_t topic_id, int64_t from_us,
+                        const char *from_id, size_t from_idlen, int exclusive,
+                        int64_t to_us, int max,
+                        int (*fn)(void *arg, int64_t created_us, const char *id,
+                                  size_t idlen, uint64_t seq),
+                        void *arg);
 
 /* ---- Aggregates ---- */
 
