@@ -25,6 +25,7 @@
 #include "metrics.h"
 #include "order.h"
 #include "publish.h"
+#include "replay.h"
 #include "topic.h"
 
 #include <microhttpd.h>
@@ -548,6 +549,63 @@ static enum MHD_Result finish_gap(struct req *r)
     return send_buf(r, MHD_HTTP_OK, &b);
 }
 
+static ssize_t range_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    ssize_t n = mic_range_read(cls, buf, max);
+
+    (void)pos;
+    if (n == 0)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    if (n < 0)
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    return n;
+}
+
+static void range_free(void *cls)
+{
+    mic_range_close(cls);
+}
+
+static enum MHD_Result h_range(struct req *r, const char **args)
+{
+    const char *accept = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_ACCEPT);
+    const char *from = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "from");
+    const char *to = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "to");
+    const char *after = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "after");
+    struct mic_error e;
+    struct mic_buf b;
+
+    if (accept && strstr(accept, "application/x-ndjson")) {
+        struct MHD_Response *resp;
+        enum MHD_Result ret;
+        mic_range *rg;
+
+        if (mic_range_open(r->h->store, args[0], from, to, after, &rg, &e))
+            return send_error(r, &e);
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024,
+                                                 range_reader, rg, range_free);
+        if (!resp) {
+            mic_range_close(rg);
+            return MHD_NO;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");
+        MHD_add_response_header(resp, "X-Request-Id", r->rid);
+        ret = MHD_queue_response(r->conn, MHD_HTTP_OK, resp);
+        MHD_destroy_response(resp);
+        mic_metrics_http(r->route, MHD_HTTP_OK);
+        return ret;
+    }
+    mic_buf_init(&b);
+    if (mic_range_page(r->h->store, args[0], from, to, after,
+                       MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit"),
+                       &b, &e)) {
+        mic_buf_fini(&b);
+        return send_error(r, &e);
+    }
+    return send_buf(r, MHD_HTTP_OK, &b);
+}
+
 static enum MHD_Result h_healthz(struct req *r, const char **args)
 {
     (void)args;
@@ -622,6 +680,7 @@ static const struct route routes[] = {
     {"GET", "/v1/events/*", "/v1/events/{id}", h_event_get},
     {"GET", "/v1/topics", "/v1/topics", h_topic_list},
     {"GET", "/v1/topics/*", "/v1/topics/{topic}", h_topic_get},
+    {"GET", "/v1/topics/*/events", "/v1/topics/{topic}/events", h_range},
     {"PUT", "/v1/topics/*", "/v1/topics/{topic}", h_topic_put},
     {"DELETE", "/v1/topics/*", "/v1/topics/{topic}", h_topic_del},
     {"GET", "/v1/groups", "/v1/groups", h_group_list},
