@@ -30,6 +30,7 @@
 #include "err.h"
 #include "json.h"
 #include "order.h"
+#include "replay.h"
 
 #include <math.h>
 #include <openssl/rand.h>
@@ -86,6 +87,7 @@ struct mic_claim {
     uint8_t (*tokens)[MIC_TOKEN_LEN];
     int granted;
     uint32_t gid;
+    char *replay;           /* a replay group's "replay" members, or NULL */
     int64_t lease_expires;
     struct mic_error err;
 };
@@ -273,7 +275,9 @@ static int before_batch(void *app, struct mic_wctx *w)
     }
     if (rc != MIC_OK && rc != MIC_ENOTFOUND)
         return rc;
-    return mic_groups_background(g, w);
+    if ((rc = mic_groups_background(g, w)))
+        return rc;
+    return mic_replay_background(g, w);
 }
 
 static int64_t next_due(void *app, struct mic_wctx *w)
@@ -289,7 +293,7 @@ static int64_t next_due(void *app, struct mic_wctx *w)
 
 static int busy(void *app)
 {
-    return timers_left || mic_groups_busy(app);
+    return timers_left || mic_groups_busy(app) || mic_replay_busy();
 }
 
 static void aborted(void *app, mic_txn *read)
@@ -316,6 +320,8 @@ static int apply_claim(mic_claim *c, struct mic_wctx *w, struct mic_group *gr)
 
     c->granted = 0;
     c->gid = gr->gid;
+    free(c->replay);
+    c->replay = gr->cfg.replay_fields ? strdup(gr->cfg.replay_fields) : NULL;
     c->lease_expires = w->now_us + ttl_us;
     if (c->op.alive && !c->op.alive(&c->op))
         return MIC_OK; /* the client left: take nothing */
@@ -750,6 +756,15 @@ static int claim_json(mic_claim *c, mic_store *s, struct mic_buf *out,
         mic_buf_add(out, t, MIC_TIME_LEN + 2);
         mic_buf_puts(out, ",\"event\":");
         mic_buf_add(out, r.json, r.json_len);
+        if (c->replay) {
+            /* The stored form starts with {"event_id":"...". */
+            const char *id = r.json + 13, *q = memchr(id, '"', r.json_len - 13);
+            mic_buf_puts(out, ",\"replay\":{");
+            mic_buf_puts(out, c->replay);
+            mic_buf_puts(out, ",\"original_event_id\":");
+            mic_buf_json_str(out, id, q ? (size_t)(q - id) : 0);
+            mic_buf_add(out, "}", 1);
+        }
         mic_buf_add(out, "}", 1);
     }
     if (c->granted)
@@ -798,6 +813,7 @@ void mic_claim_free(mic_claim *c)
 {
     if (!c)
         return;
+    free(c->replay);
     free(c->seqs);
     free(c->attempts);
     free(c->tokens);

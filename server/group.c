@@ -85,8 +85,11 @@ static void cfg_fini(struct mic_group_cfg *c)
     for (int i = 0; i < c->ntopics; i++)
         free(c->topics[i]);
     free(c->topics);
+    free(c->replay_run);
+    free(c->replay_fields);
     c->topics = NULL;
     c->ntopics = 0;
+    c->replay_run = c->replay_fields = NULL;
 }
 
 static int topic_pattern_ok(const char *s, size_t n)
@@ -139,7 +142,7 @@ static int cfg_parse(json_t *o, const char *name, struct mic_group_cfg *c,
     static const char *const known[] = {
         "name", "topics", "kind", "ordered", "max_attempts", "backoff",
         "lease_ttl_s", "start", "alert_oldest_unhandled_s", "dlq_policy",
-        "replay_run", NULL};
+        "replay_run", "replay", NULL};
     json_t *v, *b;
     const char *k;
     uint64_t n;
@@ -235,6 +238,18 @@ static int cfg_parse(json_t *o, const char *name, struct mic_group_cfg *c,
             c->start = MIC_START_TIME;
         else
             return BADREQ("start", "start is all, new, or an RFC 3339 time");
+    }
+    if ((v = json_object_get(o, "replay_run")) && json_is_string(v)) {
+        json_t *r = json_object_get(o, "replay");
+        char *txt = r ? json_dumps(r, JSON_COMPACT) : NULL;
+        c->replay_run = strdup(json_string_value(v));
+        if (txt && strlen(txt) >= 2) {
+            txt[strlen(txt) - 1] = 0; /* drop the braces: members only */
+            c->replay_fields = strdup(txt + 1);
+        }
+        free(txt);
+        if (!c->replay_run)
+            return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
     }
     if ((v = json_object_get(o, "alert_oldest_unhandled_s")) && !json_is_null(v)) {
         n = 0;
@@ -427,9 +442,8 @@ int mic_group_deliver(struct mic_wctx *w, const struct mic_group *gr,
     return MIC_OK;
 }
 
-/* A new delivery of 'r': in its aggregate's queue in an ordered group,
- * else straight to the ready set. */
-static int deliver(struct mic_wctx *w, const struct mic_group *gr, const struct mic_rec *r)
+int mic_group_add(struct mic_wctx *w, const struct mic_group *gr,
+                  const struct mic_rec *r)
 {
     if (gr->cfg.ordered && r->has_agg)
         return mic_order_enqueue(w, gr, r);
@@ -454,11 +468,11 @@ static struct cache_slot *subscribers(mic_groups *g, const char *topic, size_t t
     c->n = 0;
     c->version = 0;
     for (struct mic_group *gr = g->list; gr; gr = gr->next)
-        n += cfg_subscribes(&gr->cfg, topic, tlen);
+        n += !gr->cfg.replay_run && cfg_subscribes(&gr->cfg, topic, tlen);
     if (n && !(c->groups = malloc((size_t)n * sizeof *c->groups)))
         return NULL;
     for (struct mic_group *gr = g->list; gr; gr = gr->next)
-        if (cfg_subscribes(&gr->cfg, topic, tlen))
+        if (!gr->cfg.replay_run && cfg_subscribes(&gr->cfg, topic, tlen))
             c->groups[c->n++] = gr;
     memcpy(c->topic, topic, tlen);
     c->topic[tlen] = 0;
@@ -480,7 +494,7 @@ int mic_groups_fanout(mic_groups *g, struct mic_wctx *w, const char *topic,
         const struct mic_group *gr = c->groups[i];
         if (gr->cfg.start == MIC_START_TIME && r->created_at_us < gr->cfg.start_us)
             continue;
-        if ((rc = deliver(w, gr, r)))
+        if ((rc = mic_group_add(w, gr, r)))
             return rc;
     }
     return MIC_OK;
@@ -523,7 +537,7 @@ static int backfill_one(void *arg, const struct mic_rec *r)
         hit = b->ids[i] == r->topic_id;
     if (!hit || (b->gr->cfg.start == MIC_START_TIME && r->created_at_us < b->gr->cfg.start_us))
         return 0;
-    return (b->rc = deliver(b->w, b->gr, r)) != MIC_OK;
+    return (b->rc = mic_group_add(b->w, b->gr, r)) != MIC_OK;
 }
 
 static int backfill_step(mic_groups *g, struct mic_wctx *w)
@@ -534,7 +548,7 @@ static int backfill_step(mic_groups *g, struct mic_wctx *w)
         uint64_t next;
         int rc;
 
-        if (!gr->backfilling)
+        if (!gr->backfilling || gr->cfg.replay_run)
             continue;
         if ((rc = mic_store_group_get(w->txn, gr->name, strlen(gr->name), &rec)))
             return rc;
@@ -680,22 +694,17 @@ static int apply(mic_op *op, struct mic_wctx *w)
     o->err.err = MIC_OK;
     o->created = 0;
     if (o->del) {
-        struct mic_group **pp;
         if (!old) {
             mic_error_set(&o->err, MIC_ENOTFOUND, "not_found", NULL, "no group %s", o->name);
             return MIC_OK;
         }
-        if ((rc = mic_store_group_del(w->txn, o->name, o->len)) ||
-            (rc = mic_store_drop_put(w->txn, old->gid)))
-            return rc;
-        mic_wctx_wake(w, old->gid);
-        for (pp = &g->list; *pp != old; pp = &(*pp)->next)
-            ;
-        *pp = old->next;
-        group_free(old);
-        g->version++;
-        g->dropping = 1;
-        return MIC_OK;
+        if (old->cfg.replay_run) {
+            mic_error_set(&o->err, MIC_EINVAL, "invalid_request", NULL,
+                          "a replay run's group goes with DELETE /v1/replays/%s",
+                          old->cfg.replay_run);
+            return MIC_OK;
+        }
+        return mic_groups_delete(g, w, old);
     }
     if (old) {
         if (!cfg_same_topics(&old->cfg, &o->cfg) || old->cfg.ordered != o->cfg.ordered ||
@@ -720,30 +729,80 @@ static int apply(mic_op *op, struct mic_wctx *w)
         g->version++;
         return MIC_OK;
     }
+    if ((rc = mic_groups_create(g, w, o->name, o->json, o->json_len, 0, &gr)))
+        return rc;
+    o->created = 1;
+    return MIC_OK;
+}
+
+int mic_groups_create(mic_groups *g, struct mic_wctx *w, const char *name,
+                      const char *json, size_t len, int selecting,
+                      struct mic_group **out)
+{
+    struct mic_group_rec rec;
+    struct mic_group *gr;
+    size_t nlen = strlen(name);
+    int rc;
+
+    if (mic_groups_find(g, name, nlen))
+        return MIC_ECONFLICT;
     memset(&rec, 0, sizeof rec);
     if ((rc = mic_store_next_group_id(w->txn, &rec.gid)))
         return rc;
-    rec.backfill_end = w->next_seq - 1;
-    rec.backfill_next = 1;
-    rec.backfilling = o->cfg.start != MIC_START_NEW && rec.backfill_end >= 1;
-    rec.config = o->json;
-    rec.config_len = o->json_len;
-    if ((rc = mic_store_group_put(w->txn, o->name, o->len, &rec)))
-        return rc;
     if (!(gr = calloc(1, sizeof *gr)))
         return MIC_ENOMEM;
-    memcpy(gr->name, o->name, o->len);
-    gr->gid = rec.gid;
-    if ((rc = cfg_from_json(o->json, o->json_len, o->name, &gr->cfg))) {
+    memcpy(gr->name, name, nlen);
+    if ((rc = cfg_from_json(json, len, gr->name, &gr->cfg))) {
         group_free(gr);
         return rc;
     }
+    rec.backfill_end = w->next_seq - 1;
+    rec.backfill_next = 1;
+    rec.backfilling = selecting || (gr->cfg.start != MIC_START_NEW && rec.backfill_end >= 1);
+    rec.config = json;
+    rec.config_len = len;
+    if ((rc = mic_store_group_put(w->txn, name, nlen, &rec))) {
+        group_free(gr);
+        return rc;
+    }
+    gr->gid = rec.gid;
     gr->backfilling = rec.backfilling;
     gr->next = g->list;
     g->list = gr;
     g->version++;
-    g->backfilling |= rec.backfilling;
-    o->created = 1;
+    g->backfilling |= rec.backfilling && !selecting;
+    *out = gr;
+    return MIC_OK;
+}
+
+int mic_groups_selected(mic_groups *g, struct mic_wctx *w, struct mic_group *gr)
+{
+    int rc = set_backfill_state(w, gr, gr->cfg.ordered ? 2 : 0);
+
+    if (rc)
+        return rc;
+    gr->backfilling = 0;
+    gr->releasing = gr->cfg.ordered;
+    gr->cursor_set = 0;
+    g->backfilling |= gr->releasing;
+    return MIC_OK;
+}
+
+int mic_groups_delete(mic_groups *g, struct mic_wctx *w, struct mic_group *gr)
+{
+    struct mic_group **pp;
+    int rc;
+
+    if ((rc = mic_store_group_del(w->txn, gr->name, strlen(gr->name))) ||
+        (rc = mic_store_drop_put(w->txn, gr->gid)))
+        return rc;
+    mic_wctx_wake(w, gr->gid);
+    for (pp = &g->list; *pp != gr; pp = &(*pp)->next)
+        ;
+    *pp = gr->next;
+    group_free(gr);
+    g->version++;
+    g->dropping = 1;
     return MIC_OK;
 }
 
@@ -777,7 +836,8 @@ int mic_group_put_parse(const char *name, const char *body, size_t len,
     if ((rc = mic_json_load(body, len, cfg->max_depth, &j, err)) ||
         (rc = cfg_parse(j, name, &o->cfg, err)))
         goto fail;
-    if (json_object_get(j, "replay_run")) {
+    if (json_object_get(j, "replay_run") || json_object_get(j, "replay") ||
+        strncmp(name, "replay.", 7) == 0) {
         rc = BADREQ("replay_run", "replay groups are made by POST /v1/replays");
         goto fail;
     }

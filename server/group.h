@@ -33,6 +33,8 @@ struct mic_group_cfg {
     int start;              /* enum mic_start */
     int64_t start_us;       /* MIC_START_TIME: created_at >= this */
     int64_t alert_s;        /* alert_oldest_unhandled_s, -1 = none */
+    char *replay_run;       /* a replay run's group: its run id, else NULL */
+    char *replay_fields;    /* its claims' "replay" members, JSON text without braces */
 };
 
 /* A live group, as the writer knows it. */
@@ -69,10 +71,26 @@ int mic_groups_busy(mic_groups *g);
 /* Rebuild from the committed store after an aborted batch. */
 void mic_groups_reload(mic_groups *g, mic_txn *read);
 
-/* Add a PENDING, ready delivery of 'seq' to group 'gr' (also used by
- * replay runs). */
+/* Add a PENDING, ready delivery of 'seq' to group 'gr'. */
 int mic_group_deliver(struct mic_wctx *w, const struct mic_group *gr,
                       uint64_t seq, uint8_t priority);
+/* Add the delivery of record 'r' to 'gr': in its aggregate's queue in an
+ * ordered group, else ready at once. */
+int mic_group_add(struct mic_wctx *w, const struct mic_group *gr,
+                  const struct mic_rec *r);
+
+/* Create group 'name' from its resource JSON (as stored), in the writer
+ * thread; 'selecting' marks a group whose deliveries another module adds
+ * (a replay run): it gets no live events and no backfill of its own, and
+ * an ordered one picks no head until mic_groups_selected.  MIC_ECONFLICT
+ * if the name is taken. */
+int mic_groups_create(mic_groups *g, struct mic_wctx *w, const char *name,
+                      const char *json, size_t len, int selecting,
+                      struct mic_group **out);
+/* All deliveries of a 'selecting' group are in: heads may go. */
+int mic_groups_selected(mic_groups *g, struct mic_wctx *w, struct mic_group *gr);
+/* Delete group 'gr' (its keys go in the background). */
+int mic_groups_delete(mic_groups *g, struct mic_wctx *w, struct mic_group *gr);
 
 /* ---- Requests ---- */
 

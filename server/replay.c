@@ -1,4 +1,4 @@
-/* replay.c - time-range reads (DESIGN section 5).
+/* replay.c - time-range reads and replay runs (DESIGN section 5).
  *
  * A topic's events are read from the time index (topic_id, created_at,
  * event_id) -> seq, so a range is one seek and then a walk in
@@ -13,9 +13,13 @@
 
 #include "buf.h"
 #include "clock.h"
+#include "config.h"
 #include "err.h"
 #include "event.h"
+#include "json.h"
 
+#include <openssl/evp.h>
+#include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,4 +252,540 @@ void mic_range_close(mic_range *r)
         return;
     mic_buf_fini(&r->pending);
     free(r);
+}
+
+/* ---- Replay runs ----
+ *
+ * POST /v1/replays fixes the selection once, in the handler thread: the
+ * topic's events with created_at in [from, to] and seq at most the last seq
+ * committed at that moment (seq_max).  It counts them and computes the
+ * digest (DESIGN section 12) in a read transaction.  The writer then
+ * records the run and creates its group `replay.<run_id>` (ordered, lease
+ * 30 s, 10 attempts, dlq_policy release), which takes no live events; the
+ * deliveries are added RUN_CHUNK events per writer batch, walking the time
+ * index from the run's cursor, so a large run does not stall other
+ * requests.  When the walk is done, the group's heads are released (ordered
+ * groups pick no head before all events are in).
+ *
+ * Run record (`runs` value): a RUN_HDR-byte header, then the run's
+ * description as JSON (what POST answers, plus from/to/kind/...):
+ *   0 u8 selecting, 1 u8 cursor id length, 2 u8 cursor exclusive,
+ *   3 u8 reserved, 4 u32 topic_id, 8 u64 from µs, 16 u64 to µs,
+ *   24 u64 seq_max, 32 u64 cursor µs, 40 cursor id (128 bytes). */
+
+
+#define RUN_HDR 168
+#define RUN_CHUNK 2000
+#define RUN_ID_MAX 64
+
+static int replay_busy = 1; /* writer thread: look for selections at start */
+
+int mic_replay_busy(void)
+{
+    return replay_busy;
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+struct mic_replay_op {
+    mic_op op; /* first */
+    int del;
+    char run_id[RUN_ID_MAX + 1];
+    char *rec;          /* the run record to store */
+    size_t rec_len;
+    char *group_json;   /* the run's group resource */
+    size_t group_len;
+    struct mic_buf answer;
+    struct mic_error err;
+};
+
+struct selection {
+    EVP_MD_CTX *md;
+    uint64_t seq_max, n;
+};
+
+static int select_one(void *arg, int64_t at, const char *id, size_t idlen, uint64_t seq)
+{
+    struct selection *s = arg;
+    char line[MIC_TIME_LEN + 2 + MIC_EVENT_ID_MAX + 1];
+
+    if (seq > s->seq_max)
+        return 0;
+    mic_time_format(at, line);
+    line[MIC_TIME_LEN] = '\t';
+    memcpy(line + MIC_TIME_LEN + 1, id, idlen);
+    line[MIC_TIME_LEN + 1 + idlen] = '\n';
+    EVP_DigestUpdate(s->md, line, MIC_TIME_LEN + 2 + idlen);
+    s->n++;
+    return 0;
+}
+
+static int run_id_ok(const char *s, size_t n)
+{
+    if (n == 0 || n > RUN_ID_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+              (s[i] >= '0' && s[i] <= '9') || s[i] == '.' || s[i] == '_' || s[i] == '-'))
+            return 0;
+    return 1;
+}
+
+int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
+                            const struct mic_config *cfg, mic_replay_op **out,
+                            struct mic_error *err)
+{
+    static const char *const known[] = {"topic", "from", "to", "run_id", "kind",
+                                        "target_projection_version", "effects", NULL};
+    const char *topic, *from = NULL, *to = NULL, *k;
+    struct selection sel = {NULL, 0, 0};
+    unsigned char md[32];
+    char digest[65], tbuf[MIC_TIME_LEN + 1];
+    struct range q;
+    struct mic_buf info, gj;
+    mic_replay_op *o = NULL;
+    json_t *j = NULL, *v, *tpv;
+    int effect = 0, allow = 0, rc;
+    mic_txn *t = NULL;
+    char *tpv_txt = NULL;
+
+    mic_buf_init(&info);
+    mic_buf_init(&gj);
+    if ((rc = mic_json_load(body, len, cfg->max_depth, &j, err)))
+        return rc;
+    if (!json_is_object(j)) {
+        rc = BADREQ(NULL, "the body must be a JSON object");
+        goto fail;
+    }
+    json_object_foreach(j, k, v) {
+        int ok = 0;
+        for (int i = 0; known[i] && !ok; i++)
+            ok = !strcmp(k, known[i]);
+        if (!ok) {
+            rc = BADREQ(k, "unknown field '%.64s'", k);
+            goto fail;
+        }
+    }
+    v = json_object_get(j, "topic");
+    if (!json_is_string(v)) {
+        rc = BADREQ("topic", "topic is required");
+        goto fail;
+    }
+    topic = json_string_value(v);
+    if ((v = json_object_get(j, "from")) && !(from = json_string_value(v))) {
+        rc = BADREQ("from", "from is an RFC 3339 time");
+        goto fail;
+    }
+    if ((v = json_object_get(j, "to")) && !(to = json_string_value(v))) {
+        rc = BADREQ("to", "to is an RFC 3339 time");
+        goto fail;
+    }
+    if ((v = json_object_get(j, "kind"))) {
+        if (json_is_string(v) && !strcmp(json_string_value(v), "effect"))
+            effect = 1;
+        else if (!json_is_string(v) || strcmp(json_string_value(v), "projection")) {
+            rc = BADREQ("kind", "kind is projection or effect");
+            goto fail;
+        }
+    }
+    if ((v = json_object_get(j, "effects"))) {
+        if (json_is_string(v) && !strcmp(json_string_value(v), "allow"))
+            allow = 1;
+        else if (!json_is_string(v) || strcmp(json_string_value(v), "forbid")) {
+            rc = BADREQ("effects", "effects is forbid or allow");
+            goto fail;
+        }
+    }
+    if (effect && !allow) {
+        rc = BADREQ("effects", "a replay of kind effect re-runs external effects: "
+                               "it needs \"effects\":\"allow\"");
+        goto fail;
+    }
+    tpv = json_object_get(j, "target_projection_version");
+    if (tpv && !json_is_string(tpv) && !json_is_integer(tpv) && !json_is_null(tpv)) {
+        rc = BADREQ("target_projection_version", "a string or an integer");
+        goto fail;
+    }
+    tpv_txt = json_dumps(tpv ? tpv : json_null(), JSON_ENCODE_ANY | JSON_COMPACT);
+    if (!(o = calloc(1, sizeof *o)) || !tpv_txt) {
+        rc = mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        goto fail;
+    }
+    o->op.apply = NULL; /* set below */
+    mic_buf_init(&o->answer);
+    if ((v = json_object_get(j, "run_id"))) {
+        if (!json_is_string(v) || !run_id_ok(json_string_value(v), json_string_length(v))) {
+            rc = BADREQ("run_id", "run_id matches [A-Za-z0-9._-]{1,64}");
+            goto fail;
+        }
+        memcpy(o->run_id, json_string_value(v), json_string_length(v));
+    } else {
+        unsigned char rnd[8];
+        if (RAND_bytes(rnd, sizeof rnd) != 1) {
+            rc = mic_error_set(err, MIC_EIO, "internal", NULL, "no randomness");
+            goto fail;
+        }
+        snprintf(o->run_id, sizeof o->run_id, "r-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0],
+                 rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    }
+    if ((rc = parse_range(s, topic, from, to, NULL, &q, err)))
+        goto fail;
+    if (q.from_us > q.to_us) {
+        rc = BADREQ("to", "to is before from");
+        goto fail;
+    }
+    /* The selection, once. */
+    if ((rc = mic_txn_begin(s, 0, &t)) || (rc = mic_store_last_seq(t, &sel.seq_max))) {
+        rc = mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        goto fail;
+    }
+    if (!(sel.md = EVP_MD_CTX_new()) || !EVP_DigestInit_ex(sel.md, EVP_sha256(), NULL)) {
+        rc = mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        goto fail;
+    }
+    rc = mic_store_time_scan(t, q.topic_id, q.from_us, "", 0, 0, q.to_us, 1 << 30,
+                             select_one, &sel);
+    mic_txn_abort(t);
+    t = NULL;
+    if (rc) {
+        rc = mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        goto fail;
+    }
+    EVP_DigestFinal_ex(sel.md, md, NULL);
+    for (int i = 0; i < 32; i++)
+        snprintf(digest + 2 * i, 3, "%02x", md[i]);
+    /* The run's description. */
+    mic_buf_puts(&info, "{\"run_id\":");
+    mic_buf_json_str(&info, o->run_id, strlen(o->run_id));
+    mic_buf_puts(&info, ",\"topic\":");
+    mic_buf_json_str(&info, topic, strlen(topic));
+    mic_time_format(q.from_us, tbuf);
+    mic_buf_printf(&info, ",\"from\":\"%s\"", tbuf);
+    mic_time_format(q.to_us, tbuf);
+    mic_buf_printf(&info, ",\"to\":\"%s\",\"kind\":\"%s\",\"effects\":\"%s\","
+                          "\"target_projection_version\":%s,\"group\":\"replay.%s\","
+                          "\"selected\":%llu,\"digest\":\"%s\"",
+                   tbuf, effect ? "effect" : "projection", allow ? "allow" : "forbid", tpv_txt,
+                   o->run_id, (unsigned long long)sel.n, digest);
+    /* The record: header, then the description (without its closing brace). */
+    if (info.oom || !(o->rec = calloc(1, RUN_HDR + info.len))) {
+        rc = mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        goto fail;
+    }
+    {
+        uint8_t *p = (uint8_t *)o->rec;
+        p[0] = 1; /* selecting */
+        p[4] = (uint8_t)(q.topic_id >> 24);
+        p[5] = (uint8_t)(q.topic_id >> 16);
+        p[6] = (uint8_t)(q.topic_id >> 8);
+        p[7] = (uint8_t)q.topic_id;
+        put64(p + 8, (uint64_t)q.from_us);
+        put64(p + 16, (uint64_t)q.to_us);
+        put64(p + 24, sel.seq_max);
+        put64(p + 32, (uint64_t)q.from_us);
+        memcpy(p + RUN_HDR, info.p, info.len);
+        o->rec_len = RUN_HDR + info.len;
+    }
+    /* The run's group. */
+    mic_buf_printf(&gj, "{\"name\":\"replay.%s\",\"topics\":[", o->run_id);
+    mic_buf_json_str(&gj, topic, strlen(topic));
+    mic_buf_printf(&gj, "],\"kind\":\"%s\",\"ordered\":true,\"max_attempts\":10,"
+                        "\"backoff\":{\"initial_ms\":1000,\"max_ms\":300000,\"multiplier\":2},"
+                        "\"lease_ttl_s\":30,\"start\":\"all\",\"alert_oldest_unhandled_s\":null,"
+                        "\"dlq_policy\":\"release\",\"replay_run\":\"%s\","
+                        "\"replay\":{\"batch_id\":\"%s\",\"effects\":\"%s\","
+                        "\"target_projection_version\":%s}}",
+                   effect ? "effect" : "projection", o->run_id, o->run_id,
+                   allow ? "allow" : "forbid", tpv_txt);
+    if (gj.oom) {
+        rc = mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        goto fail;
+    }
+    o->group_json = mic_buf_steal(&gj, &o->group_len);
+    mic_buf_printf(&o->answer, "{\"run_id\":\"%s\",\"group\":\"replay.%s\",\"selected\":%llu,"
+                               "\"digest\":\"%s\",\"state\":\"running\"}",
+                   o->run_id, o->run_id, (unsigned long long)sel.n, digest);
+    EVP_MD_CTX_free(sel.md);
+    mic_buf_fini(&info);
+    free(tpv_txt);
+    json_decref(j);
+    *out = o;
+    return MIC_OK;
+fail:
+    if (t)
+        mic_txn_abort(t);
+    EVP_MD_CTX_free(sel.md);
+    mic_buf_fini(&info);
+    mic_buf_fini(&gj);
+    free(tpv_txt);
+    json_decref(j);
+    mic_replay_op_free(o);
+    return rc;
+}
+
+static int create_apply(mic_op *op, struct mic_wctx *w)
+{
+    mic_replay_op *o = (mic_replay_op *)op;
+    char name[8 + RUN_ID_MAX + 1];
+    struct mic_group *gr;
+    const void *val;
+    size_t vlen;
+    int rc;
+
+    o->err.err = MIC_OK;
+    rc = mic_store_run_get(w->txn, o->run_id, strlen(o->run_id), &val, &vlen);
+    snprintf(name, sizeof name, "replay.%s", o->run_id);
+    if (rc == MIC_OK || mic_groups_find(w->app, name, strlen(name))) {
+        mic_error_set(&o->err, MIC_ECONFLICT, "replay_exists", "run_id",
+                      "a replay run %s exists", o->run_id);
+        return MIC_OK;
+    }
+    if (rc != MIC_ENOTFOUND)
+        return rc;
+    if ((rc = mic_groups_create(w->app, w, name, o->group_json, o->group_len, 1, &gr)) ||
+        (rc = mic_store_run_put(w->txn, o->run_id, strlen(o->run_id), o->rec, o->rec_len)))
+        return rc == MIC_ECONFLICT ? MIC_EIO : rc;
+    replay_busy = 1;
+    return MIC_OK;
+}
+
+static int delete_apply(mic_op *op, struct mic_wctx *w)
+{
+    mic_replay_op *o = (mic_replay_op *)op;
+    char name[8 + RUN_ID_MAX + 1];
+    struct mic_group *gr;
+    const void *val;
+    size_t vlen;
+    int rc;
+
+    o->err.err = MIC_OK;
+    rc = mic_store_run_get(w->txn, o->run_id, strlen(o->run_id), &val, &vlen);
+    if (rc == MIC_ENOTFOUND) {
+        mic_error_set(&o->err, MIC_ENOTFOUND, "not_found", NULL, "no replay run %s", o->run_id);
+        return MIC_OK;
+    }
+    if (rc || (rc = mic_store_run_del(w->txn, o->run_id, strlen(o->run_id))))
+        return rc;
+    snprintf(name, sizeof name, "replay.%s", o->run_id);
+    if ((gr = mic_groups_find(w->app, name, strlen(name))))
+        return mic_groups_delete(w->app, w, gr);
+    return MIC_OK;
+}
+
+int mic_replay_delete_parse(const char *run_id, mic_replay_op **out,
+                            struct mic_error *err)
+{
+    mic_replay_op *o;
+
+    if (!run_id_ok(run_id, strlen(run_id)))
+        return mic_error_set(err, MIC_ENOTFOUND, "not_found", NULL, "no replay run %s", run_id);
+    if (!(o = calloc(1, sizeof *o)))
+        return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+    o->del = 1;
+    o->op.apply = delete_apply;
+    mic_buf_init(&o->answer);
+    memcpy(o->run_id, run_id, strlen(run_id));
+    *out = o;
+    return MIC_OK;
+}
+
+mic_op *mic_replay_op_base(mic_replay_op *o)
+{
+    if (!o->del)
+        o->op.apply = create_apply;
+    return &o->op;
+}
+
+int mic_replay_op_result(mic_replay_op *o, struct mic_buf *out, struct mic_error *err)
+{
+    if (o->err.err) {
+        *err = o->err;
+        return o->err.err;
+    }
+    if (!o->del)
+        mic_buf_add(out, o->answer.p, o->answer.len);
+    return MIC_OK;
+}
+
+void mic_replay_op_free(mic_replay_op *o)
+{
+    if (!o)
+        return;
+    free(o->rec);
+    free(o->group_json);
+    mic_buf_fini(&o->answer);
+    free(o);
+}
+
+/* ---- Adding a run's selection (writer thread) ---- */
+
+struct find_run {
+    char id[RUN_ID_MAX + 1];
+    uint8_t *rec;
+    size_t len;
+};
+
+static int find_selecting(void *arg, const char *id, size_t len, const void *val, size_t vlen)
+{
+    struct find_run *f = arg;
+
+    if (vlen < RUN_HDR || !((const uint8_t *)val)[0] || len > RUN_ID_MAX)
+        return 0;
+    if (!(f->rec = malloc(vlen)))
+        return MIC_ENOMEM;
+    memcpy(f->rec, val, vlen);
+    f->len = vlen;
+    memcpy(f->id, id, len);
+    f->id[len] = 0;
+    return 1;
+}
+
+struct add_chunk {
+    struct mic_wctx *w;
+    const struct mic_group *gr;
+    uint64_t seq_max;
+    uint8_t *rec;
+    int n, rc;
+};
+
+static int add_one(void *arg, int64_t at, const char *id, size_t idlen, uint64_t seq)
+{
+    struct add_chunk *a = arg;
+    struct mic_rec r;
+
+    a->n++;
+    a->rec[2] = 1; /* exclusive from now on */
+    put64(a->rec + 32, (uint64_t)at);
+    a->rec[1] = (uint8_t)idlen;
+    memcpy(a->rec + 40, id, idlen);
+    if (seq > a->seq_max)
+        return 0; /* stored after the selection was fixed */
+    if ((a->rc = mic_store_log_get(a->w->txn, seq, &r)))
+        return a->rc == MIC_ENOTFOUND ? (a->rc = 0) : 1;
+    return (a->rc = mic_group_add(a->w, a->gr, &r)) != MIC_OK;
+}
+
+int mic_replay_background(mic_groups *g, struct mic_wctx *w)
+{
+    struct find_run f = {"", NULL, 0};
+    struct add_chunk a;
+    struct mic_group *gr;
+    char name[8 + RUN_ID_MAX + 1];
+    uint8_t *p;
+    int rc;
+
+    if (!replay_busy)
+        return MIC_OK;
+    rc = mic_store_run_each(w->txn, find_selecting, &f);
+    if (rc == 0) {
+        replay_busy = 0;
+        return MIC_OK;
+    }
+    if (rc != 1)
+        return rc;
+    p = f.rec;
+    snprintf(name, sizeof name, "replay.%s", f.id);
+    if (!(gr = mic_groups_find(g, name, strlen(name)))) {
+        p[0] = 0; /* its group is gone: nothing to add */
+    } else {
+        uint32_t topic_id = (uint32_t)p[4] << 24 | (uint32_t)p[5] << 16 |
+                            (uint32_t)p[6] << 8 | p[7];
+        memset(&a, 0, sizeof a);
+        a.w = w;
+        a.gr = gr;
+        a.seq_max = get64(p + 24);
+        a.rec = p;
+        rc = mic_store_time_scan(w->txn, topic_id, (int64_t)get64(p + 32), (const char *)p + 40,
+                                 p[1], p[2], (int64_t)get64(p + 16), RUN_CHUNK, add_one, &a);
+        if (rc == 1)
+            rc = a.rc;
+        if (rc) {
+            free(p);
+            return rc;
+        }
+        if (a.n < RUN_CHUNK) {
+            p[0] = 0; /* all in */
+            if ((rc = mic_groups_selected(g, w, gr))) {
+                free(p);
+                return rc;
+            }
+        }
+    }
+    rc = mic_store_run_put(w->txn, f.id, strlen(f.id), p, f.len);
+    free(p);
+    return rc;
+}
+
+/* ---- GET /v1/replays/{run_id} ---- */
+
+struct counts {
+    uint64_t dispatched, pending, dlq;
+};
+
+static int count_one(void *arg, uint64_t seq, int state)
+{
+    struct counts *c = arg;
+
+    (void)seq;
+    if (state == MIC_DLV_DISPATCHED || state == MIC_DLV_SKIPPED)
+        c->dispatched++;
+    else if (state == MIC_DLV_DLQ)
+        c->dlq++;
+    else
+        c->pending++;
+    return 0;
+}
+
+int mic_replay_get(mic_store *s, const char *run_id, struct mic_buf *out,
+                   struct mic_error *err)
+{
+    char name[8 + RUN_ID_MAX + 1];
+    struct counts c = {0, 0, 0};
+    const uint8_t *p;
+    const void *val;
+    size_t vlen;
+    uint32_t gid;
+    mic_txn *t;
+    int rc;
+
+    if (!run_id_ok(run_id, strlen(run_id)))
+        return mic_error_set(err, MIC_ENOTFOUND, "not_found", NULL, "no replay run %s", run_id);
+    if ((rc = mic_txn_begin(s, 0, &t)))
+        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+    rc = mic_store_run_get(t, run_id, strlen(run_id), &val, &vlen);
+    if (rc == MIC_OK && vlen < RUN_HDR)
+        rc = MIC_EIO;
+    if (rc == MIC_OK) {
+        p = val;
+        snprintf(name, sizeof name, "replay.%s", run_id);
+        if (mic_group_gid(t, name, &gid) == MIC_OK)
+            rc = mic_store_dlv_each(t, gid, count_one, &c);
+        if (rc == MIC_OK) {
+            mic_buf_add(out, p + RUN_HDR, vlen - RUN_HDR);
+            mic_buf_printf(out, ",\"dispatched\":%llu,\"pending\":%llu,\"dlq\":%llu,"
+                                "\"state\":\"%s\"}",
+                           (unsigned long long)c.dispatched, (unsigned long long)c.pending,
+                           (unsigned long long)c.dlq,
+                           p[0] || c.pending ? "running" : "drained");
+        }
+    }
+    mic_txn_abort(t);
+    if (rc == MIC_ENOTFOUND)
+        return mic_error_set(err, rc, "not_found", NULL, "no replay run %s", run_id);
+    if (rc)
+        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+    return MIC_OK;
 }

@@ -6,11 +6,15 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "group.h"
 #include "store.h"
+#include "writer.h"
 
 struct mic_buf;
+struct mic_config;
 struct mic_error;
 typedef struct mic_range mic_range;
+typedef struct mic_replay_op mic_replay_op;
 
 /* GET /v1/topics/{topic}/events?from=&to=&after=&limit= as one JSON page:
  * {"events":[...],"next":CURSOR|null}.  NULL arguments take defaults. */
@@ -27,5 +31,31 @@ int mic_range_open(mic_store *s, const char *topic, const char *from,
  * 0 at the end, -1 on a store error (the stream is then cut). */
 ssize_t mic_range_read(mic_range *r, char *buf, size_t max);
 void mic_range_close(mic_range *r);
+
+/* ---- Replay runs ---- */
+
+/* POST /v1/replays: validate, select the events once (a read transaction:
+ * count and digest, bounded by the last seq committed now) and prepare the
+ * op that records the run and creates its group. */
+int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
+                            const struct mic_config *cfg, mic_replay_op **out,
+                            struct mic_error *err);
+/* DELETE /v1/replays/{run_id}. */
+int mic_replay_delete_parse(const char *run_id, mic_replay_op **out,
+                            struct mic_error *err);
+mic_op *mic_replay_op_base(mic_replay_op *o);
+/* After done(): the body (POST) or nothing (DELETE), or the error. */
+int mic_replay_op_result(mic_replay_op *o, struct mic_buf *out,
+                         struct mic_error *err);
+void mic_replay_op_free(mic_replay_op *o);
+
+/* GET /v1/replays/{run_id}. */
+int mic_replay_get(mic_store *s, const char *run_id, struct mic_buf *out,
+                   struct mic_error *err);
+
+/* Writer hooks: add one chunk of a run's selected events to its group;
+ * nonzero from mic_replay_busy while a selection is being added. */
+int mic_replay_background(mic_groups *g, struct mic_wctx *w);
+int mic_replay_busy(void);
 
 #endif

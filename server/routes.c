@@ -52,7 +52,7 @@ struct mic_http {
 };
 
 enum req_state { RS_NEW, RS_BODY, RS_WAITING, RS_DONE };
-enum op_kind { OK_NONE, OK_PUBLISH, OK_TOPIC, OK_GROUP, OK_CLAIM, OK_GAP };
+enum op_kind { OK_NONE, OK_PUBLISH, OK_TOPIC, OK_GROUP, OK_CLAIM, OK_GAP, OK_REPLAY };
 
 struct req {
     mic_http *h;
@@ -71,6 +71,7 @@ struct req {
         mic_group_op *group;
         mic_claim *claim;
         mic_gap_skip *gap;
+        mic_replay_op *replay;
     } u;
     mic_op *op;
     int submit_err;  /* writer refused the op (429 / 503) */
@@ -606,6 +607,59 @@ static enum MHD_Result h_range(struct req *r, const char **args)
     return send_buf(r, MHD_HTTP_OK, &b);
 }
 
+static enum MHD_Result h_replay_post(struct req *r, const char **args)
+{
+    struct mic_error e;
+
+    (void)args;
+    if (!content_type_ok(r, &e) ||
+        mic_replay_create_parse(r->h->store, r->body ? r->body : "", r->len, r->h->cfg,
+                                &r->u.replay, &e))
+        return send_error(r, &e);
+    r->kind = OK_REPLAY;
+    return submit(r, mic_replay_op_base(r->u.replay));
+}
+
+static enum MHD_Result h_replay_del(struct req *r, const char **args)
+{
+    struct mic_error e;
+
+    if (mic_replay_delete_parse(args[0], &r->u.replay, &e))
+        return send_error(r, &e);
+    r->kind = OK_REPLAY;
+    return submit(r, mic_replay_op_base(r->u.replay));
+}
+
+static enum MHD_Result h_replay_get(struct req *r, const char **args)
+{
+    struct mic_error e;
+    struct mic_buf b;
+
+    mic_buf_init(&b);
+    if (mic_replay_get(r->h->store, args[0], &b, &e)) {
+        mic_buf_fini(&b);
+        return send_error(r, &e);
+    }
+    return send_buf(r, MHD_HTTP_OK, &b);
+}
+
+static enum MHD_Result finish_replay(struct req *r, int del)
+{
+    struct mic_error e;
+    struct mic_buf b;
+
+    mic_buf_init(&b);
+    if (mic_replay_op_result(r->u.replay, &b, &e)) {
+        mic_buf_fini(&b);
+        return send_error(r, &e);
+    }
+    if (del) {
+        mic_buf_fini(&b);
+        return send_empty(r, MHD_HTTP_NO_CONTENT);
+    }
+    return send_buf(r, MHD_HTTP_CREATED, &b);
+}
+
 static enum MHD_Result h_healthz(struct req *r, const char **args)
 {
     (void)args;
@@ -698,6 +752,9 @@ static const struct route routes[] = {
     {"GET", "/v1/aggregates/*/*", "/v1/aggregates/{type}/{id}", h_aggregate},
     {"POST", "/v1/aggregates/*/*/gaps/*/skip", "/v1/aggregates/{type}/{id}/gaps/{version}/skip",
      h_gap_skip},
+    {"POST", "/v1/replays", "/v1/replays", h_replay_post},
+    {"GET", "/v1/replays/*", "/v1/replays/{run_id}", h_replay_get},
+    {"DELETE", "/v1/replays/*", "/v1/replays/{run_id}", h_replay_del},
     {"GET", "/healthz", "/healthz", h_healthz},
     {"GET", "/readyz", "/readyz", h_readyz},
     {"GET", "/metrics", "/metrics", h_metrics},
@@ -813,6 +870,8 @@ static enum MHD_Result finish(struct req *r)
         return finish_claim(r);
     case OK_GAP:
         return finish_gap(r);
+    case OK_REPLAY:
+        return finish_replay(r, strcmp(routes[r->route].method, "DELETE") == 0);
     case OK_NONE:
         break;
     }
@@ -920,6 +979,9 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         break;
     case OK_GAP:
         mic_gap_skip_free(r->u.gap);
+        break;
+    case OK_REPLAY:
+        mic_replay_op_free(r->u.replay);
         break;
     case OK_NONE:
         break;

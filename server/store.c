@@ -20,6 +20,7 @@
  *   aq      gid u32, akey, k1 u64, k2 u64 -> seq u64 (ordered groups)
  *   ags     gid u32, akey -> aggregate state in the group
  *   gapskip akey, version u64 -> (empty)
+ *   runs    run_id -> replay run record (layout in replay.c)
  *
  * Map growth: LMDB forbids mdb_env_set_mapsize while any transaction of
  * this process is open, so read transactions hold 'resize' shared and
@@ -45,7 +46,7 @@
 struct mic_store {
     MDB_env *env;
     MDB_dbi meta, log, ids, time, aggs, aggidx, topics;
-    MDB_dbi groups, drops, dlv, ready, timers, dlq, aq, ags, gapskip;
+    MDB_dbi groups, drops, dlv, ready, timers, dlq, aq, ags, gapskip, runs;
     uint64_t map_size, map_max;
     pthread_rwlock_t resize;
 };
@@ -168,7 +169,8 @@ static int open_dbs(mic_store *s)
         (rc = mdb_dbi_open(txn, "dlq", MDB_CREATE, &s->dlq)) ||
         (rc = mdb_dbi_open(txn, "aq", MDB_CREATE, &s->aq)) ||
         (rc = mdb_dbi_open(txn, "ags", MDB_CREATE, &s->ags)) ||
-        (rc = mdb_dbi_open(txn, "gapskip", MDB_CREATE, &s->gapskip)))
+        (rc = mdb_dbi_open(txn, "gapskip", MDB_CREATE, &s->gapskip)) ||
+        (rc = mdb_dbi_open(txn, "runs", MDB_CREATE, &s->runs)))
         goto fail;
     rc = mdb_get(txn, s->meta, &k, &v);
     if (rc == MDB_NOTFOUND) {
@@ -218,7 +220,7 @@ int mic_store_open(mic_store **out, const char *dir, uint64_t map_size,
     s->map_max = map_max;
     if ((rc = mdb_env_create(&s->env)))
         goto fail_free;
-    if ((rc = mdb_env_set_maxdbs(s->env, 16)) ||
+    if ((rc = mdb_env_set_maxdbs(s->env, 32)) ||
         (rc = mdb_env_set_maxreaders(s->env, 1024)) ||
         (rc = mdb_env_set_mapsize(s->env, map_size)) ||
         (rc = mdb_env_open(s->env, dir,
@@ -865,6 +867,28 @@ int mic_store_dlv_put(mic_txn *t, uint32_t gid, uint64_t seq,
     return put(t, t->s->dlv, "dlv", &k, &v, 0);
 }
 
+int mic_store_dlv_each(mic_txn *t, uint32_t gid,
+                       int (*fn)(void *arg, uint64_t seq, int state), void *arg)
+{
+    uint8_t kb[4];
+    MDB_cursor *c;
+    MDB_val k = {4, kb}, v;
+    int rc, stop = 0;
+
+    put_u32(kb, gid);
+    if ((rc = mdb_cursor_open(t->txn, t->s->dlv, &c)))
+        return from_mdb(rc);
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+         rc == 0 && !stop && k.mv_size == 12 && get_u32(k.mv_data) == gid;
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT))
+        stop = fn(arg, get_u64((uint8_t *)k.mv_data + 4),
+                  v.mv_size ? ((uint8_t *)v.mv_data)[0] : 0);
+    mdb_cursor_close(c);
+    if (stop)
+        return stop;
+    return rc == MDB_NOTFOUND || rc == 0 ? MIC_OK : from_mdb(rc);
+}
+
 static void ready_key(uint8_t kb[13], uint32_t gid, uint8_t prio, uint64_t seq)
 {
     put_u32(kb, gid);
@@ -1254,6 +1278,56 @@ int mic_store_ags_each(mic_txn *t, uint32_t gid, const uint8_t *after,
     if (stop)
         return stop;
     return rc == MDB_NOTFOUND || rc == 0 ? MIC_OK : from_mdb(rc);
+}
+
+/* ---- Replay runs ---- */
+
+int mic_store_run_get(mic_txn *t, const char *id, size_t len, const void **val,
+                      size_t *vlen)
+{
+    MDB_val k = {len, (void *)id}, v;
+    int rc = get(t, t->s->runs, &k, &v);
+
+    if (rc == MIC_OK) {
+        *val = v.mv_data;
+        *vlen = v.mv_size;
+    }
+    return rc;
+}
+
+int mic_store_run_put(mic_txn *t, const char *id, size_t len, const void *val,
+                      size_t vlen)
+{
+    MDB_val k = {len, (void *)id}, v = {vlen, (void *)val};
+
+    return put(t, t->s->runs, "runs", &k, &v, 0);
+}
+
+int mic_store_run_del(mic_txn *t, const char *id, size_t len)
+{
+    MDB_val k = {len, (void *)id};
+
+    return from_mdb(mdb_del(t->txn, t->s->runs, &k, NULL));
+}
+
+int mic_store_run_each(mic_txn *t,
+                       int (*fn)(void *arg, const char *id, size_t len,
+                                 const void *val, size_t vlen),
+                       void *arg)
+{
+    MDB_cursor *c;
+    MDB_val k, v;
+    int rc, stop = 0;
+
+    if ((rc = mdb_cursor_open(t->txn, t->s->runs, &c)))
+        return from_mdb(rc);
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0 && !stop;
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT))
+        stop = fn(arg, k.mv_data, k.mv_size, v.mv_data, v.mv_size);
+    mdb_cursor_close(c);
+    if (stop)
+        return stop;
+    return rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
 }
 
 /* ---- Topics ---- */

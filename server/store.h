@@ -189,6 +189,9 @@ enum mic_dlv_state {
 #define MIC_WORKER_MAX 64
 #define MIC_ERROR_MAX 1024
 
+/* Forward declaration for mic_store_dlv_each. */
+struct mic_dlv;
+
 /* The state of one event in one group. */
 struct mic_dlv {
     uint8_t state;             /* enum mic_dlv_state */
@@ -209,6 +212,10 @@ struct mic_dlv {
 int mic_store_dlv_get(mic_txn *t, uint32_t gid, uint64_t seq, struct mic_dlv *d);
 int mic_store_dlv_put(mic_txn *t, uint32_t gid, uint64_t seq,
                       const struct mic_dlv *d);
+/* Call fn with the state of every delivery of group 'gid', in seq order
+ * (an admin's count over one group, e.g. a replay run's). */
+int mic_store_dlv_each(mic_txn *t, uint32_t gid,
+                       int (*fn)(void *arg, uint64_t seq, int state), void *arg);
 
 /* The ready set of a group: (priority desc, seq asc). */
 int mic_store_ready_put(mic_txn *t, uint32_t gid, uint8_t prio, uint64_t seq);
@@ -290,6 +297,19 @@ int mic_store_ags_del(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN]
 int mic_store_ags_each(mic_txn *t, uint32_t gid, const uint8_t *after,
                        int (*fn)(void *arg, const uint8_t akey[MIC_AKEY_LEN],
                                  const struct mic_ags *a),
+                       void *arg);
+
+/* ---- Replay runs: run_id -> record (replay.c owns its layout) ---- */
+
+int mic_store_run_get(mic_txn *t, const char *id, size_t len, const void **val,
+                      size_t *vlen);
+int mic_store_run_put(mic_txn *t, const char *id, size_t len, const void *val,
+                      size_t vlen);
+int mic_store_run_del(mic_txn *t, const char *id, size_t len);
+/* Call fn for every run in id order; stops when fn returns nonzero. */
+int mic_store_run_each(mic_txn *t,
+                       int (*fn)(void *arg, const char *id, size_t len,
+                                 const void *val, size_t vlen),
                        void *arg);
 
 /* ---- Topics ---- */

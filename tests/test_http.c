@@ -562,7 +562,7 @@ static void unknown_format_refused(void **state)
     assert_int_equal(srv_start(&s, NULL), 0);
     assert_int_equal(srv_stop(&s), 0);
     assert_int_equal(mdb_env_create(&env), 0);
-    mdb_env_set_maxdbs(env, 16);
+    mdb_env_set_maxdbs(env, 32);
     assert_int_equal(mdb_env_open(env, s.dir, 0, 0600), 0);
     assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
     assert_int_equal(mdb_dbi_open(txn, "meta", 0, &dbi), 0);

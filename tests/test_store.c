@@ -151,7 +151,7 @@ static MDB_env *raw_open(const char *dir)
     MDB_env *env;
 
     assert_int_equal(mdb_env_create(&env), 0);
-    assert_int_equal(mdb_env_set_maxdbs(env, 16), 0);
+    assert_int_equal(mdb_env_set_maxdbs(env, 32), 0);
     assert_int_equal(mdb_env_open(env, dir, 0, 0600), 0);
     return env;
 }
