@@ -1,0 +1,277 @@
+/* test_replay.c - time-range reads and replay runs against a real micd:
+ * inclusive bounds, ties on created_at ordered by event_id, cursor pages,
+ * the NDJSON stream, and replay runs (selection fixed once, digest as
+ * DESIGN section 12 defines it, replay metadata, effect runs refused,
+ * aggregate order, live state untouched, drained state, delete). */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "harness.h"
+
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct srv S;
+
+static int group_setup(void **state)
+{
+    (void)state;
+    memset(&S, 0, sizeof S);
+    return srv_start(&S, NULL);
+}
+
+static int group_teardown(void **state)
+{
+    int rc;
+
+    (void)state;
+    rc = srv_stop(&S);
+    srv_cleanup(&S);
+    http_thread_done();
+    return rc == 0 ? 0 : -1;
+}
+
+static json_t *call(const char *method, const char *path, const char *body, long want)
+{
+    struct resp r;
+    json_t *j;
+
+    assert_int_equal(http_json(&S, method, path, body, &r), 0);
+    if (r.status != want)
+        fprintf(stderr, "%s %s: want %ld got %ld: %s\n", method, path, want, r.status,
+                r.body ? r.body : "");
+    assert_int_equal(r.status, want);
+    j = json_incref(r.json);
+    resp_free(&r);
+    return j;
+}
+
+/* The event_ids of a page, joined by spaces, into 'out'. */
+static void ids(json_t *page, char *out, size_t n)
+{
+    size_t i, used = 0;
+    json_t *e;
+
+    out[0] = 0;
+    json_array_foreach(json_object_get(page, "events"), i, e)
+        used += (size_t)snprintf(out + used, n - used, "%s%s", i ? " " : "",
+                                 json_string_value(json_object_get(e, "event_id")));
+}
+
+static void publish_set(void)
+{
+    /* Ties on created_at in non-sorted arrival order; one before, one after. */
+    json_decref(call("POST", "/v1/events",
+                     "{\"events\":["
+                     "{\"event_id\":\"t-c\",\"topic\":\"rr\",\"created_at\":\"2026-03-01T10:00:00Z\"},"
+                     "{\"event_id\":\"t-a\",\"topic\":\"rr\",\"created_at\":\"2026-03-01T10:00:00Z\"},"
+                     "{\"event_id\":\"t-b\",\"topic\":\"rr\",\"created_at\":\"2026-03-01T10:00:00Z\"},"
+                     "{\"event_id\":\"t-0\",\"topic\":\"rr\",\"created_at\":\"2026-03-01T09:59:59.999999Z\"},"
+                     "{\"event_id\":\"t-z\",\"topic\":\"rr\",\"created_at\":\"2026-03-01T11:00:00Z\"},"
+                     "{\"event_id\":\"t-y\",\"topic\":\"rr\",\"created_at\":\"2026-03-01T11:00:00.000001Z\"},"
+                     "{\"event_id\":\"t-m\",\"topic\":\"rr\",\"created_at\":\"2026-03-01T10:30:00Z\"}]}",
+                     201));
+}
+
+static void range_bounds_and_ties(void **state)
+{
+    json_t *p;
+    char got[256];
+
+    (void)state;
+    publish_set();
+    p = call("GET", "/v1/topics/rr/events?from=2026-03-01T10:00:00Z&to=2026-03-01T11:00:00Z", NULL, 200);
+    ids(p, got, sizeof got);
+    assert_string_equal(got, "t-a t-b t-c t-m t-z"); /* both ends inclusive, ties by id */
+    assert_true(json_is_null(json_object_get(p, "next")));
+    json_decref(p);
+    p = call("GET", "/v1/topics/rr/events", NULL, 200);
+    ids(p, got, sizeof got);
+    assert_string_equal(got, "t-0 t-a t-b t-c t-m t-z t-y");
+    json_decref(p);
+}
+
+static void range_pages(void **state)
+{
+    char path[256], got[512] = "", part[256];
+    json_t *p;
+    int pages = 0;
+
+    (void)state;
+    snprintf(path, sizeof path, "/v1/topics/rr/events?limit=2");
+    for (;;) {
+        json_t *next;
+        p = call("GET", path, NULL, 200);
+        ids(p, part, sizeof part);
+        strcat(got, got[0] ? " " : "");
+        strcat(got, part);
+        pages++;
+        next = json_object_get(p, "next");
+        if (json_is_null(next)) {
+            json_decref(p);
+            break;
+        }
+        snprintf(path, sizeof path, "/v1/topics/rr/events?limit=2&after=%s", json_string_value(next));
+        json_decref(p);
+        assert_true(pages < 10);
+    }
+    assert_int_equal(pages, 4);
+    assert_string_equal(got, "t-0 t-a t-b t-c t-m t-z t-y");
+    json_decref(call("GET", "/v1/topics/rr/events?limit=0", NULL, 422));
+    json_decref(call("GET", "/v1/topics/rr/events?limit=1001", NULL, 422));
+    json_decref(call("GET", "/v1/topics/rr/events?from=yesterday", NULL, 422));
+    json_decref(call("GET", "/v1/topics/rr/events?after=garbage", NULL, 422));
+    json_decref(call("GET", "/v1/topics/nope/events", NULL, 404));
+}
+
+static void range_ndjson(void **state)
+{
+    struct resp r;
+    char *line, *save = NULL;
+    int n = 0;
+    const char *want[] = {"t-a", "t-b", "t-c", "t-m", "t-z"};
+
+    (void)state;
+    assert_int_equal(http(&S, "GET", "/v1/topics/rr/events?from=2026-03-01T10:00:00Z&to=2026-03-01T11:00:00Z",
+                          NULL, NULL, 0, "Accept: application/x-ndjson", &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_null(r.json); /* several JSON documents, not one */
+    for (line = strtok_r(r.body, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        json_t *e = json_loads(line, 0, NULL);
+        assert_non_null(e);
+        assert_true(n < 5);
+        assert_string_equal(json_string_value(json_object_get(e, "event_id")), want[n]);
+        json_decref(e);
+        n++;
+    }
+    assert_int_equal(n, 5);
+    resp_free(&r);
+}
+
+static void digest_of(const char *lines, char out[65])
+{
+    unsigned char md[32];
+
+    EVP_Digest(lines, strlen(lines), md, NULL, EVP_sha256(), NULL);
+    for (int i = 0; i < 32; i++)
+        sprintf(out + 2 * i, "%02x", md[i]);
+}
+
+static void replay_run(void **state)
+{
+    json_t *run, *st, *c;
+    char digest[65];
+    size_t i;
+    json_t *d;
+    int n = 0, waited = 0;
+
+    (void)state;
+    /* A live group on the same topic: the run must not touch it. */
+    json_decref(call("PUT", "/v1/groups/rr.live", "{\"topics\":[\"rr\"]}", 201));
+    run = call("POST", "/v1/replays",
+               "{\"topic\":\"rr\",\"from\":\"2026-03-01T10:00:00Z\",\"to\":\"2026-03-01T11:00:00Z\","
+               "\"run_id\":\"rr-1\",\"target_projection_version\":\"v7\"}", 201);
+    assert_string_equal(json_string_value(json_object_get(run, "group")), "replay.rr-1");
+    assert_int_equal(json_integer_value(json_object_get(run, "selected")), 5);
+    digest_of("2026-03-01T10:00:00.000000Z\tt-a\n2026-03-01T10:00:00.000000Z\tt-b\n"
+              "2026-03-01T10:00:00.000000Z\tt-c\n2026-03-01T10:30:00.000000Z\tt-m\n"
+              "2026-03-01T11:00:00.000000Z\tt-z\n", digest);
+    assert_string_equal(json_string_value(json_object_get(run, "digest")), digest);
+    json_decref(run);
+    /* Published after the selection: not part of the run. */
+    json_decref(call("POST", "/v1/events",
+                     "{\"event_id\":\"t-late\",\"topic\":\"rr\",\"created_at\":\"2026-03-01T10:10:00Z\"}", 201));
+    json_decref(call("POST", "/v1/replays", "{\"topic\":\"rr\",\"run_id\":\"rr-1\"}", 409));
+    json_decref(call("POST", "/v1/replays", "{\"topic\":\"rr\",\"kind\":\"effect\"}", 422));
+    json_decref(call("POST", "/v1/replays", "{\"topic\":\"nope\"}", 404));
+    json_decref(call("POST", "/v1/replays", "{\"topic\":\"rr\",\"run_id\":\"bad id\"}", 422));
+    /* Drain it; every delivery carries the replay metadata. */
+    while (n < 5 && waited < 20) {
+        c = call("POST", "/v1/groups/replay.rr-1/claim", "{\"max\":10,\"wait_s\":1}", 200);
+        json_array_foreach(json_object_get(c, "deliveries"), i, d) {
+            json_t *rp = json_object_get(d, "replay"), *items = json_array(), *it = json_object();
+            char *body;
+            assert_string_equal(json_string_value(json_object_get(rp, "batch_id")), "rr-1");
+            assert_string_equal(json_string_value(json_object_get(rp, "effects")), "forbid");
+            assert_string_equal(json_string_value(json_object_get(rp, "target_projection_version")), "v7");
+            assert_string_equal(json_string_value(json_object_get(rp, "original_event_id")),
+                                json_string_value(json_object_get(json_object_get(d, "event"), "event_id")));
+            assert_string_not_equal(json_string_value(json_object_get(json_object_get(d, "event"), "event_id")),
+                                    "t-late");
+            json_object_set(it, "seq", json_object_get(d, "seq"));
+            json_object_set(it, "lease_token", json_object_get(d, "lease_token"));
+            json_array_append_new(items, it);
+            {
+                json_t *b = json_object();
+                json_object_set_new(b, "deliveries", items);
+                body = json_dumps(b, JSON_COMPACT);
+                json_decref(b);
+            }
+            json_decref(call("POST", "/v1/groups/replay.rr-1/ack", body, 200));
+            free(body);
+            n++;
+        }
+        json_decref(c);
+        waited++;
+    }
+    assert_int_equal(n, 5);
+    st = call("GET", "/v1/replays/rr-1", NULL, 200);
+    assert_int_equal(json_integer_value(json_object_get(st, "selected")), 5);
+    assert_int_equal(json_integer_value(json_object_get(st, "dispatched")), 5);
+    assert_int_equal(json_integer_value(json_object_get(st, "pending")), 0);
+    assert_string_equal(json_string_value(json_object_get(st, "state")), "drained");
+    assert_string_equal(json_string_value(json_object_get(st, "digest")), digest);
+    assert_string_equal(json_string_value(json_object_get(st, "kind")), "projection");
+    json_decref(st);
+    /* The live group still has all 8 events pending: untouched. */
+    c = call("POST", "/v1/groups/rr.live/claim", "{\"max\":100}", 200);
+    assert_int_equal(json_array_size(json_object_get(c, "deliveries")), 8);
+    json_decref(c);
+    /* The run's group is listed with its run; it cannot be changed as a group. */
+    st = call("GET", "/v1/groups/replay.rr-1", NULL, 200);
+    assert_string_equal(json_string_value(json_object_get(st, "replay_run")), "rr-1");
+    json_decref(st);
+    json_decref(call("PUT", "/v1/groups/replay.rr-2", "{\"topics\":[\"rr\"]}", 422));
+    json_decref(call("DELETE", "/v1/replays/rr-1", NULL, 204));
+    json_decref(call("GET", "/v1/replays/rr-1", NULL, 404));
+    json_decref(call("GET", "/v1/groups/replay.rr-1", NULL, 404));
+}
+
+static void replay_keeps_aggregate_order(void **state)
+{
+    json_t *c;
+
+    (void)state;
+    json_decref(call("POST", "/v1/events",
+                     "{\"events\":["
+                     "{\"event_id\":\"o-2\",\"topic\":\"ro\",\"aggregate_type\":\"a\",\"aggregate_id\":\"1\",\"aggregate_version\":1},"
+                     "{\"event_id\":\"o-1\",\"topic\":\"ro\",\"aggregate_type\":\"a\",\"aggregate_id\":\"1\",\"aggregate_version\":2}]}",
+                     201));
+    json_decref(call("POST", "/v1/replays", "{\"topic\":\"ro\",\"run_id\":\"ro-1\",\"kind\":\"effect\",\"effects\":\"allow\"}", 201));
+    c = call("POST", "/v1/groups/replay.ro-1/claim", "{\"max\":10,\"wait_s\":5}", 200);
+    /* One at a time: version 1 first, though it sorts after by event_id. */
+    assert_int_equal(json_array_size(json_object_get(c, "deliveries")), 1);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(
+                            json_array_get(json_object_get(c, "deliveries"), 0), "event"), "event_id")), "o-2");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(
+                            json_array_get(json_object_get(c, "deliveries"), 0), "replay"), "effects")), "allow");
+    json_decref(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(range_bounds_and_ties),
+        cmocka_unit_test(range_pages),
+        cmocka_unit_test(range_ndjson),
+        cmocka_unit_test(replay_run),
+        cmocka_unit_test(replay_keeps_aggregate_order),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
