@@ -31,6 +31,7 @@
 #include "json.h"
 #include "order.h"
 #include "replay.h"
+#include "retention.h"
 
 #include <math.h>
 #include <openssl/rand.h>
@@ -221,7 +222,7 @@ static int fail_attempt(struct mic_wctx *w, const struct mic_group *gr,
 
 /* ---- Deadlines (writer hooks) ---- */
 
-static int timers_left;
+static int timers_left, sweep_left;
 
 static int fire(struct mic_wctx *w, mic_groups *g, int64_t due, uint32_t gid,
                 uint64_t seq, uint8_t kind)
@@ -275,9 +276,9 @@ static int before_batch(void *app, struct mic_wctx *w)
     }
     if (rc != MIC_OK && rc != MIC_ENOTFOUND)
         return rc;
-    if ((rc = mic_groups_background(g, w)))
+    if ((rc = mic_groups_background(g, w)) || (rc = mic_replay_background(g, w)))
         return rc;
-    return mic_replay_background(g, w);
+    return mic_retention_sweep(w, g, &sweep_left);
 }
 
 static int64_t next_due(void *app, struct mic_wctx *w)
@@ -287,13 +288,18 @@ static int64_t next_due(void *app, struct mic_wctx *w)
     uint64_t seq;
     uint8_t kind;
 
+    int64_t ret;
+
     (void)app;
-    return mic_store_timer_first(w->txn, &due, &gid, &seq, &kind) == MIC_OK ? due : 0;
+    if (mic_store_timer_first(w->txn, &due, &gid, &seq, &kind) != MIC_OK)
+        due = 0;
+    ret = mic_retention_next(w);
+    return !due || (ret && ret < due) ? ret : due;
 }
 
 static int busy(void *app)
 {
-    return timers_left || mic_groups_busy(app) || mic_replay_busy();
+    return timers_left || sweep_left || mic_groups_busy(app) || mic_replay_busy();
 }
 
 static void aborted(void *app, mic_txn *read)
@@ -336,6 +342,7 @@ static int apply_claim(mic_claim *c, struct mic_wctx *w, struct mic_group *gr)
             return rc == MIC_ENOTFOUND ? MIC_EIO : rc;
         d.state = MIC_DLV_PROCESSING;
         d.attempts++;
+        d.handed = 1;
         d.not_before = 0;
         d.lease_expires = c->lease_expires;
         memcpy(d.token, c->tokens[i], MIC_TOKEN_LEN);

@@ -38,6 +38,8 @@ static const struct setting settings[] = {
      "store directory (created if missing)"},
     {"port-file", C_STR, "", 0, 0, F(port_file),
      "write the bound port to this file once listening"},
+    {"archive-dir", C_STR, "", 0, 0, F(archive_dir),
+     "append events removed by retention to NDJSON files here (none: not kept)"},
     {"map-size", C_SIZE, "1G", 1 * MiB, 1024 * TiB, F(map_size),
      "initial LMDB map size (K, M, G, T suffixes)"},
     {"map-max", C_SIZE, "64G", 1 * MiB, 1024 * TiB, F(map_max),

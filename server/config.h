@@ -13,6 +13,7 @@ struct mic_config {
     char listen[128];       /* HOST:PORT; port 0 picks a free one */
     char data_dir[512];
     char port_file[512];    /* if set, the bound port is written there */
+    char archive_dir[512];  /* if set, events past retention are archived there */
     uint64_t map_size;      /* initial LMDB map size, bytes */
     uint64_t map_max;       /* growth limit; MDB_MAP_FULL past it -> 507 */
     int durability;         /* enum mic_durability */

@@ -73,8 +73,8 @@ static int advance(struct mic_wctx *w, const struct mic_group *gr,
         if (rc && rc != MIC_ENOTFOUND)
             return rc;
         if (rc == MIC_OK) {
-            if (d.state == MIC_DLV_PROCESSING || d.state == MIC_DLV_DLQ || d.attempts > 0)
-                return MIC_OK; /* handed out: it keeps the head */
+            if (d.state == MIC_DLV_PROCESSING || d.state == MIC_DLV_DLQ || d.handed)
+                return MIC_OK; /* handed out (even if requeued since): it keeps the head */
             /* Never handed out: an older event goes first. */
             if ((rc = mic_store_ready_del(w->txn, gr->gid, d.priority, a.active)) &&
                 rc != MIC_ENOTFOUND)
@@ -174,18 +174,23 @@ int mic_order_requeue(struct mic_wctx *w, const struct mic_group *gr,
     }
     if (rc)
         return rc;
-    /* Still in the queue: it is (or will be) the head; only the head is
-     * made claimable. */
-    d->queued = 1;
-    if ((rc = mic_store_dlv_put(w->txn, gr->gid, r->seq, d)))
-        return rc;
+    /* Still in the queue (held under dlq_policy hold): if it is the head,
+     * it is claimable again at once, before its successors and before any
+     * event that arrived late in front of it. */
     if ((rc = mic_store_ags_get(w->txn, gr->gid, r->akey, &a)))
         return rc;
-    if (a.active == r->seq)
-        a.active = 0; /* picked again by advance, now claimable */
-    if ((rc = mic_store_ags_put(w->txn, gr->gid, r->akey, &a)))
+    if (a.active != r->seq) {
+        d->queued = 1;
+        if ((rc = mic_store_dlv_put(w->txn, gr->gid, r->seq, d)))
+            return rc;
+        return advance(w, gr, r->akey);
+    }
+    d->queued = 0;
+    if ((rc = mic_store_dlv_put(w->txn, gr->gid, r->seq, d)) ||
+        (rc = mic_store_ready_put(w->txn, gr->gid, d->priority, r->seq)))
         return rc;
-    return advance(w, gr, r->akey);
+    mic_wctx_wake(w, gr->gid);
+    return MIC_OK;
 }
 
 int mic_order_release(struct mic_wctx *w, const struct mic_group *gr,

@@ -17,6 +17,7 @@
 #include "event.h"
 #include "group.h"
 #include "order.h"
+#include "retention.h"
 #include "json.h"
 
 #include <stdio.h>
@@ -409,7 +410,8 @@ static int write_item(mic_publish *p, struct mic_wctx *w, struct item *it)
     if ((rc = mic_store_log_put(w->txn, &r)) ||
         (rc = mic_store_id_put(w->txn, ev->id, ev->idlen, it->seq, ev->digest)) ||
         (rc = mic_store_time_put(w->txn, tr.id, ev->created_at_us, ev->id,
-                                 ev->idlen, it->seq)))
+                                 ev->idlen, it->seq)) ||
+        (rc = mic_retention_schedule(w, &r, &tr, ev->id, ev->idlen)))
         return rc;
     if (ev->has_agg && (rc = update_aggregate(w, ev, &r)))
         return rc;

@@ -21,6 +21,7 @@
  *   ags     gid u32, akey -> aggregate state in the group
  *   gapskip akey, version u64 -> (empty)
  *   runs    run_id -> replay run record (layout in replay.c)
+ *   expiry  due u64, seq u64 -> u8 kind, event_id (retention deadlines)
  *
  * Map growth: LMDB forbids mdb_env_set_mapsize while any transaction of
  * this process is open, so read transactions hold 'resize' shared and
@@ -46,7 +47,7 @@
 struct mic_store {
     MDB_env *env;
     MDB_dbi meta, log, ids, time, aggs, aggidx, topics;
-    MDB_dbi groups, drops, dlv, ready, timers, dlq, aq, ags, gapskip, runs;
+    MDB_dbi groups, drops, dlv, ready, timers, dlq, aq, ags, gapskip, runs, expiry;
     uint64_t map_size, map_max;
     pthread_rwlock_t resize;
 };
@@ -170,7 +171,8 @@ static int open_dbs(mic_store *s)
         (rc = mdb_dbi_open(txn, "aq", MDB_CREATE, &s->aq)) ||
         (rc = mdb_dbi_open(txn, "ags", MDB_CREATE, &s->ags)) ||
         (rc = mdb_dbi_open(txn, "gapskip", MDB_CREATE, &s->gapskip)) ||
-        (rc = mdb_dbi_open(txn, "runs", MDB_CREATE, &s->runs)))
+        (rc = mdb_dbi_open(txn, "runs", MDB_CREATE, &s->runs)) ||
+        (rc = mdb_dbi_open(txn, "expiry", MDB_CREATE, &s->expiry)))
         goto fail;
     rc = mdb_get(txn, s->meta, &k, &v);
     if (rc == MDB_NOTFOUND) {
@@ -832,6 +834,7 @@ int mic_store_dlv_get(mic_txn *t, uint32_t gid, uint64_t seq, struct mic_dlv *d)
     d->terminal_at = (int64_t)get_u64(p + 24);
     memcpy(d->token, p + 32, MIC_TOKEN_LEN);
     d->error_len = (uint16_t)(p[48] << 8 | p[49]);
+    d->handed = p[50];
     if (d->worker_len > MIC_WORKER_MAX || d->error_len > MIC_ERROR_MAX ||
         v.mv_size < (size_t)DLV_HDR + d->worker_len + d->error_len)
         return MIC_EIO;
@@ -862,6 +865,7 @@ int mic_store_dlv_put(mic_txn *t, uint32_t gid, uint64_t seq,
     memcpy(vb + 32, d->token, MIC_TOKEN_LEN);
     vb[48] = (uint8_t)(d->error_len >> 8);
     vb[49] = (uint8_t)d->error_len;
+    vb[50] = d->handed;
     memcpy(vb + DLV_HDR, d->worker, d->worker_len);
     memcpy(vb + DLV_HDR + d->worker_len, d->last_error, d->error_len);
     return put(t, t->s->dlv, "dlv", &k, &v, 0);
@@ -1278,6 +1282,104 @@ int mic_store_ags_each(mic_txn *t, uint32_t gid, const uint8_t *after,
     if (stop)
         return stop;
     return rc == MDB_NOTFOUND || rc == 0 ? MIC_OK : from_mdb(rc);
+}
+
+/* ---- Retention ---- */
+
+int mic_store_expiry_put(mic_txn *t, int64_t due, uint64_t seq, uint8_t kind,
+                         const char *id, size_t idlen)
+{
+    uint8_t kb[16], vb[1 + 128];
+    MDB_val k = {16, kb}, v = {1 + idlen, vb};
+
+    if (idlen > 128)
+        return MIC_EINVAL;
+    put_u64(kb, (uint64_t)due);
+    put_u64(kb + 8, seq);
+    vb[0] = kind;
+    memcpy(vb + 1, id, idlen);
+    return put(t, t->s->expiry, "expiry", &k, &v, 0);
+}
+
+int mic_store_expiry_del(mic_txn *t, int64_t due, uint64_t seq)
+{
+    uint8_t kb[16];
+    MDB_val k = {16, kb};
+    int rc;
+
+    put_u64(kb, (uint64_t)due);
+    put_u64(kb + 8, seq);
+    rc = mdb_del(t->txn, t->s->expiry, &k, NULL);
+    return rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
+}
+
+int mic_store_expiry_first(mic_txn *t, int64_t *due, uint64_t *seq,
+                           uint8_t *kind, char *id, size_t *idlen)
+{
+    MDB_cursor *c;
+    MDB_val k, v;
+    int rc;
+
+    if ((rc = mdb_cursor_open(t->txn, t->s->expiry, &c)))
+        return from_mdb(rc);
+    rc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
+    if (rc == 0 && (k.mv_size != 16 || v.mv_size < 1 || v.mv_size > 129))
+        rc = EIO;
+    if (rc == 0) {
+        *due = (int64_t)get_u64(k.mv_data);
+        *seq = get_u64((uint8_t *)k.mv_data + 8);
+        *kind = ((uint8_t *)v.mv_data)[0];
+        *idlen = v.mv_size - 1;
+        memcpy(id, (uint8_t *)v.mv_data + 1, *idlen);
+        id[*idlen] = 0;
+    }
+    mdb_cursor_close(c);
+    return from_mdb(rc);
+}
+
+int mic_store_log_del(mic_txn *t, uint64_t seq)
+{
+    uint8_t kb[8];
+    MDB_val k = {8, kb};
+
+    put_u64(kb, seq);
+    return from_mdb(mdb_del(t->txn, t->s->log, &k, NULL));
+}
+
+int mic_store_time_del(mic_txn *t, uint32_t topic_id, int64_t created_at_us,
+                       const char *id, size_t idlen)
+{
+    uint8_t kb[12 + 128];
+    MDB_val k = {12 + idlen, kb};
+    int rc;
+
+    if (idlen > 128)
+        return MIC_EINVAL;
+    put_u32(kb, topic_id);
+    put_u64(kb + 4, (uint64_t)created_at_us);
+    memcpy(kb + 12, id, idlen);
+    rc = mdb_del(t->txn, t->s->time, &k, NULL);
+    return rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
+}
+
+int mic_store_id_del(mic_txn *t, const char *id, size_t idlen)
+{
+    MDB_val k = {idlen, (void *)id};
+    int rc = mdb_del(t->txn, t->s->ids, &k, NULL);
+
+    return rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
+}
+
+int mic_store_dlv_del(mic_txn *t, uint32_t gid, uint64_t seq)
+{
+    uint8_t kb[12];
+    MDB_val k = {12, kb};
+    int rc;
+
+    put_u32(kb, gid);
+    put_u64(kb + 4, seq);
+    rc = mdb_del(t->txn, t->s->dlv, &k, NULL);
+    return rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
 }
 
 /* ---- Replay runs ---- */

@@ -197,6 +197,7 @@ struct mic_dlv {
     uint8_t state;             /* enum mic_dlv_state */
     uint8_t priority;
     uint8_t queued;            /* ordered groups: waits behind its head */
+    uint8_t handed;            /* claimed at least once (kept across a requeue) */
     uint32_t attempts;         /* claims so far */
     int64_t not_before;        /* PENDING: claimable from (µs), 0 = now */
     int64_t lease_expires;     /* PROCESSING: lease end (µs) */
@@ -298,6 +299,21 @@ int mic_store_ags_each(mic_txn *t, uint32_t gid, const uint8_t *after,
                        int (*fn)(void *arg, const uint8_t akey[MIC_AKEY_LEN],
                                  const struct mic_ags *a),
                        void *arg);
+
+/* ---- Retention: (due µs, seq) -> kind, event_id ---- */
+
+enum mic_expiry_kind { MIC_EXPIRE_EVENT = 1, MIC_EXPIRE_ID = 2 };
+int mic_store_expiry_put(mic_txn *t, int64_t due, uint64_t seq, uint8_t kind,
+                         const char *id, size_t idlen);
+int mic_store_expiry_del(mic_txn *t, int64_t due, uint64_t seq);
+/* The earliest entry; 'id' receives the event id (128 bytes + NUL). */
+int mic_store_expiry_first(mic_txn *t, int64_t *due, uint64_t *seq,
+                           uint8_t *kind, char *id, size_t *idlen);
+int mic_store_log_del(mic_txn *t, uint64_t seq);
+int mic_store_time_del(mic_txn *t, uint32_t topic_id, int64_t created_at_us,
+                       const char *id, size_t idlen);
+int mic_store_id_del(mic_txn *t, const char *id, size_t idlen);
+int mic_store_dlv_del(mic_txn *t, uint32_t gid, uint64_t seq);
 
 /* ---- Replay runs: run_id -> record (replay.c owns its layout) ---- */
 
