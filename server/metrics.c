@@ -56,6 +56,24 @@ static void histogram(struct mic_buf *b, const char *name, const char *help,
                    (unsigned long long)cum);
 }
 
+struct gap_arg {
+    mic_txn *t;
+    struct mic_buf *b;
+};
+
+static int gap_line(void *arg, const char *name, size_t len, const struct mic_group_rec *g)
+{
+    struct gap_arg *a = arg;
+    uint64_t c[MIC_GSTAT_N];
+
+    if (mic_store_gstat_get(a->t, g->gid, c))
+        return 0;
+    mic_buf_puts(a->b, "mic_group_gap_parked_aggregates{group=");
+    mic_buf_json_str(a->b, name, len);
+    mic_buf_printf(a->b, "} %llu\n", (unsigned long long)c[MIC_GSTAT_GAP_PARKED]);
+    return 0;
+}
+
 int mic_metrics_render(mic_store *s, mic_writer *w, struct mic_buf *b)
 {
     static const double batch_le[] = {1, 2, 4, 16, 64, 256, 1024};
@@ -104,6 +122,13 @@ int mic_metrics_render(mic_store *s, mic_writer *w, struct mic_buf *b)
               batch_le, st.batch_hist, (double)st.ops);
     histogram(b, "mic_commit_seconds", "Time to commit (and fsync) a transaction.",
               commit_le, st.commit_us_hist, st.commit_seconds_sum);
+    if (mic_txn_begin(s, 0, &t) == MIC_OK) {
+        mic_buf_puts(b, "# HELP mic_group_gap_parked_aggregates Aggregates of an ordered group "
+                        "parked on a missing version.\n"
+                        "# TYPE mic_group_gap_parked_aggregates gauge\n");
+        mic_store_group_each(t, gap_line, &(struct gap_arg){t, b});
+        mic_txn_abort(t);
+    }
     mic_buf_puts(b, "# HELP mic_http_requests_total HTTP replies by route and status.\n"
                     "# TYPE mic_http_requests_total counter\n");
     for (int r = 0; r < nroutes; r++)

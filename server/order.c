@@ -62,8 +62,11 @@ static int advance(struct mic_wctx *w, const struct mic_group *gr,
     if ((rc = mic_store_ags_get(w->txn, gr->gid, akey, &a)))
         return rc == MIC_ENOTFOUND ? MIC_OK : rc;
     rc = mic_store_aq_first(w->txn, gr->gid, akey, &first);
-    if (rc == MIC_ENOTFOUND)
+    if (rc == MIC_ENOTFOUND) {
+        if (a.missing && (rc = mic_store_gstat_add(w->txn, gr->gid, MIC_GSTAT_GAP_PARKED, -1)))
+            return rc;
         return mic_store_ags_del(w->txn, gr->gid, akey);
+    }
     if (rc)
         return rc;
     if (a.active == first.seq)
@@ -89,6 +92,9 @@ static int advance(struct mic_wctx *w, const struct mic_group *gr,
         return rc;
     if (ag.versioned && first.k1 > ag.contig + 1) {
         if (a.missing != ag.contig + 1) {
+            if (!a.missing &&
+                (rc = mic_store_gstat_add(w->txn, gr->gid, MIC_GSTAT_GAP_PARKED, 1)))
+                return rc;
             a.missing = ag.contig + 1;
             a.since = w->now_us;
         }
@@ -107,6 +113,8 @@ static int advance(struct mic_wctx *w, const struct mic_group *gr,
         mic_wctx_wake(w, gr->gid);
     }
     if ((rc = mic_store_dlv_put(w->txn, gr->gid, first.seq, &d)))
+        return rc;
+    if (a.missing && (rc = mic_store_gstat_add(w->txn, gr->gid, MIC_GSTAT_GAP_PARKED, -1)))
         return rc;
     a.active = first.seq;
     a.missing = 0;
@@ -212,8 +220,11 @@ int mic_order_release(struct mic_wctx *w, const struct mic_group *gr,
         a.waiting--;
     if (a.active == r->seq)
         a.active = 0;
-    if (a.waiting == 0)
+    if (a.waiting == 0) {
+        if (a.missing && (rc = mic_store_gstat_add(w->txn, gr->gid, MIC_GSTAT_GAP_PARKED, -1)))
+            return rc;
         return mic_store_ags_del(w->txn, gr->gid, r->akey);
+    }
     if ((rc = mic_store_ags_put(w->txn, gr->gid, r->akey, &a)))
         return rc;
     return advance(w, gr, r->akey);

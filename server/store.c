@@ -22,6 +22,7 @@
  *   gapskip akey, version u64 -> (empty)
  *   runs    run_id -> replay run record (layout in replay.c)
  *   expiry  due u64, seq u64 -> u8 kind, event_id (retention deadlines)
+ *   gstat   gid u32 -> u64 counters (gap-parked aggregates, ...)
  *
  * Map growth: LMDB forbids mdb_env_set_mapsize while any transaction of
  * this process is open, so read transactions hold 'resize' shared and
@@ -47,7 +48,7 @@
 struct mic_store {
     MDB_env *env;
     MDB_dbi meta, log, ids, time, aggs, aggidx, topics;
-    MDB_dbi groups, drops, dlv, ready, timers, dlq, aq, ags, gapskip, runs, expiry;
+    MDB_dbi groups, drops, dlv, ready, timers, dlq, aq, ags, gapskip, runs, expiry, gstat;
     uint64_t map_size, map_max;
     pthread_rwlock_t resize;
 };
@@ -172,7 +173,8 @@ static int open_dbs(mic_store *s)
         (rc = mdb_dbi_open(txn, "ags", MDB_CREATE, &s->ags)) ||
         (rc = mdb_dbi_open(txn, "gapskip", MDB_CREATE, &s->gapskip)) ||
         (rc = mdb_dbi_open(txn, "runs", MDB_CREATE, &s->runs)) ||
-        (rc = mdb_dbi_open(txn, "expiry", MDB_CREATE, &s->expiry)))
+        (rc = mdb_dbi_open(txn, "expiry", MDB_CREATE, &s->expiry)) ||
+        (rc = mdb_dbi_open(txn, "gstat", MDB_CREATE, &s->gstat)))
         goto fail;
     rc = mdb_get(txn, s->meta, &k, &v);
     if (rc == MDB_NOTFOUND) {
@@ -800,6 +802,10 @@ int mic_store_drop_step(mic_txn *t, uint32_t gid, int budget, int *finished)
         (rc = purge_prefix(t, t->s->dlv, prefix, &budget, &e3)))
         return rc;
     if (e1 && e2 && e3 && e4 && e5) {
+        MDB_val gk = {4, prefix};
+        int r2 = mdb_del(t->txn, t->s->gstat, &gk, NULL);
+        if (r2 && r2 != MDB_NOTFOUND)
+            return from_mdb(r2);
         *finished = 1;
         return from_mdb(mdb_del(t->txn, t->s->drops, &k, NULL));
     }
@@ -1282,6 +1288,42 @@ int mic_store_ags_each(mic_txn *t, uint32_t gid, const uint8_t *after,
     if (stop)
         return stop;
     return rc == MDB_NOTFOUND || rc == 0 ? MIC_OK : from_mdb(rc);
+}
+
+/* ---- Per-group counters ---- */
+
+int mic_store_gstat_get(mic_txn *t, uint32_t gid, uint64_t out[MIC_GSTAT_N])
+{
+    uint8_t kb[4];
+    MDB_val k = {4, kb}, v;
+    int rc;
+
+    put_u32(kb, gid);
+    memset(out, 0, MIC_GSTAT_N * sizeof *out);
+    rc = get(t, t->s->gstat, &k, &v);
+    if (rc == MIC_ENOTFOUND)
+        return MIC_OK;
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < MIC_GSTAT_N && (i + 1) * 8 <= v.mv_size; i++)
+        out[i] = get_u64((uint8_t *)v.mv_data + 8 * i);
+    return MIC_OK;
+}
+
+int mic_store_gstat_add(mic_txn *t, uint32_t gid, int field, int64_t delta)
+{
+    uint64_t c[MIC_GSTAT_N];
+    uint8_t kb[4], vb[8 * MIC_GSTAT_N];
+    MDB_val k = {4, kb}, v = {sizeof vb, vb};
+    int rc;
+
+    if ((rc = mic_store_gstat_get(t, gid, c)))
+        return rc;
+    c[field] = (int64_t)c[field] + delta < 0 ? 0 : (uint64_t)((int64_t)c[field] + delta);
+    put_u32(kb, gid);
+    for (int i = 0; i < MIC_GSTAT_N; i++)
+        put_u64(vb + 8 * i, c[i]);
+    return put(t, t->s->gstat, "gstat", &k, &v, 0);
 }
 
 /* ---- Retention ---- */

@@ -300,6 +300,13 @@ int mic_store_ags_each(mic_txn *t, uint32_t gid, const uint8_t *after,
                                  const struct mic_ags *a),
                        void *arg);
 
+/* ---- Per-group counters, kept by the writer: gid -> u64[MIC_GSTAT_N] ---- */
+
+enum mic_gstat { MIC_GSTAT_GAP_PARKED = 0, MIC_GSTAT_N = 8 };
+int mic_store_gstat_add(mic_txn *t, uint32_t gid, int field, int64_t delta);
+/* All counters of 'gid' (zeros if none). */
+int mic_store_gstat_get(mic_txn *t, uint32_t gid, uint64_t out[MIC_GSTAT_N]);
+
 /* ---- Retention: (due µs, seq) -> kind, event_id ---- */
 
 enum mic_expiry_kind { MIC_EXPIRE_EVENT = 1, MIC_EXPIRE_ID = 2 };

@@ -591,6 +591,22 @@ static void retrying_head_blocks(void **state)
 
 /* ---- 3. A missing version cannot be advanced past (seed fault test) ---- */
 
+/* mic_group_gap_parked_aggregates{group="g"} from GET /metrics, or -1. */
+static long gap_metric(const char *group)
+{
+    struct resp r;
+    char key[256];
+    const char *p;
+    long v = -1;
+
+    snprintf(key, sizeof key, "mic_group_gap_parked_aggregates{group=\"%s\"} ", group);
+    assert_int_equal(http(&S, "GET", "/metrics", NULL, NULL, 0, NULL, &r), 0);
+    if (r.body && (p = strstr(r.body, key)))
+        v = strtol(p + strlen(key), NULL, 10);
+    resp_free(&r);
+    return v;
+}
+
 static void gap_parks_aggregate(void **state)
 {
     json_t *c, *r, *agg;
@@ -615,6 +631,7 @@ static void gap_parks_aggregate(void **state)
     assert_int_equal(json_array_size(dlvs(c)), 0);
     json_decref(c);
     expect_blocked(&S, "gp.g", "gp", "A", "gap", s4, 1, 3);
+    assert_int_equal(gap_metric("gp.g"), 1); /* the group's figures count it */
     expect_state(&S, "gp-4", "gp.g", "pending", 0);
     expect_state(&S, "gp-5", "gp.g", "pending", 0);
     agg = call(&S, "GET", "/v1/aggregates/gp/A", NULL, 200);
@@ -625,6 +642,7 @@ static void gap_parks_aggregate(void **state)
     /* v3 arrives: the aggregate is released, v3, v4, v5 come in order. */
     pub1(&S, "{\"event_id\":\"gp-3\",\"topic\":\"gp.t\",\"aggregate_type\":\"gp\","
              "\"aggregate_id\":\"A\",\"aggregate_version\":3}");
+    assert_int_equal(gap_metric("gp.g"), 0);
     c = claim_only(&S, "gp.g", "gp-3", 1);
     assert_int_equal(dlv_version(dlv(c, 0)), 3);
     expect_blocked(&S, "gp.g", "gp", "A", "lease", jint(dlv(c, 0), "seq"), 2, 0);
