@@ -5,7 +5,7 @@
  * entry before each batch, so the sweep is deadline-driven and never scans
  * the log.  An event is removed only when its delivery is terminal
  * (dispatched, dead-lettered, skipped) in every group; otherwise it is
- * looked at again RECHECK_S later.  Before the removal commits, the event's
+ * looked at again one retention period later (at most RECHECK_MAX_S).  Before the removal commits, the event's
  * stored JSON is appended to `<archive-dir>/<topic>.ndjson` and fsync'd (a
  * crash between the two can leave a line twice: consumers of archives
  * deduplicate by event_id).  The removal drops the log record, its time
@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #define SWEEP_PER_BATCH 1000
-#define RECHECK_S 60
+#define RECHECK_MAX_S 60
 
 int mic_retention_schedule(struct mic_wctx *w, const struct mic_rec *r,
                            const struct mic_topic_rec *tr, const char *id,
@@ -88,7 +88,7 @@ static int archive(struct mic_wctx *w, const char *topic, const char *json, size
 struct topic_name {
     uint32_t id;
     char name[MIC_TOPIC_MAX + 1];
-    uint64_t dedupe_s;
+    uint64_t dedupe_s, retention_s;
 };
 
 static int find_topic(void *arg, const char *name, size_t len, const struct mic_topic_rec *tr)
@@ -100,6 +100,7 @@ static int find_topic(void *arg, const char *name, size_t len, const struct mic_
     memcpy(t->name, name, len);
     t->name[len] = 0;
     t->dedupe_s = tr->dedupe_retain_s;
+    t->retention_s = tr->retention_s;
     return 1;
 }
 
@@ -117,17 +118,20 @@ static int remove_event(struct mic_wctx *w, mic_groups *g, int64_t due, uint64_t
         return MIC_OK;
     if (rc)
         return rc;
-    if (busy_somewhere(w, g, seq, &rc)) {
-        if (rc)
-            return rc;
-        return mic_store_expiry_put(w->txn, w->now_us + RECHECK_S * 1000000LL, seq,
-                                    MIC_EXPIRE_EVENT, id, idlen);
-    }
     memset(&tn, 0, sizeof tn);
     tn.id = r.topic_id;
-    tn.dedupe_s = 7 * 86400;
+    tn.dedupe_s = tn.retention_s = 7 * 86400;
     if ((rc = mic_store_topic_each(w->txn, find_topic, &tn)) && rc != 1)
         return rc;
+    rc = MIC_OK;
+    if (busy_somewhere(w, g, seq, &rc)) {
+        /* Look again later: after the topic's retention, at most a minute. */
+        int64_t again = tn.retention_s < RECHECK_MAX_S ? (int64_t)tn.retention_s : RECHECK_MAX_S;
+        if (rc)
+            return rc;
+        return mic_store_expiry_put(w->txn, w->now_us + (again ? again : 1) * 1000000LL, seq,
+                                    MIC_EXPIRE_EVENT, id, idlen);
+    }
     if (w->cfg->archive_dir[0]) {
         int f;
         if ((rc = archive(w, tn.name[0] ? tn.name : "unknown", r.json, r.json_len, &f)))
