@@ -25,7 +25,7 @@ SAN_OBJ := $(SRV_SRC:server/%.c=build/san/%.o)
 UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
 
-.PHONY: all run test check deps bench bench-claims bench-ordered clean
+.PHONY: all run test check deps bench bench-claims bench-ordered bench-range clean
 all: build/micd
 
 deps:
@@ -82,12 +82,16 @@ bench: deps build/micd build/loadgen build/workers build/bench_parse
 	@echo; echo "handler-side parse+validate cost (no HTTP, no store):"; ./build/bench_parse 100 2000
 	@echo; bench/claims.sh
 	@echo; bench/ordered.sh
+	@echo; bench/range.sh
 
 bench-claims: deps build/micd build/loadgen build/workers
 	bench/claims.sh
 
 bench-ordered: deps build/micd build/loadgen build/workers
 	bench/ordered.sh
+
+bench-range: deps build/micd build/loadgen
+	bench/range.sh
 
 clean:
 	rm -rf build

@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHUNK (64 * 1024)
+#define CHUNK (256 * 1024)
 
 struct range {
     uint32_t topic_id;

@@ -584,7 +584,7 @@ static enum MHD_Result h_range(struct req *r, const char **args)
 
         if (mic_range_open(r->h->store, args[0], from, to, after, &rg, &e))
             return send_error(r, &e);
-        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 64 * 1024,
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 256 * 1024,
                                                  range_reader, rg, range_free);
         if (!resp) {
             mic_range_close(rg);

@@ -1,0 +1,50 @@
+#!/bin/sh
+# bench/range.sh - time-range reads (make bench-range).
+#
+# One micd on 127.0.0.1 (ephemeral port, temporary store, stopped by PID):
+# 1M events published to one topic (batches of 1000), then the middle 10%
+# of their created_at span read back as an NDJSON stream
+# (Accept: application/x-ndjson) with curl, 3 times: events/s, median with
+# min-max.  EVENTS changes the size.
+set -eu
+cd "$(dirname "$0")/.."
+EVENTS=${EVENTS:-1000000}
+RUNS=${RUNS:-3}
+dir=$(mktemp -d /tmp/mic-bench-XXXXXX)
+
+./build/micd --listen 127.0.0.1:0 --data "$dir/store" --port-file "$dir/port" --map-max 256G \
+    2> "$dir/micd.log" &
+pid=$!
+cleanup() { kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$dir"; }
+trap cleanup EXIT
+i=0
+while [ ! -s "$dir/port" ]; do
+    i=$((i + 1)); [ $i -gt 200 ] && { echo "micd did not start" >&2; exit 1; }
+    sleep 0.05
+done
+url=http://127.0.0.1:$(cat "$dir/port")
+t0=$(date -u +%s%6N)
+./build/loadgen --url "$url" --conns 4 --events "$EVENTS" --batch 1000 --topic range \
+    --max-seconds 900 > /dev/null 2>&1
+t1=$(date -u +%s%6N)
+python3 - "$url" "$t0" "$t1" "$RUNS" <<'PY'
+import datetime, statistics, subprocess, sys, time
+url, t0, t1, runs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+def iso(us):
+    return datetime.datetime.fromtimestamp(us / 1e6, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+lo, hi = t0 + (t1 - t0) * 45 // 100, t0 + (t1 - t0) * 55 // 100
+q = "%s/v1/topics/range/events?from=%s&to=%s" % (url, iso(lo), iso(hi))
+rates, n = [], 0
+for _ in range(runs):
+    a = time.monotonic()
+    out = subprocess.run(["curl", "-sf", "-H", "Accept: application/x-ndjson", q],
+                         stdout=subprocess.PIPE, check=True).stdout
+    secs = time.monotonic() - a
+    n = out.count(b"\n")
+    rates.append(n / secs)
+rates.sort()
+print("| workload | MIC |")
+print("|---|---|")
+print("| W5 read the middle 10%% of 1M stored events as an NDJSON stream (%d events) | %.0f ev/s median (%.0f-%.0f) |" % (
+    n, statistics.median(rates), rates[0], rates[-1]))
+PY
