@@ -16,21 +16,9 @@ W3_EVENTS=${W3_EVENTS:-100000}
 BIG_EVENTS=${BIG_EVENTS:-1000000}
 [ "${BIG:-0}" = 1 ] && BIG_EVENTS=10000000
 OUT=${OUT:-bench/last-claims.jsonl}
-dir=$(mktemp -d /tmp/mic-bench-XXXXXX)
 : > "$OUT"
-
-./build/micd --listen 127.0.0.1:0 --data "$dir/store" --port-file "$dir/port" --map-max 256G \
-    2> "$dir/micd.log" &
-pid=$!
-cleanup() { kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$dir"; }
-trap cleanup EXIT
-i=0
-while [ ! -s "$dir/port" ]; do
-    i=$((i + 1)); [ $i -gt 200 ] && { echo "micd did not start" >&2; exit 1; }
-    sleep 0.05
-done
-url=http://127.0.0.1:$(cat "$dir/port")
-
+. bench/lib.sh
+start_micd --map-max 256G
 group() { # name topic
     curl -sf -XPUT "$url/v1/groups/$1" -H 'Content-Type: application/json' \
         -d "{\"topics\":[\"$2\"]}" > /dev/null

@@ -17,21 +17,9 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
 OUT=${OUT:-bench/last-ordered.jsonl}
 N_AGG=${N_AGG:-100000}
-dir=$(mktemp -d /tmp/mic-bench-XXXXXX)
 : > "$OUT"
-
-./build/micd --listen 127.0.0.1:0 --data "$dir/store" --port-file "$dir/port" --map-max 256G \
-    2> "$dir/micd.log" &
-pid=$!
-cleanup() { kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$dir"; }
-trap cleanup EXIT
-i=0
-while [ ! -s "$dir/port" ]; do
-    i=$((i + 1)); [ $i -gt 200 ] && { echo "micd did not start" >&2; exit 1; }
-    sleep 0.05
-done
-url=http://127.0.0.1:$(cat "$dir/port")
-
+. bench/lib.sh
+start_micd --map-max 256G
 group() { # name topics-json
     curl -sf -XPUT "$url/v1/groups/$1" -H 'Content-Type: application/json' \
         -d "{\"topics\":$2,\"ordered\":true}" > /dev/null

@@ -10,19 +10,8 @@ set -eu
 cd "$(dirname "$0")/.."
 EVENTS=${EVENTS:-1000000}
 RUNS=${RUNS:-3}
-dir=$(mktemp -d /tmp/mic-bench-XXXXXX)
-
-./build/micd --listen 127.0.0.1:0 --data "$dir/store" --port-file "$dir/port" --map-max 256G \
-    2> "$dir/micd.log" &
-pid=$!
-cleanup() { kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$dir"; }
-trap cleanup EXIT
-i=0
-while [ ! -s "$dir/port" ]; do
-    i=$((i + 1)); [ $i -gt 200 ] && { echo "micd did not start" >&2; exit 1; }
-    sleep 0.05
-done
-url=http://127.0.0.1:$(cat "$dir/port")
+. bench/lib.sh
+start_micd --map-max 256G
 t0=$(date -u +%s%6N)
 ./build/loadgen --url "$url" --conns 4 --events "$EVENTS" --batch 1000 --topic range \
     --max-seconds 900 > /dev/null 2>&1

@@ -184,6 +184,21 @@ static enum MHD_Result send_empty(struct req *r, unsigned status)
     return send_body(r, status, NULL, NULL, 0);
 }
 
+/* Reply with 'b' and 'status' if 'rc' is MIC_OK, else with the error 'e'. */
+static enum MHD_Result answer(struct req *r, int rc, struct mic_buf *b,
+                              const struct mic_error *e, unsigned status)
+{
+    if (rc) {
+        mic_buf_fini(b);
+        return send_error(r, e);
+    }
+    if (status == MHD_HTTP_NO_CONTENT) {
+        mic_buf_fini(b);
+        return send_empty(r, status);
+    }
+    return send_buf(r, status, b);
+}
+
 /* ---- Writer ops ---- */
 
 static void op_done(mic_op *op);
@@ -230,11 +245,7 @@ static enum MHD_Result finish_publish(struct req *r)
 
     mic_buf_init(&b);
     rc = mic_publish_result(r->u.publish, &b, &all_dup, &e);
-    if (rc) {
-        mic_buf_fini(&b);
-        return send_error(r, &e);
-    }
-    return send_buf(r, all_dup ? MHD_HTTP_OK : MHD_HTTP_CREATED, &b);
+    return answer(r, rc, &b, &e, all_dup ? MHD_HTTP_OK : MHD_HTTP_CREATED);
 }
 
 static enum MHD_Result finish_topic(struct req *r, int del)
@@ -245,15 +256,7 @@ static enum MHD_Result finish_topic(struct req *r, int del)
 
     mic_buf_init(&b);
     rc = mic_topic_op_result(r->u.topic, &b, &created, &e);
-    if (rc) {
-        mic_buf_fini(&b);
-        return send_error(r, &e);
-    }
-    if (del) {
-        mic_buf_fini(&b);
-        return send_empty(r, MHD_HTTP_NO_CONTENT);
-    }
-    return send_buf(r, created ? MHD_HTTP_CREATED : MHD_HTTP_OK, &b);
+    return answer(r, rc, &b, &e, del ? MHD_HTTP_NO_CONTENT : created ? MHD_HTTP_CREATED : MHD_HTTP_OK);
 }
 
 static int content_type_ok(struct req *r, struct mic_error *e)
@@ -287,11 +290,8 @@ static enum MHD_Result h_event_get(struct req *r, const char **args)
     struct mic_buf b;
 
     mic_buf_init(&b);
-    if (mic_publish_lookup(r->h->store, args[0], strlen(args[0]), &b, &e)) {
-        mic_buf_fini(&b);
-        return send_error(r, &e);
-    }
-    return send_buf(r, MHD_HTTP_OK, &b);
+    return answer(r, mic_publish_lookup(r->h->store, args[0], strlen(args[0]), &b, &e), &b, &e,
+                  MHD_HTTP_OK);
 }
 
 static enum MHD_Result h_topic_list(struct req *r, const char **args)
@@ -301,11 +301,7 @@ static enum MHD_Result h_topic_list(struct req *r, const char **args)
 
     (void)args;
     mic_buf_init(&b);
-    if (mic_topic_list(r->h->store, &b, &e)) {
-        mic_buf_fini(&b);
-        return send_error(r, &e);
-    }
-    return send_buf(r, MHD_HTTP_OK, &b);
+    return answer(r, mic_topic_list(r->h->store, &b, &e), &b, &e, MHD_HTTP_OK);
 }
 
 static enum MHD_Result h_topic_get(struct req *r, const char **args)
@@ -314,11 +310,7 @@ static enum MHD_Result h_topic_get(struct req *r, const char **args)
     struct mic_buf b;
 
     mic_buf_init(&b);
-    if (mic_topic_get(r->h->store, args[0], &b, &e)) {
-        mic_buf_fini(&b);
-        return send_error(r, &e);
-    }
-    return send_buf(r, MHD_HTTP_OK, &b);
+    return answer(r, mic_topic_get(r->h->store, args[0], &b, &e), &b, &e, MHD_HTTP_OK);
 }
 
 static enum MHD_Result h_topic_put(struct req *r, const char **args)
@@ -347,18 +339,11 @@ static enum MHD_Result finish_group(struct req *r, int del)
 {
     struct mic_error e;
     struct mic_buf b;
-    int created = 0;
+    int created = 0, rc;
 
     mic_buf_init(&b);
-    if (mic_group_op_result(r->u.group, &b, &created, &e)) {
-        mic_buf_fini(&b);
-        return send_error(r, &e);
-    }
-    if (del) {
-        mic_buf_fini(&b);
-        return send_empty(r, MHD_HTTP_NO_CONTENT);
-    }
-    return send_buf(r, created ? MHD_HTTP_CREATED : MHD_HTTP_OK, &b);
+    rc = mic_group_op_result(r->u.group, &b, &created, &e);
+    return answer(r, rc, &b, &e, del ? MHD_HTTP_NO_CONTENT : created ? MHD_HTTP_CREATED : MHD_HTTP_OK);
 }
 
 static enum MHD_Result finish_claim(struct req *r)
@@ -367,11 +352,7 @@ static enum MHD_Result finish_claim(struct req *r)
     struct mic_buf b;
 
     mic_buf_init(&b);
-    if (mic_claim_result(r->u.claim, r->h->store, &b, &e)) {
-        mic_buf_fini(&b);
-        return send_error(r, &e);
-    }
-    return send_buf(r, MHD_HTTP_OK, &b);
+    return answer(r, mic_claim_result(r->u.claim, r->h->store, &b, &e), &b, &e, MHD_HTTP_OK);
 }
 
 static enum MHD_Result h_group_list(struct req *r, const char **args)
@@ -381,11 +362,7 @@ static enum MHD_Result h_group_list(struct req *r, const char **args)
 
     (void)args;
     mic_buf_init(&b);
-    if (mic_group_list(r->h->store, &b, &e)) {
-        mic_buf_fini(&b);
-        return send_error(r, &e);
-    }
-    return send_buf(r, MHD_HTTP_OK, &b);
+    return answer(r, mic_group_list(r->h->store, &b, &e), &b, &e, MHD_HTTP_OK);
 }
 
 static enum MHD_Result h_group_get(struct req *r, const char **args)
@@ -394,11 +371,7 @@ static enum MHD_Result h_group_get(struct req *r, const char **args)
     struct mic_buf b;
 
     mic_buf_init(&b);
-    if (mic_group_get(r->h->store, args[0], &b, &e)) {
-        mic_buf_fini(&b);
-        return send_error(r, &e);
-    }
-    return send_buf(r, MHD_HTTP_OK, &b);
+    return answer(r, mic_group_get(r->h->store, args[0], &b, &e), &b, &e, MHD_HTTP_OK);
 }
 
 static enum MHD_Result h_group_put(struct req *r, const char **args)
@@ -488,14 +461,10 @@ static enum MHD_Result h_dlq_list(struct req *r, const char **args)
     struct mic_buf b;
 
     mic_buf_init(&b);
-    if (mic_claim_dlq_list(r->h->store, args[0],
+    return answer(r, mic_claim_dlq_list(r->h->store, args[0],
                            MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "after"),
                            MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit"),
-                           &b, &e)) {
-        mic_buf_fini(&b);
-        return send_error(r, &e);
-    }
-    return send_buf(r, MHD_HTTP_OK, &b);
+                           &b, &e), &b, &e, MHD_HTTP_OK);
 }
 
 static enum MHD_Result h_blocked(struct req *r, const char **args)
@@ -504,14 +473,10 @@ static enum MHD_Result h_blocked(struct req *r, const char **args)
     struct mic_buf b;
 
     mic_buf_init(&b);
-    if (mic_order_blocked(r->h->store, args[0],
+    return answer(r, mic_order_blocked(r->h->store, args[0],
                           MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "reason"),
                           MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit"),
-                          &b, &e)) {
-        mic_buf_fini(&b);
-        return send_error(r, &e);
-    }
-    return send_buf(r, MHD_HTTP_OK, &b);
+                          &b, &e), &b, &e, MHD_HTTP_OK);
 }
 
 static enum MHD_Result h_aggregate(struct req *r, const char **args)
@@ -520,11 +485,7 @@ static enum MHD_Result h_aggregate(struct req *r, const char **args)
     struct mic_buf b;
 
     mic_buf_init(&b);
-    if (mic_order_aggregate(r->h->store, args[0], args[1], &b, &e)) {
-        mic_buf_fini(&b);
-        return send_error(r, &e);
-    }
-    return send_buf(r, MHD_HTTP_OK, &b);
+    return answer(r, mic_order_aggregate(r->h->store, args[0], args[1], &b, &e), &b, &e, MHD_HTTP_OK);
 }
 
 static enum MHD_Result h_gap_skip(struct req *r, const char **args)
@@ -543,11 +504,7 @@ static enum MHD_Result finish_gap(struct req *r)
     struct mic_buf b;
 
     mic_buf_init(&b);
-    if (mic_gap_skip_result(r->u.gap, &b, &e)) {
-        mic_buf_fini(&b);
-        return send_error(r, &e);
-    }
-    return send_buf(r, MHD_HTTP_OK, &b);
+    return answer(r, mic_gap_skip_result(r->u.gap, &b, &e), &b, &e, MHD_HTTP_OK);
 }
 
 static ssize_t range_reader(void *cls, uint64_t pos, char *buf, size_t max)
@@ -636,11 +593,7 @@ static enum MHD_Result h_replay_get(struct req *r, const char **args)
     struct mic_buf b;
 
     mic_buf_init(&b);
-    if (mic_replay_get(r->h->store, args[0], &b, &e)) {
-        mic_buf_fini(&b);
-        return send_error(r, &e);
-    }
-    return send_buf(r, MHD_HTTP_OK, &b);
+    return answer(r, mic_replay_get(r->h->store, args[0], &b, &e), &b, &e, MHD_HTTP_OK);
 }
 
 static enum MHD_Result finish_replay(struct req *r, int del)
@@ -649,15 +602,8 @@ static enum MHD_Result finish_replay(struct req *r, int del)
     struct mic_buf b;
 
     mic_buf_init(&b);
-    if (mic_replay_op_result(r->u.replay, &b, &e)) {
-        mic_buf_fini(&b);
-        return send_error(r, &e);
-    }
-    if (del) {
-        mic_buf_fini(&b);
-        return send_empty(r, MHD_HTTP_NO_CONTENT);
-    }
-    return send_buf(r, MHD_HTTP_CREATED, &b);
+    return answer(r, mic_replay_op_result(r->u.replay, &b, &e), &b, &e,
+                  del ? MHD_HTTP_NO_CONTENT : MHD_HTTP_CREATED);
 }
 
 static enum MHD_Result h_healthz(struct req *r, const char **args)

@@ -1,0 +1,25 @@
+# bench/lib.sh - sourced by the bench scripts: start build/micd on
+# 127.0.0.1 with an ephemeral port and a temporary store, stop it by PID on
+# exit.  After start_micd: $dir (temporary directory), $pid, $url.
+# Extra flags for micd: start_micd FLAG...
+start_micd() {
+    dir=$(mktemp -d /tmp/mic-bench-XXXXXX)
+    ./build/micd --listen 127.0.0.1:0 --data "$dir/store" --port-file "$dir/port" "$@" \
+        2> "$dir/micd.log" &
+    pid=$!
+    trap stop_micd EXIT
+    i=0
+    while [ ! -s "$dir/port" ]; do
+        i=$((i + 1))
+        [ $i -gt 200 ] && { echo "micd did not start" >&2; cat "$dir/micd.log" >&2; exit 1; }
+        kill -0 "$pid" 2>/dev/null || { echo "micd exited" >&2; cat "$dir/micd.log" >&2; exit 1; }
+        sleep 0.05
+    done
+    url=http://127.0.0.1:$(cat "$dir/port")
+}
+
+stop_micd() {
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    rm -rf "$dir"
+}
