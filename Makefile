@@ -1,6 +1,6 @@
 # MIC - build, run and test.
 #
-#   make          build build/micd (optimised)
+#   make          build build/micd and build/mic-events-replay (optimised)
 #   make run      install what is missing, build, start micd on 127.0.0.1:8080, store in ./var
 #   make test     install what is missing, build with ASan+UBSan, run every test
 #   make bench    durable publish benchmark (see bench/README.md)
@@ -8,16 +8,19 @@
 
 CC      ?= cc
 PKGS    := libmicrohttpd lmdb jansson openssl
-TPKGS   := cmocka libcurl
+TPKGS   := cmocka libcurl libnats
+RPKGS   := libcurl jansson libcrypto libnats
 DEBS    := build-essential pkg-config libmicrohttpd-dev liblmdb-dev lmdb-utils \
            libjansson-dev libssl-dev libcmocka-dev libcurl4-openssl-dev curl \
-           procps
+           procps libnats-dev nats-server clickhouse-server clickhouse-client
 WARN    := -std=c11 -Wall -Wextra -Werror -Wformat=2 -g
 SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 PKGCFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKGLIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
 TCFLAGS   = $(shell pkg-config --cflags $(TPKGS) 2>/dev/null)
 TLIBS     = $(shell pkg-config --libs $(TPKGS) 2>/dev/null)
+RCFLAGS   = $(shell pkg-config --cflags $(RPKGS) 2>/dev/null)
+RLIBS     = $(shell pkg-config --libs $(RPKGS) 2>/dev/null)
 
 SRV_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
 REL_OBJ := $(SRV_SRC:server/%.c=build/rel/%.o)
@@ -26,7 +29,7 @@ UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
 
 .PHONY: all run test check deps bench bench-claims bench-ordered bench-range clean
-all: build/micd
+all: build/micd build/mic-events-replay
 
 deps:
 	@missing=""; for p in $(DEBS); do \
@@ -54,6 +57,11 @@ $(HARNESS): tests/harness.c tests/harness.h | build/san
 build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) tests/harness.h
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver $< $(SAN_OBJ) $(HARNESS) -o $@ $(PKGLIBS) $(TLIBS)
 
+build/mic-events-replay: client/mic-events-replay.c | build/rel
+	$(CC) $(WARN) -O2 $(RCFLAGS) $< -o $@ $(RLIBS)
+build/san/mic-events-replay: client/mic-events-replay.c | build/san
+	$(CC) $(WARN) -O1 $(SAN) $(RCFLAGS) $< -o $@ $(RLIBS)
+
 build/loadgen: bench/loadgen.c | build/rel
 	$(CC) $(WARN) -O2 -D_GNU_SOURCE $< -o $@ -lpthread -lm
 build/workers: bench/workers.c | build/rel
@@ -65,8 +73,8 @@ run: deps build/micd
 	mkdir -p var
 	./build/micd --listen 127.0.0.1:8080 --data ./var
 
-check: build/san/micd $(UNIT)
-	MICD=build/san/micd tests/run.sh $(UNIT)
+check: build/san/micd build/san/mic-events-replay $(UNIT)
+	MICD=build/san/micd MIC_REPLAY=build/san/mic-events-replay tests/run.sh $(UNIT)
 
 test: deps
 	$(MAKE) check

@@ -1,0 +1,1648 @@
+/* mic-events-replay.c - the command-line replayer (DESIGN section 5).
+ *
+ * DESIGN
+ *
+ * One run reads one topic's events in an inclusive time range from one
+ * source and hands each to one sink:
+ *
+ *   source                        sink
+ *   --from-broker URL   (NDJSON)  --to-nats URL --nats-stream S (JetStream)
+ *   --from-json FILE    (NDJSON)  --to-broker URL --to-topic T
+ *   --from-clickhouse URL         --to-json FILE
+ *                                 --to-clickhouse URL
+ *                                 (none: a dry run)
+ *
+ * Pipeline: source -> lines -> parse_event -> deliver (order check, digest,
+ * first/last, progress) -> sink_put -> sink_finish.  Invariants:
+ *
+ *   - Events reach the sink in strictly increasing (created_at, event_id)
+ *     order (event_id compared bytewise, as LMDB and ClickHouse do).  An
+ *     event equal in both to the one before is skipped and counted in
+ *     "skipped" (an archive written twice); a streamed source that goes
+ *     backwards is an error.  The JSON file source filters by topic and
+ *     range and sorts in memory when the file is not already in order.
+ *   - The broker and ClickHouse sources stream through libcurl's write
+ *     callback split into lines: memory is one line plus one sink batch,
+ *     whatever the range.  So does a JSON file already in order (checked
+ *     by a first pass); an unordered one holds its selected lines.
+ *   - The first error stops the run: what the sink acknowledged before it
+ *     stays published, so a retry (same --batch-id) may redeliver that
+ *     prefix; the sinks' ids make the redelivery a duplicate (JetStream's
+ *     Nats-Msg-Id window, the broker's event_id idempotency).
+ *
+ * Every publication (NATS, broker) carries the headers x-replay: true,
+ * x-replay-batch-id: B and x-original-event-id: ID; NATS messages also
+ * carry Nats-Msg-Id: B:ID.  The NATS subject is the event's topic and the
+ * payload the stored event JSON exactly as the source served it.  A broker
+ * republication is the event's own fields (seq and received_at dropped)
+ * with topic T, event_id "B:ID" (or "B:h.<sha256 hex of ID>" when that
+ * would pass 128 characters), created_at kept and the three headers added
+ * to the event's headers, in batches of at most 1000 events (and about
+ * 8 MiB).  The archive formats are in proto/archive-format.md.
+ *
+ * Output: on success one JSON object on stdout (see usage()); the batch
+ * id on stderr at the start and a carriage-return progress line when
+ * stderr is a terminal, both unless --quiet; on failure one line on stderr.
+ * Exit status: 0 done, 1 source or publication error, 2 usage error.
+ */
+#define _GNU_SOURCE
+#include <curl/curl.h>
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <nats/nats.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PROG "mic-events-replay"
+#define EXIT_FAIL 1
+#define EXIT_USAGE 2
+
+#define TIME_LEN 27            /* "2026-09-29T08:00:00.000000Z" */
+#define ID_MAX 128
+#define TOPIC_MAX 200
+#define BATCH_ID_MAX 48
+#define BATCH_EVENTS 1000
+#define BATCH_BYTES (8u << 20)
+#define ERRBODY_MAX 4096
+#define NATS_WAIT_MS 5000
+#define DEFAULT_TABLE "mic_events"
+#define MAX_US (253402300800LL * 1000000)   /* 10000-01-01T00:00:00Z */
+
+/* ClickHouse 18.16 settings for every request (DESIGN section 11). */
+#define CH_PARAMS "date_time_input_format=best_effort" \
+                  "&output_format_json_quote_64bit_integers=0" \
+                  "&input_format_skip_unknown_fields=1&wait_end_of_query=1"
+
+enum source { SRC_NONE, SRC_BROKER, SRC_JSON, SRC_CLICKHOUSE };
+enum sink { SINK_NONE, SINK_NATS, SINK_BROKER, SINK_JSON, SINK_CLICKHOUSE };
+
+static const char *const source_names[] = {"none", "broker", "json", "clickhouse"};
+static const char *const sink_names[] = {"none", "nats", "broker", "json", "clickhouse"};
+
+struct opts {
+    enum source src;
+    const char *src_arg;
+    enum sink sink;
+    const char *sink_arg;
+    const char *table, *topic, *to_topic, *nats_stream;
+    int64_t from_us, to_us;
+    char from[TIME_LEN + 1], to[TIME_LEN + 1];
+    char batch[BATCH_ID_MAX + 1];
+    int quiet;
+};
+
+struct buf {
+    char *p;
+    size_t len, cap;
+};
+
+/* One event as read from the source.  'line' is borrowed from the reader
+ * until deliver returns; 'obj' is owned (json_decref by the caller). */
+struct event {
+    const char *line;
+    size_t len;
+    json_t *obj;
+    const char *id, *topic;
+    int64_t at_us;
+    char at[TIME_LEN + 1];
+};
+
+struct replay {
+    struct opts *o;
+    EVP_MD_CTX *sha;
+    uint64_t read, selected, published, duplicates, skipped;
+    int have_last;
+    int64_t last_us;
+    char last_id[ID_MAX + 1], last_at[TIME_LEN + 1];
+    char first_id[ID_MAX + 1], first_at[TIME_LEN + 1];
+    int tty;
+    int64_t progress_ms;
+    char err[1024];
+    /* Sinks. */
+    CURL *out;                 /* broker and ClickHouse sinks */
+    struct buf batch;          /* pending request body */
+    int batch_n;
+    char *insert_url;
+    natsOptions *nopts;
+    natsConnection *nc;
+    jsCtx *js;
+    FILE *jf;
+    char *jtmp;
+};
+
+/* ---- Errors and small helpers ---- */
+
+__attribute__((format(printf, 2, 3)))
+static int fail(struct replay *r, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (r->err[0])
+        return -1; /* keep the first error */
+    va_start(ap, fmt);
+    vsnprintf(r->err, sizeof r->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+__attribute__((format(printf, 1, 2)))
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+
+    fputs(PROG ": ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs(" (see --help)\n", stderr);
+    return EXIT_USAGE;
+}
+
+static int buf_add(struct buf *b, const void *p, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        char *np;
+
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        if (!(np = realloc(b->p, cap)))
+            return -1;
+        b->p = np;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+    b->p[b->len] = 0;
+    return 0;
+}
+
+static int buf_puts(struct buf *b, const char *s)
+{
+    return buf_add(b, s, strlen(s));
+}
+
+static void buf_fini(struct buf *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int name_ok(const char *s, size_t max, int colon)
+{
+    size_t n = 0;
+
+    for (; s[n]; n++) {
+        char c = s[n];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+              (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-' ||
+              (colon && c == ':')))
+            return 0;
+    }
+    return n >= 1 && n <= max;
+}
+
+/* A ClickHouse table name: [A-Za-z_][A-Za-z0-9_]*, optionally db.table. */
+static int table_ok(const char *s)
+{
+    int start = 1, parts = 1;
+
+    for (; *s; s++) {
+        int alpha = (*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || *s == '_';
+        if (*s == '.' && !start && parts == 1) {
+            start = 1;
+            parts++;
+            continue;
+        }
+        if (!(alpha || (!start && *s >= '0' && *s <= '9')))
+            return 0;
+        start = 0;
+    }
+    return !start;
+}
+
+static void hex(const unsigned char *p, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[p[i] >> 4];
+        out[2 * i + 1] = digits[p[i] & 15];
+    }
+    out[2 * n] = 0;
+}
+
+/* ---- Time: RFC 3339 <-> microseconds since the epoch (UTC) ----
+ * The same rules as the broker's parser: four-digit years, at most six
+ * fractional digits, Z or a +hh:mm/-hh:mm offset. */
+
+static int64_t days_from_civil(int64_t y, int m, int d)
+{
+    int64_t era, yoe, doy, doe;
+
+    y -= m <= 2;
+    era = (y >= 0 ? y : y - 399) / 400;
+    yoe = y - era * 400;
+    doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+static void civil_from_days(int64_t z, int *y, int *m, int *d)
+{
+    int64_t era, doe, yoe, doy, mp;
+
+    z += 719468;
+    era = (z >= 0 ? z : z - 146096) / 146097;
+    doe = z - era * 146097;
+    yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    mp = (5 * doy + 2) / 153;
+    *d = (int)(doy - (153 * mp + 2) / 5 + 1);
+    *m = (int)(mp < 10 ? mp + 3 : mp - 9);
+    *y = (int)(yoe + era * 400 + (*m <= 2));
+}
+
+static int num(const char *s, size_t len, size_t *i, int n)
+{
+    int v = 0;
+
+    if (*i + (size_t)n > len)
+        return -1;
+    for (int k = 0; k < n; k++) {
+        char c = s[*i + k];
+        if (c < '0' || c > '9')
+            return -1;
+        v = v * 10 + (c - '0');
+    }
+    *i += n;
+    return v;
+}
+
+static int sep(const char *s, size_t len, size_t *i, char a, char b)
+{
+    if (*i >= len || (s[*i] != a && s[*i] != b))
+        return -1;
+    (*i)++;
+    return 0;
+}
+
+static int time_parse(const char *s, size_t len, int64_t *out)
+{
+    static const int dim[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    size_t i = 0;
+    int y, mo, d, h, mi, se, frac = 0, off = 0, leap;
+    int64_t us;
+
+    if ((y = num(s, len, &i, 4)) < 0 || sep(s, len, &i, '-', '-') ||
+        (mo = num(s, len, &i, 2)) < 0 || sep(s, len, &i, '-', '-') ||
+        (d = num(s, len, &i, 2)) < 0 || sep(s, len, &i, 'T', 't') ||
+        (h = num(s, len, &i, 2)) < 0 || sep(s, len, &i, ':', ':') ||
+        (mi = num(s, len, &i, 2)) < 0 || sep(s, len, &i, ':', ':') ||
+        (se = num(s, len, &i, 2)) < 0)
+        return -1;
+    if (i < len && s[i] == '.') {
+        int n = 0;
+        for (i++; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
+            if (++n > 6)
+                return -1;
+            frac = frac * 10 + (s[i] - '0');
+        }
+        if (n == 0)
+            return -1;
+        while (n++ < 6)
+            frac *= 10;
+    }
+    if (i < len && (s[i] == 'Z' || s[i] == 'z')) {
+        i++;
+    } else if (i < len && (s[i] == '+' || s[i] == '-')) {
+        int sign = s[i++] == '-' ? -1 : 1, oh, om;
+        if ((oh = num(s, len, &i, 2)) < 0 || sep(s, len, &i, ':', ':') ||
+            (om = num(s, len, &i, 2)) < 0 || oh > 23 || om > 59)
+            return -1;
+        off = sign * (oh * 60 + om);
+    } else {
+        return -1;
+    }
+    leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    if (i != len || mo < 1 || mo > 12 || d < 1 ||
+        d > (mo == 2 ? 28 + leap : dim[mo - 1]) || h > 23 || mi > 59 || se > 59)
+        return -1;
+    us = ((days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se) -
+          (int64_t)off * 60) * 1000000 + frac;
+    if (us < 0 || us >= MAX_US)
+        return -1;
+    *out = us;
+    return 0;
+}
+
+static void put_digits(char *p, int64_t v, int n)
+{
+    while (n--) {
+        p[n] = (char)('0' + v % 10);
+        v /= 10;
+    }
+}
+
+/* Write 'us' (0 <= us < MAX_US) as "YYYY-MM-DDTHH:MM:SS.ffffffZ" plus a
+ * NUL into 'out' (TIME_LEN + 1 bytes). */
+static void time_format(int64_t us, char *out)
+{
+    int64_t secs = us / 1000000, sod = secs % 86400;
+    int y, m, d;
+
+    civil_from_days(secs / 86400, &y, &m, &d);
+    memcpy(out, "0000-00-00T00:00:00.000000Z", TIME_LEN + 1);
+    put_digits(out, y, 4);
+    put_digits(out + 5, m, 2);
+    put_digits(out + 8, d, 2);
+    put_digits(out + 11, sod / 3600, 2);
+    put_digits(out + 14, sod / 60 % 60, 2);
+    put_digits(out + 17, sod % 60, 2);
+    put_digits(out + 20, us % 1000000, 6);
+}
+
+/* ---- HTTP (libcurl) ---- */
+
+/* libcurl write callback: append the response body to a struct buf. */
+static size_t on_body(char *p, size_t size, size_t n, void *arg)
+{
+    struct buf *b = arg;
+
+    return buf_add(b, p, size * n) ? 0 : size * n;
+}
+
+/* The message of a failed response: the broker's {"error":{"code",
+ * "message"}}, or the first line of the text (ClickHouse). */
+static void error_text(const struct buf *body, char *out, size_t cap)
+{
+    json_t *j = body->p ? json_loadb(body->p, body->len, 0, NULL) : NULL;
+    json_t *e = json_object_get(j, "error");
+    const char *code = json_string_value(json_object_get(e, "code"));
+    const char *msg = json_string_value(json_object_get(e, "message"));
+    size_t n;
+
+    if (code || msg) {
+        snprintf(out, cap, "%s: %s", code ? code : "error", msg ? msg : "");
+    } else if (body->p) {
+        n = strcspn(body->p, "\r\n");
+        snprintf(out, cap, "%.*s", (int)(n > 300 ? 300 : n), body->p);
+    } else {
+        snprintf(out, cap, "(empty body)");
+    }
+    json_decref(j);
+}
+
+/* Set the options every request shares. */
+static void curl_common(CURL *c, const char *url, struct curl_slist *h)
+{
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
+    curl_easy_setopt(c, CURLOPT_USERAGENT, PROG);
+}
+
+/* POST 'body' to 'url'; the reply lands in 'reply'.  Returns 0 with
+ * *status set once an HTTP answer came, -1 (error set) otherwise. */
+static int http_post(struct replay *r, CURL *c, const char *url, const char *ctype,
+                     const char *body, size_t len, long *status, struct buf *reply)
+{
+    char errbuf[CURL_ERROR_SIZE] = "", ct[80];
+    struct curl_slist *h = NULL, *h2;
+    CURLcode rc;
+
+    curl_easy_reset(c);
+    snprintf(ct, sizeof ct, "Content-Type: %s", ctype);
+    if (!(h = curl_slist_append(NULL, ct)) || !(h2 = curl_slist_append(h, "Expect:"))) {
+        curl_slist_free_all(h);
+        return fail(r, "out of memory");
+    }
+    h = h2;
+    curl_common(c, url, h);
+    curl_easy_setopt(c, CURLOPT_POST, 1L);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, reply);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 300L);
+    rc = curl_easy_perform(c);
+    curl_slist_free_all(h);
+    if (rc != CURLE_OK)
+        return fail(r, "POST %s: %s", url, errbuf[0] ? errbuf : curl_easy_strerror(rc));
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
+    return 0;
+}
+
+/* ---- Line splitting (streamed sources) ---- */
+
+typedef int (*line_fn)(struct replay *r, const char *line, size_t len);
+
+struct lines {
+    struct replay *r;
+    line_fn fn;
+    struct buf b;
+    size_t scanned;   /* b.p[0..scanned) holds no '\n' */
+};
+
+static int lines_feed(struct lines *l, const char *p, size_t n)
+{
+    size_t start = 0;
+    char *nl;
+
+    if (n == 0)
+        return 0;
+    if (buf_add(&l->b, p, n))
+        return fail(l->r, "out of memory");
+    while ((nl = memchr(l->b.p + l->scanned, '\n', l->b.len - l->scanned))) {
+        size_t end = (size_t)(nl - l->b.p), len = end - start;
+
+        if (len && l->b.p[start + len - 1] == '\r')
+            len--;
+        if (len && l->fn(l->r, l->b.p + start, len))
+            return -1;
+        start = l->scanned = end + 1;
+    }
+    l->scanned = l->b.len;
+    if (start) {
+        memmove(l->b.p, l->b.p + start, l->b.len - start);
+        l->b.len -= start;
+        l->scanned -= start;
+    }
+    return 0;
+}
+
+/* A streamed GET (broker) or POST (ClickHouse query) whose 200 body is
+ * split into lines for 'fn'; any other status keeps the first
+ * ERRBODY_MAX bytes for the message. */
+struct stream {
+    CURL *c;
+    long status;
+    struct lines lines;
+    struct buf errbody;
+    int stopped;      /* fn failed: transfer aborted on purpose */
+};
+
+static size_t on_stream(char *p, size_t size, size_t n, void *arg)
+{
+    struct stream *s = arg;
+    size_t len = size * n;
+
+    if (!s->status)
+        curl_easy_getinfo(s->c, CURLINFO_RESPONSE_CODE, &s->status);
+    if (s->status != 200) {
+        size_t room = ERRBODY_MAX - s->errbody.len;
+        if (s->errbody.len < ERRBODY_MAX && buf_add(&s->errbody, p, len < room ? len : room))
+            return 0;
+        return len;
+    }
+    if (lines_feed(&s->lines, p, len)) {
+        s->stopped = 1;
+        return 0;
+    }
+    return len;
+}
+
+static int stream_run(struct replay *r, const char *what, const char *url,
+                      const char *post, const char *accept, line_fn fn)
+{
+    char errbuf[CURL_ERROR_SIZE] = "", hdr[100], msg[400];
+    struct curl_slist *h = NULL;
+    struct stream s;
+    CURLcode rc;
+    int ret = -1;
+
+    memset(&s, 0, sizeof s);
+    s.lines.r = r;
+    s.lines.fn = fn;
+    if (!(s.c = curl_easy_init()))
+        return fail(r, "cannot initialise libcurl");
+    snprintf(hdr, sizeof hdr, "Accept: %s", accept);
+    if (!(h = curl_slist_append(NULL, hdr))) {
+        fail(r, "out of memory");
+        goto out_curl;
+    }
+    curl_common(s.c, url, h);
+    if (post) {
+        curl_easy_setopt(s.c, CURLOPT_POSTFIELDS, post);
+        curl_easy_setopt(s.c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(post));
+    }
+    curl_easy_setopt(s.c, CURLOPT_WRITEFUNCTION, on_stream);
+    curl_easy_setopt(s.c, CURLOPT_WRITEDATA, &s);
+    curl_easy_setopt(s.c, CURLOPT_ERRORBUFFER, errbuf);
+    /* A stalled source (no byte for two minutes) is an error. */
+    curl_easy_setopt(s.c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(s.c, CURLOPT_LOW_SPEED_TIME, 120L);
+    rc = curl_easy_perform(s.c);
+    if (s.stopped)
+        goto out_h; /* the line handler's error is already set */
+    if (!s.status)
+        curl_easy_getinfo(s.c, CURLINFO_RESPONSE_CODE, &s.status);
+    if (s.status && s.status != 200) {
+        error_text(&s.errbody, msg, sizeof msg);
+        fail(r, "%s answered %ld: %s", what, s.status, msg);
+        goto out_h;
+    }
+    if (rc != CURLE_OK) {
+        fail(r, "reading from %s failed after %llu events: %s", what,
+             (unsigned long long)r->read, errbuf[0] ? errbuf : curl_easy_strerror(rc));
+        goto out_h;
+    }
+    if (s.lines.b.len) {
+        fail(r, "%s: the stream ended inside a line (cut short?)", what);
+        goto out_h;
+    }
+    ret = 0;
+out_h:
+    curl_slist_free_all(h);
+    buf_fini(&s.lines.b);
+    buf_fini(&s.errbody);
+out_curl:
+    curl_easy_cleanup(s.c);
+    return ret;
+}
+
+/* ---- Events ---- */
+
+static int parse_event(struct replay *r, const char *line, size_t len, struct event *ev)
+{
+    json_error_t je;
+    json_t *v;
+    const char *at;
+
+    memset(ev, 0, sizeof *ev);
+    ev->line = line;
+    ev->len = len;
+    r->read++;
+    if (!(ev->obj = json_loadb(line, len, JSON_REJECT_DUPLICATES, &je)))
+        return fail(r, "event %llu of the source is not JSON: %s",
+                    (unsigned long long)r->read, je.text);
+    if (!json_is_object(ev->obj))
+        return fail(r, "event %llu of the source is not a JSON object",
+                    (unsigned long long)r->read);
+    v = json_object_get(ev->obj, "event_id");
+    ev->id = json_string_value(v);
+    if (!ev->id || strlen(ev->id) != json_string_length(v) || !name_ok(ev->id, ID_MAX, 1))
+        return fail(r, "event %llu of the source has no valid event_id",
+                    (unsigned long long)r->read);
+    v = json_object_get(ev->obj, "topic");
+    ev->topic = json_string_value(v);
+    if (!ev->topic || strlen(ev->topic) != json_string_length(v) ||
+        !name_ok(ev->topic, TOPIC_MAX, 1))
+        return fail(r, "event %s has no valid topic", ev->id);
+    v = json_object_get(ev->obj, "created_at");
+    if (!(at = json_string_value(v)) || time_parse(at, json_string_length(v), &ev->at_us))
+        return fail(r, "event %s has no valid created_at", ev->id);
+    time_format(ev->at_us, ev->at);
+    return 0;
+}
+
+static int in_selection(const struct opts *o, const struct event *ev)
+{
+    return !strcmp(ev->topic, o->topic) && ev->at_us >= o->from_us && ev->at_us <= o->to_us;
+}
+
+static int key_cmp(int64_t a_us, const char *a_id, int64_t b_us, const char *b_id)
+{
+    if (a_us != b_us)
+        return a_us < b_us ? -1 : 1;
+    return strcmp(a_id, b_id);
+}
+
+static void progress(struct replay *r, int final)
+{
+    int64_t now;
+
+    if (!r->tty)
+        return;
+    now = mono_ms();
+    if (!final && now - r->progress_ms < 200)
+        return;
+    r->progress_ms = now;
+    fprintf(stderr, "\r%llu selected, %llu published, %llu duplicates%s",
+            (unsigned long long)r->selected, (unsigned long long)r->published,
+            (unsigned long long)r->duplicates, final ? "\n" : "");
+}
+
+static int sink_put(struct replay *r, struct event *ev);
+
+/* One selected event, in order: check the order, digest it, publish it. */
+static int deliver(struct replay *r, struct event *ev)
+{
+    if (r->have_last) {
+        int c = key_cmp(ev->at_us, ev->id, r->last_us, r->last_id);
+        if (c == 0) {
+            r->skipped++;
+            return 0;
+        }
+        if (c < 0)
+            return fail(r, "the source is out of (created_at, event_id) order: "
+                        "%s %s after %s %s", ev->at, ev->id, r->last_at, r->last_id);
+    }
+    if (!r->have_last) {
+        memcpy(r->first_at, ev->at, sizeof r->first_at);
+        snprintf(r->first_id, sizeof r->first_id, "%s", ev->id);
+    }
+    r->have_last = 1;
+    r->last_us = ev->at_us;
+    memcpy(r->last_at, ev->at, sizeof r->last_at);
+    snprintf(r->last_id, sizeof r->last_id, "%s", ev->id);
+    r->selected++;
+    if (!EVP_DigestUpdate(r->sha, ev->at, TIME_LEN) || !EVP_DigestUpdate(r->sha, "\t", 1) ||
+        !EVP_DigestUpdate(r->sha, ev->id, strlen(ev->id)) || !EVP_DigestUpdate(r->sha, "\n", 1))
+        return fail(r, "SHA-256 failed");
+    if (sink_put(r, ev))
+        return -1;
+    progress(r, 0);
+    return 0;
+}
+
+/* A line of a streamed source (broker NDJSON, or the event column of a
+ * ClickHouse row): the source selected it, so anything else is an error. */
+static int on_event_line(struct replay *r, const char *line, size_t len)
+{
+    struct event ev;
+    int rc;
+
+    if ((rc = parse_event(r, line, len, &ev)) == 0) {
+        if (!in_selection(r->o, &ev))
+            rc = fail(r, "the source returned event %s (%s, topic %s) outside the selection",
+                      ev.id, ev.at, ev.topic);
+        else
+            rc = deliver(r, &ev);
+    }
+    json_decref(ev.obj);
+    return rc;
+}
+
+/* ---- Sources ---- */
+
+static int source_broker(struct replay *r)
+{
+    const struct opts *o = r->o;
+    size_t n = strlen(o->src_arg);
+    char *url;
+    int rc;
+
+    while (n && o->src_arg[n - 1] == '/')
+        n--;
+    /* The times are normalised (digits, '-', ':', '.', 'T', 'Z'), the topic
+     * is [A-Za-z0-9._:-]: nothing to escape. */
+    if (asprintf(&url, "%.*s/v1/topics/%s/events?from=%s&to=%s", (int)n, o->src_arg,
+                 o->topic, o->from, o->to) < 0)
+        return fail(r, "out of memory");
+    rc = stream_run(r, "the broker", url, NULL, "application/x-ndjson", on_event_line);
+    free(url);
+    return rc;
+}
+
+/* A ClickHouse URL with our settings: 'base' plus CH_PARAMS and, when
+ * 'query' is set, the escaped query. */
+static char *ch_url(CURL *c, const char *base, const char *query)
+{
+    char *esc = NULL, *url;
+    int n;
+
+    if (query && !(esc = curl_easy_escape(c, query, 0)))
+        return NULL;
+    n = asprintf(&url, "%s%s" CH_PARAMS "%s%s", base, strchr(base, '?') ? "&" : "?",
+                 esc ? "&query=" : "", esc ? esc : "");
+    curl_free(esc);
+    return n < 0 ? NULL : url;
+}
+
+static int on_ch_row(struct replay *r, const char *line, size_t len)
+{
+    json_t *row = json_loadb(line, len, 0, NULL);
+    json_t *ev = json_object_get(row, "event");
+    int rc;
+
+    if (!json_is_string(ev))
+        rc = fail(r, "ClickHouse returned a row without an event column: %.*s",
+                  (int)(len > 200 ? 200 : len), line);
+    else
+        rc = on_event_line(r, json_string_value(ev), json_string_length(ev));
+    json_decref(row);
+    return rc;
+}
+
+static int source_clickhouse(struct replay *r)
+{
+    const struct opts *o = r->o;
+    char *url = NULL, *sql = NULL;
+    CURL *c;
+    int rc = -1;
+
+    if (!(c = curl_easy_init()))
+        return fail(r, "cannot initialise libcurl");
+    if (!(url = ch_url(c, o->src_arg, NULL)))
+        goto out;
+    /* The topic is [A-Za-z0-9._:-] (checked), so it needs no escaping. */
+    if (asprintf(&sql, "SELECT event FROM %s WHERE topic = '%s' AND created_at_us >= %lld "
+                 "AND created_at_us <= %lld ORDER BY created_at_us, event_id "
+                 "FORMAT JSONEachRow", o->table, o->topic, (long long)o->from_us,
+                 (long long)o->to_us) < 0) {
+        sql = NULL;
+        goto out;
+    }
+    rc = stream_run(r, "ClickHouse", url, sql, "application/json", on_ch_row);
+out:
+    if (rc && !r->err[0])
+        fail(r, "out of memory");
+    free(sql);
+    free(url);
+    curl_easy_cleanup(c);
+    return rc;
+}
+
+/* The JSON file source.  Pass 1 parses every line and checks whether the
+ * selected events are in (created_at, event_id) order.  If they are (an
+ * archive this tool wrote), pass 2 streams them in constant memory;
+ * otherwise pass 2 keeps the selected lines and sorts them by
+ * (created_at, event_id, position in the file) before delivering them. */
+struct kept {
+    char *line;
+    size_t len;
+    int64_t at_us;
+    char *id;
+    size_t pos;
+};
+
+static int kept_cmp(const void *a, const void *b)
+{
+    const struct kept *x = a, *y = b;
+    int c = key_cmp(x->at_us, x->id, y->at_us, y->id);
+
+    if (c)
+        return c;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+struct file_read {
+    FILE *f;
+    char *line;
+    size_t cap;
+    uint64_t lineno;
+    /* pass 1 */
+    int sorted, have_prev;
+    int64_t prev_us;
+    char prev_id[ID_MAX + 1];
+    /* pass 2, unsorted */
+    struct kept *k;
+    size_t n, kcap;
+};
+
+/* Keep a copy of a selected line (pass 2 of an unsorted file). */
+static int file_keep(struct replay *r, struct file_read *jp, const struct event *ev)
+{
+    struct kept *nk;
+
+    if (jp->n == jp->kcap) {
+        jp->kcap = jp->kcap ? jp->kcap * 2 : 1024;
+        if (!(nk = realloc(jp->k, jp->kcap * sizeof *nk)))
+            return fail(r, "out of memory");
+        jp->k = nk;
+    }
+    nk = &jp->k[jp->n];
+    nk->line = strndup(ev->line, ev->len);
+    nk->id = strdup(ev->id);
+    if (!nk->line || !nk->id) {
+        free(nk->line);
+        free(nk->id);
+        return fail(r, "out of memory");
+    }
+    nk->len = ev->len;
+    nk->at_us = ev->at_us;
+    nk->pos = jp->n++;
+    return 0;
+}
+
+/* One pass over the file: 1 checks the order, 2 delivers (streaming when
+ * the file is sorted, else keeping the lines). */
+static int file_pass(struct replay *r, struct file_read *jp, int pass)
+{
+    ssize_t got;
+
+    rewind(jp->f);
+    jp->lineno = 0;
+    r->read = 0;
+    while ((got = getline(&jp->line, &jp->cap, jp->f)) >= 0) {
+        size_t len = (size_t)got;
+        struct event ev;
+        int rc = 0;
+
+        jp->lineno++;
+        while (len && (jp->line[len - 1] == '\n' || jp->line[len - 1] == '\r'))
+            len--;
+        if (!len)
+            continue;
+        if (parse_event(r, jp->line, len, &ev)) {
+            json_decref(ev.obj);
+            snprintf(r->err + strlen(r->err), sizeof r->err - strlen(r->err),
+                     " (%s line %llu)", r->o->src_arg, (unsigned long long)jp->lineno);
+            return -1;
+        }
+        if (in_selection(r->o, &ev)) {
+            if (pass == 1) {
+                if (jp->have_prev && key_cmp(ev.at_us, ev.id, jp->prev_us, jp->prev_id) < 0)
+                    jp->sorted = 0;
+                jp->have_prev = 1;
+                jp->prev_us = ev.at_us;
+                snprintf(jp->prev_id, sizeof jp->prev_id, "%s", ev.id);
+            } else if (jp->sorted) {
+                rc = deliver(r, &ev);
+            } else {
+                rc = file_keep(r, jp, &ev);
+            }
+        }
+        json_decref(ev.obj);
+        if (rc)
+            return rc;
+    }
+    if (ferror(jp->f))
+        return fail(r, "reading %s: %s", r->o->src_arg, strerror(errno));
+    return 0;
+}
+
+static int source_json(struct replay *r)
+{
+    struct file_read jp;
+    int rc;
+
+    memset(&jp, 0, sizeof jp);
+    jp.sorted = 1;
+    if (!(jp.f = fopen(r->o->src_arg, "r")))
+        return fail(r, "cannot open %s: %s", r->o->src_arg, strerror(errno));
+    if ((rc = file_pass(r, &jp, 1)) || (rc = file_pass(r, &jp, 2)))
+        goto out;
+    if (!jp.sorted) {
+        uint64_t read = r->read;
+
+        qsort(jp.k, jp.n, sizeof *jp.k, kept_cmp);
+        for (size_t i = 0; i < jp.n && !rc; i++) {
+            struct event ev;
+
+            rc = parse_event(r, jp.k[i].line, jp.k[i].len, &ev) || deliver(r, &ev) ? -1 : 0;
+            json_decref(ev.obj);
+        }
+        r->read = read; /* counted once, in the pass over the file */
+    }
+out:
+    for (size_t i = 0; i < jp.n; i++) {
+        free(jp.k[i].line);
+        free(jp.k[i].id);
+    }
+    free(jp.k);
+    free(jp.line);
+    fclose(jp.f);
+    return rc;
+}
+
+/* ---- Sink: NATS JetStream ---- */
+
+static int nats_fail(struct replay *r, const char *what, natsStatus s, jsErrCode jerr)
+{
+    natsStatus ls;
+    const char *last = nats_GetLastError(&ls);
+
+    if (jerr)
+        return fail(r, "%s: %s (JetStream error %d)%s%s", what, natsStatus_GetText(s),
+                    (int)jerr, last && *last ? ": " : "", last && *last ? last : "");
+    return fail(r, "%s: %s%s%s", what, natsStatus_GetText(s),
+                last && *last ? ": " : "", last && *last ? last : "");
+}
+
+static int nats_open(struct replay *r)
+{
+    const struct opts *o = r->o;
+    jsStreamInfo *si = NULL;
+    jsErrCode jerr = 0;
+    jsOptions jo;
+    natsStatus s;
+    char what[300];
+
+    snprintf(what, sizeof what, "cannot connect to NATS at %s", o->sink_arg);
+    if ((s = natsOptions_Create(&r->nopts)) != NATS_OK ||
+        (s = natsOptions_SetURL(r->nopts, o->sink_arg)) != NATS_OK ||
+        (s = natsOptions_SetName(r->nopts, PROG)) != NATS_OK ||
+        (s = natsOptions_SetTimeout(r->nopts, NATS_WAIT_MS)) != NATS_OK ||
+        /* A lost connection fails the batch (a retry resumes it) rather
+         * than parking publications behind a reconnect. */
+        (s = natsOptions_SetAllowReconnect(r->nopts, false)) != NATS_OK ||
+        (s = natsConnection_Connect(&r->nc, r->nopts)) != NATS_OK)
+        return nats_fail(r, what, s, 0);
+    jsOptions_Init(&jo);
+    jo.Wait = NATS_WAIT_MS;
+    if ((s = natsConnection_JetStream(&r->js, r->nc, &jo)) != NATS_OK)
+        return nats_fail(r, "cannot use JetStream", s, 0);
+    snprintf(what, sizeof what, "no JetStream stream %s at %s", o->nats_stream, o->sink_arg);
+    if ((s = js_GetStreamInfo(&si, r->js, o->nats_stream, NULL, &jerr)) != NATS_OK)
+        return nats_fail(r, what, s, jerr);
+    jsStreamInfo_Destroy(si);
+    return 0;
+}
+
+static int nats_put(struct replay *r, const struct event *ev)
+{
+    char msgid[BATCH_ID_MAX + ID_MAX + 2], what[400];
+    jsPubAck *pa = NULL;
+    jsErrCode jerr = 0;
+    jsPubOptions po;
+    natsMsg *m = NULL;
+    natsStatus s;
+
+    snprintf(msgid, sizeof msgid, "%s:%s", r->o->batch, ev->id);
+    if ((s = natsMsg_Create(&m, ev->topic, NULL, ev->line, (int)ev->len)) != NATS_OK ||
+        (s = natsMsgHeader_Set(m, "x-replay", "true")) != NATS_OK ||
+        (s = natsMsgHeader_Set(m, "x-replay-batch-id", r->o->batch)) != NATS_OK ||
+        (s = natsMsgHeader_Set(m, "x-original-event-id", ev->id)) != NATS_OK ||
+        (s = natsMsgHeader_Set(m, "Nats-Msg-Id", msgid)) != NATS_OK) {
+        natsMsg_Destroy(m);
+        snprintf(what, sizeof what, "cannot build the NATS message of event %s", ev->id);
+        return nats_fail(r, what, s, 0);
+    }
+    jsPubOptions_Init(&po);
+    po.ExpectStream = r->o->nats_stream;
+    po.MaxWait = NATS_WAIT_MS;
+    s = js_PublishMsg(&pa, r->js, m, &po, &jerr);
+    natsMsg_Destroy(m);
+    if (s != NATS_OK) {
+        snprintf(what, sizeof what, "JetStream publication of event %s to subject %s failed",
+                 ev->id, ev->topic);
+        return nats_fail(r, what, s, jerr);
+    }
+    if (pa->Duplicate)
+        r->duplicates++;
+    else
+        r->published++;
+    jsPubAck_Destroy(pa);
+    return 0;
+}
+
+static void nats_close(struct replay *r)
+{
+    jsCtx_Destroy(r->js);
+    natsConnection_Destroy(r->nc);
+    natsOptions_Destroy(r->nopts);
+    r->js = NULL;
+    r->nc = NULL;
+    r->nopts = NULL;
+}
+
+/* ---- Sink: broker ---- */
+
+/* The republished event's id: "B:ID", or "B:h.<SHA-256 hex of ID>" when
+ * that would pass ID_MAX characters (B is at most 48 long: 115 at most). */
+static void republished_id(const char *batch, const char *id, char out[ID_MAX + 1])
+{
+    size_t bl = strlen(batch), il = strlen(id);
+    unsigned char md[32];
+    char hx[65];
+
+    if (bl + 1 + il <= ID_MAX) {
+        memcpy(out, batch, bl);
+        out[bl] = ':';
+        memcpy(out + bl + 1, id, il + 1);
+        return;
+    }
+    EVP_Digest(id, il, md, NULL, EVP_sha256(), NULL);
+    hex(md, sizeof md, hx);
+    snprintf(out, ID_MAX + 1, "%s:h.%s", batch, hx);
+}
+
+/* The fields a publisher may send (DESIGN section 2); seq, received_at and
+ * anything else the source carries are dropped. */
+static const char *const own_fields[] = {
+    "aggregate_type", "aggregate_id", "aggregate_version", "schema_version",
+    "event_type", "correlation_id", "priority", "created_at", "payload", NULL,
+};
+
+static json_t *republished(const struct replay *r, const struct event *ev)
+{
+    json_t *o = json_object(), *h, *old = json_object_get(ev->obj, "headers");
+    char id[ID_MAX + 1];
+    int bad = !o;
+
+    republished_id(r->o->batch, ev->id, id);
+    for (int i = 0; own_fields[i] && !bad; i++) {
+        json_t *v = json_object_get(ev->obj, own_fields[i]);
+        if (v)
+            bad = json_object_set(o, own_fields[i], v);
+    }
+    h = json_is_object(old) ? json_copy(old) : json_object();
+    bad = bad || !h ||
+          json_object_set_new(o, "event_id", json_string(id)) ||
+          json_object_set_new(o, "topic", json_string(r->o->to_topic)) ||
+          json_object_set_new(h, "x-replay", json_string("true")) ||
+          json_object_set_new(h, "x-replay-batch-id", json_string(r->o->batch)) ||
+          json_object_set_new(h, "x-original-event-id", json_string(ev->id)) ||
+          json_object_set(o, "headers", h);
+    json_decref(h);
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+#define EVENTS_HEAD "{\"events\":["
+
+static int broker_flush(struct replay *r)
+{
+    struct buf reply = {0};
+    json_t *j = NULL, *results;
+    char msg[400], *url = NULL;
+    size_t n = strlen(r->o->sink_arg);
+    long status = 0;
+    int rc = -1;
+
+    if (!r->batch_n)
+        return 0;
+    while (n && r->o->sink_arg[n - 1] == '/')
+        n--;
+    if (buf_puts(&r->batch, "]}") ||
+        asprintf(&url, "%.*s/v1/events", (int)n, r->o->sink_arg) < 0) {
+        url = NULL;
+        fail(r, "out of memory");
+        goto out;
+    }
+    /* 429 (writer queue full) and 503 are passing states: retry the same
+     * batch, which the broker's idempotency makes safe. */
+    for (int attempt = 0;; attempt++) {
+        reply.len = 0;
+        if (http_post(r, r->out, url, "application/json", r->batch.p, r->batch.len,
+                      &status, &reply))
+            goto out;
+        if ((status != 429 && status != 503) || attempt == 5)
+            break;
+        usleep(200000u << attempt);
+    }
+    if (status != 200 && status != 201) {
+        error_text(&reply, msg, sizeof msg);
+        fail(r, "the broker refused a batch of %d events with %ld: %s", r->batch_n, status, msg);
+        goto out;
+    }
+    j = reply.p ? json_loadb(reply.p, reply.len, 0, NULL) : NULL;
+    results = json_object_get(j, "results");
+    if (json_array_size(results) != (size_t)r->batch_n) {
+        fail(r, "the broker answered %ld without one result per event", status);
+        goto out;
+    }
+    for (size_t i = 0; i < json_array_size(results); i++) {
+        if (json_is_true(json_object_get(json_array_get(results, i), "duplicate")))
+            r->duplicates++;
+        else
+            r->published++;
+    }
+    r->batch_n = 0;
+    r->batch.len = 0;
+    rc = buf_puts(&r->batch, EVENTS_HEAD) ? fail(r, "out of memory") : 0;
+out:
+    json_decref(j);
+    buf_fini(&reply);
+    free(url);
+    return rc;
+}
+
+static int broker_put(struct replay *r, const struct event *ev)
+{
+    json_t *o = republished(r, ev);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    int rc = 0;
+
+    json_decref(o);
+    if (!text)
+        return fail(r, "cannot build the republication of event %s", ev->id);
+    if (r->batch_n && r->batch.len + strlen(text) + 3 > BATCH_BYTES)
+        rc = broker_flush(r);
+    if (!rc && ((r->batch_n && buf_puts(&r->batch, ",")) || buf_puts(&r->batch, text)))
+        rc = fail(r, "out of memory");
+    free(text);
+    if (rc)
+        return rc;
+    if (++r->batch_n == BATCH_EVENTS)
+        return broker_flush(r);
+    return 0;
+}
+
+/* ---- Sink: NDJSON file ----
+ * Written to FILE.tmp.PID and renamed over FILE when complete, so a
+ * failed run leaves no half archive. */
+
+static int file_open(struct replay *r)
+{
+    if (asprintf(&r->jtmp, "%s.tmp.%ld", r->o->sink_arg, (long)getpid()) < 0) {
+        r->jtmp = NULL;
+        return fail(r, "out of memory");
+    }
+    if (!(r->jf = fopen(r->jtmp, "w")))
+        return fail(r, "cannot create %s: %s", r->jtmp, strerror(errno));
+    return 0;
+}
+
+static int file_put(struct replay *r, const struct event *ev)
+{
+    if (fwrite(ev->line, 1, ev->len, r->jf) != ev->len || putc('\n', r->jf) == EOF)
+        return fail(r, "writing %s: %s", r->jtmp, strerror(errno));
+    r->published++;
+    return 0;
+}
+
+static int file_finish(struct replay *r)
+{
+    FILE *f = r->jf;
+
+    r->jf = NULL;
+    if (fflush(f) || fsync(fileno(f))) {
+        fail(r, "writing %s: %s", r->jtmp, strerror(errno));
+        fclose(f);
+        return -1;
+    }
+    if (fclose(f))
+        return fail(r, "writing %s: %s", r->jtmp, strerror(errno));
+    if (rename(r->jtmp, r->o->sink_arg))
+        return fail(r, "cannot rename %s to %s: %s", r->jtmp, r->o->sink_arg, strerror(errno));
+    free(r->jtmp);
+    r->jtmp = NULL;
+    return 0;
+}
+
+static void file_close(struct replay *r)
+{
+    if (r->jf)
+        fclose(r->jf);
+    if (r->jtmp)
+        unlink(r->jtmp);
+    free(r->jtmp);
+    r->jf = NULL;
+    r->jtmp = NULL;
+}
+
+/* ---- Sink: ClickHouse ---- */
+
+static int ch_exec(struct replay *r, const char *url, const char *body, size_t len,
+                   const char *what)
+{
+    struct buf reply = {0};
+    long status = 0;
+    char msg[400];
+    int rc = 0;
+
+    if (http_post(r, r->out, url, "text/plain; charset=UTF-8", body, len, &status, &reply)) {
+        rc = -1;
+    } else if (status != 200) {
+        error_text(&reply, msg, sizeof msg);
+        rc = fail(r, "ClickHouse refused %s with %ld: %s", what, status, msg);
+    }
+    buf_fini(&reply);
+    return rc;
+}
+
+static int ch_open(struct replay *r)
+{
+    char *url = ch_url(r->out, r->o->sink_arg, NULL), *ddl = NULL;
+    int rc;
+
+    if (!url || asprintf(&ddl, "CREATE TABLE IF NOT EXISTS %s (topic String, "
+                         "event_id String, created_at_us UInt64, created_at DateTime, "
+                         "seq UInt64, event String) ENGINE = MergeTree "
+                         "PARTITION BY toYYYYMM(created_at) "
+                         "ORDER BY (topic, created_at_us, event_id)", r->o->table) < 0) {
+        free(url);
+        return fail(r, "out of memory");
+    }
+    rc = ch_exec(r, url, ddl, strlen(ddl), "CREATE TABLE");
+    free(ddl);
+    free(url);
+    if (rc)
+        return rc;
+    if (asprintf(&ddl, "INSERT INTO %s FORMAT JSONEachRow", r->o->table) < 0)
+        return fail(r, "out of memory");
+    r->insert_url = ch_url(r->out, r->o->sink_arg, ddl);
+    free(ddl);
+    return r->insert_url ? 0 : fail(r, "out of memory");
+}
+
+static int ch_flush(struct replay *r)
+{
+    int rc;
+
+    if (!r->batch_n)
+        return 0;
+    rc = ch_exec(r, r->insert_url, r->batch.p, r->batch.len, "an INSERT");
+    if (rc)
+        return rc;
+    r->published += (uint64_t)r->batch_n;
+    r->batch_n = 0;
+    r->batch.len = 0;
+    return 0;
+}
+
+static int ch_put(struct replay *r, const struct event *ev)
+{
+    json_int_t seq = json_integer_value(json_object_get(ev->obj, "seq"));
+    int64_t secs = ev->at_us / 1000000;
+    json_t *row;
+    char *text;
+    int rc;
+
+    /* created_at (DateTime, for partitioning) holds 1970..2106 only. */
+    if (secs > 4294967295LL)
+        secs = 4294967295LL;
+    row = json_pack("{s:s, s:s, s:I, s:I, s:I, s:s%}", "topic", ev->topic,
+                    "event_id", ev->id, "created_at_us", (json_int_t)ev->at_us,
+                    "created_at", (json_int_t)secs, "seq", seq < 0 ? (json_int_t)0 : seq,
+                    "event", ev->line, ev->len);
+    text = row ? json_dumps(row, JSON_COMPACT) : NULL;
+    json_decref(row);
+    if (!text)
+        return fail(r, "cannot build the ClickHouse row of event %s", ev->id);
+    rc = 0;
+    if (r->batch_n && r->batch.len + strlen(text) + 1 > BATCH_BYTES)
+        rc = ch_flush(r);
+    if (!rc && (buf_puts(&r->batch, text) || buf_puts(&r->batch, "\n")))
+        rc = fail(r, "out of memory");
+    free(text);
+    if (rc)
+        return rc;
+    if (++r->batch_n == BATCH_EVENTS)
+        return ch_flush(r);
+    return 0;
+}
+
+/* ---- Sinks ---- */
+
+static int sink_open(struct replay *r)
+{
+    switch (r->o->sink) {
+    case SINK_NATS:
+        return nats_open(r);
+    case SINK_BROKER:
+    case SINK_CLICKHOUSE:
+        if (!(r->out = curl_easy_init()))
+            return fail(r, "cannot initialise libcurl");
+        if (r->o->sink == SINK_CLICKHOUSE)
+            return ch_open(r);
+        return buf_puts(&r->batch, EVENTS_HEAD) ? fail(r, "out of memory") : 0;
+    case SINK_JSON:
+        return file_open(r);
+    case SINK_NONE:
+        break;
+    }
+    return 0;
+}
+
+static int sink_put(struct replay *r, struct event *ev)
+{
+    switch (r->o->sink) {
+    case SINK_NATS:
+        return nats_put(r, ev);
+    case SINK_BROKER:
+        return broker_put(r, ev);
+    case SINK_JSON:
+        return file_put(r, ev);
+    case SINK_CLICKHOUSE:
+        return ch_put(r, ev);
+    case SINK_NONE:
+        break;
+    }
+    return 0;
+}
+
+/* Flush what is batched and commit (the JSON file's rename). */
+static int sink_finish(struct replay *r)
+{
+    switch (r->o->sink) {
+    case SINK_BROKER:
+        return broker_flush(r);
+    case SINK_CLICKHOUSE:
+        return ch_flush(r);
+    case SINK_JSON:
+        return file_finish(r);
+    case SINK_NATS:
+    case SINK_NONE:
+        break;
+    }
+    return 0;
+}
+
+static void sink_close(struct replay *r)
+{
+    nats_close(r);
+    file_close(r);
+    curl_easy_cleanup(r->out);
+    r->out = NULL;
+    buf_fini(&r->batch);
+    free(r->insert_url);
+    r->insert_url = NULL;
+}
+
+/* ---- Options ---- */
+
+static void usage(FILE *f)
+{
+    fputs(
+"usage: " PROG " SOURCE --topic T [--from RFC3339] [--to RFC3339] [SINK]\n"
+"                         [--batch-id ID] [--quiet]\n"
+"\n"
+"Replays one topic's events with from <= created_at <= to (both inclusive;\n"
+"defaults: the whole history) in (created_at, event_id) order.\n"
+"\n"
+"SOURCE (one of):\n"
+"  --from-broker URL        micd's range read (NDJSON stream)\n"
+"  --from-json FILE         an NDJSON archive (filtered, sorted if needed)\n"
+"  --from-clickhouse URL    a ClickHouse archive table (--clickhouse-table)\n"
+"SINK (at most one; none = dry run):\n"
+"  --to-nats URL --nats-stream S   JetStream; subject = the event's topic\n"
+"  --to-broker URL --to-topic T    republish with event_id BATCH:ID\n"
+"  --to-json FILE                  write an NDJSON archive\n"
+"  --to-clickhouse URL             insert into a ClickHouse archive table\n"
+"  --clickhouse-table T            table of --from/--to-clickhouse (" DEFAULT_TABLE ")\n"
+"OTHER:\n"
+"  --batch-id ID            x-replay-batch-id, [A-Za-z0-9._-]{1,48}; reuse the\n"
+"                           id of a failed run to retry it (default: new random)\n"
+"  --quiet                  no batch id and no progress on stderr\n"
+"\n"
+"Every publication carries x-replay: true, x-replay-batch-id and\n"
+"x-original-event-id (NATS also Nats-Msg-Id: BATCH:ID).\n"
+"On success stdout gets one JSON object:\n"
+"  {\"batch_id\",\"source\",\"sink\",\"topic\",\"from\",\"to\",\"read\",\"selected\",\n"
+"   \"published\",\"duplicates\",\"skipped\",\"digest\",\"first\",\"last\"}\n"
+"(digest: SHA-256 hex over \"created_at<TAB>event_id<LF>\" per selected event;\n"
+"first/last: {\"created_at\",\"event_id\"} or null).\n"
+"Exit status: 0 done, 1 source or publication error (one line on stderr;\n"
+"a retry may redeliver the prefix), 2 usage error.\n", f);
+}
+
+enum {
+    OPT_FROM_BROKER = 256, OPT_FROM_JSON, OPT_FROM_CH, OPT_TABLE, OPT_TOPIC,
+    OPT_FROM, OPT_TO, OPT_TO_NATS, OPT_STREAM, OPT_TO_BROKER, OPT_TO_TOPIC,
+    OPT_TO_JSON, OPT_TO_CH, OPT_BATCH, OPT_QUIET, OPT_HELP,
+};
+
+static const struct option long_opts[] = {
+    {"from-broker", required_argument, NULL, OPT_FROM_BROKER},
+    {"from-json", required_argument, NULL, OPT_FROM_JSON},
+    {"from-clickhouse", required_argument, NULL, OPT_FROM_CH},
+    {"clickhouse-table", required_argument, NULL, OPT_TABLE},
+    {"topic", required_argument, NULL, OPT_TOPIC},
+    {"from", required_argument, NULL, OPT_FROM},
+    {"to", required_argument, NULL, OPT_TO},
+    {"to-nats", required_argument, NULL, OPT_TO_NATS},
+    {"nats-stream", required_argument, NULL, OPT_STREAM},
+    {"to-broker", required_argument, NULL, OPT_TO_BROKER},
+    {"to-topic", required_argument, NULL, OPT_TO_TOPIC},
+    {"to-json", required_argument, NULL, OPT_TO_JSON},
+    {"to-clickhouse", required_argument, NULL, OPT_TO_CH},
+    {"batch-id", required_argument, NULL, OPT_BATCH},
+    {"quiet", no_argument, NULL, OPT_QUIET},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+static int set_once(const char **slot, const char *v, const char *name)
+{
+    if (*slot)
+        return usage_error("--%s given twice", name);
+    *slot = v;
+    return 0;
+}
+
+/* Parse argv into 'o'.  Returns 0, EXIT_USAGE (message printed), or -1
+ * after --help. */
+static int opts_parse(struct opts *o, int argc, char **argv)
+{
+    const char *from = NULL, *to = NULL, *batch = NULL;
+    int c, idx;
+
+    memset(o, 0, sizeof *o);
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "", long_opts, &idx)) != -1) {
+        int rc = 0;
+
+        switch (c) {
+        case OPT_FROM_BROKER:
+        case OPT_FROM_JSON:
+        case OPT_FROM_CH:
+            if (o->src)
+                return usage_error("give exactly one source");
+            o->src = c == OPT_FROM_BROKER ? SRC_BROKER : c == OPT_FROM_JSON ? SRC_JSON
+                                                                            : SRC_CLICKHOUSE;
+            o->src_arg = optarg;
+            break;
+        case OPT_TO_NATS:
+        case OPT_TO_BROKER:
+        case OPT_TO_JSON:
+        case OPT_TO_CH:
+            if (o->sink)
+                return usage_error("give at most one sink");
+            o->sink = c == OPT_TO_NATS ? SINK_NATS : c == OPT_TO_BROKER ? SINK_BROKER
+                      : c == OPT_TO_JSON ? SINK_JSON : SINK_CLICKHOUSE;
+            o->sink_arg = optarg;
+            break;
+        case OPT_TABLE:
+            rc = set_once(&o->table, optarg, "clickhouse-table");
+            break;
+        case OPT_TOPIC:
+            rc = set_once(&o->topic, optarg, "topic");
+            break;
+        case OPT_FROM:
+            rc = set_once(&from, optarg, "from");
+            break;
+        case OPT_TO:
+            rc = set_once(&to, optarg, "to");
+            break;
+        case OPT_STREAM:
+            rc = set_once(&o->nats_stream, optarg, "nats-stream");
+            break;
+        case OPT_TO_TOPIC:
+            rc = set_once(&o->to_topic, optarg, "to-topic");
+            break;
+        case OPT_BATCH:
+            rc = set_once(&batch, optarg, "batch-id");
+            break;
+        case OPT_QUIET:
+            o->quiet = 1;
+            break;
+        case OPT_HELP:
+            usage(stdout);
+            return -1;
+        default:
+            return usage_error("unknown or incomplete option %s",
+                               optind > 0 && optind <= argc ? argv[optind - 1] : "?");
+        }
+        if (rc)
+            return rc;
+    }
+    if (optind < argc)
+        return usage_error("unexpected argument %s", argv[optind]);
+    if (!o->src)
+        return usage_error("give a source: --from-broker, --from-json or --from-clickhouse");
+    if (!*o->src_arg || (o->sink && !*o->sink_arg))
+        return usage_error("empty URL or file name");
+    if (!o->topic || !name_ok(o->topic, TOPIC_MAX, 1))
+        return usage_error("--topic T is required, T matching [A-Za-z0-9._:-]{1,200}");
+    if ((o->sink == SINK_NATS) != (o->nats_stream != NULL))
+        return usage_error("--to-nats and --nats-stream go together");
+    if ((o->sink == SINK_BROKER) != (o->to_topic != NULL))
+        return usage_error("--to-broker and --to-topic go together");
+    if (o->to_topic && !name_ok(o->to_topic, TOPIC_MAX, 1))
+        return usage_error("--to-topic must match [A-Za-z0-9._:-]{1,200}");
+    /* Republishing into the topic being streamed would read its own
+     * output back (the new events share the old created_at). */
+    if (o->src == SRC_BROKER && o->to_topic && !strcmp(o->to_topic, o->topic))
+        return usage_error("--to-topic must differ from --topic when reading from a broker");
+    if (o->table && o->src != SRC_CLICKHOUSE && o->sink != SINK_CLICKHOUSE)
+        return usage_error("--clickhouse-table needs --from-clickhouse or --to-clickhouse");
+    if (!o->table)
+        o->table = DEFAULT_TABLE;
+    if (!table_ok(o->table))
+        return usage_error("--clickhouse-table must be [db.]name with [A-Za-z0-9_]");
+    if (o->src == SRC_CLICKHOUSE && o->sink == SINK_CLICKHOUSE &&
+        !strcmp(o->src_arg, o->sink_arg))
+        return usage_error("--from-clickhouse and --to-clickhouse name the same table");
+    if (o->src == SRC_JSON && o->sink == SINK_JSON && !strcmp(o->src_arg, o->sink_arg))
+        return usage_error("--from-json and --to-json name the same file");
+    o->from_us = 0;
+    o->to_us = MAX_US - 1;
+    if (from && time_parse(from, strlen(from), &o->from_us))
+        return usage_error("--from %s is not an RFC 3339 time (at most 6 fractional digits)", from);
+    if (to && time_parse(to, strlen(to), &o->to_us))
+        return usage_error("--to %s is not an RFC 3339 time (at most 6 fractional digits)", to);
+    if (o->from_us > o->to_us)
+        return usage_error("--from is after --to");
+    time_format(o->from_us, o->from);
+    time_format(o->to_us, o->to);
+    if (batch) {
+        if (!name_ok(batch, BATCH_ID_MAX, 0))
+            return usage_error("--batch-id must match [A-Za-z0-9._-]{1,48}");
+        snprintf(o->batch, sizeof o->batch, "%s", batch);
+    } else {
+        unsigned char rnd[8];
+        char hx[17];
+
+        if (RAND_bytes(rnd, sizeof rnd) != 1) {
+            fprintf(stderr, PROG ": no randomness for a batch id\n");
+            return EXIT_FAIL;
+        }
+        hex(rnd, sizeof rnd, hx);
+        snprintf(o->batch, sizeof o->batch, "replay-%s", hx);
+    }
+    return 0;
+}
+
+/* ---- Main ---- */
+
+static int summary(const struct replay *r, const char *digest)
+{
+    const struct opts *o = r->o;
+    json_t *first = r->selected ? json_pack("{s:s, s:s}", "created_at", r->first_at,
+                                            "event_id", r->first_id) : json_null();
+    json_t *last = r->selected ? json_pack("{s:s, s:s}", "created_at", r->last_at,
+                                           "event_id", r->last_id) : json_null();
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:s, s:o, s:o}",
+                          "batch_id", o->batch, "source", source_names[o->src],
+                          "sink", sink_names[o->sink], "topic", o->topic,
+                          "from", o->from, "to", o->to,
+                          "read", (json_int_t)r->read, "selected", (json_int_t)r->selected,
+                          "published", (json_int_t)r->published,
+                          "duplicates", (json_int_t)r->duplicates,
+                          "skipped", (json_int_t)r->skipped, "digest", digest,
+                          "first", first, "last", last);
+    int rc;
+
+    if (!j)
+        return -1;
+    rc = json_dumpf(j, stdout, JSON_COMPACT);
+    json_decref(j);
+    if (rc || putchar('\n') == EOF || fflush(stdout))
+        return -1;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct replay r;
+    struct opts o;
+    unsigned char md[32];
+    unsigned int mdlen = 0;
+    char digest[65];
+    int rc, status = EXIT_FAIL;
+
+    if ((rc = opts_parse(&o, argc, argv)))
+        return rc < 0 ? 0 : rc;
+    memset(&r, 0, sizeof r);
+    r.o = &o;
+    r.tty = !o.quiet && isatty(STDERR_FILENO);
+    if (curl_global_init(CURL_GLOBAL_DEFAULT)) {
+        fprintf(stderr, PROG ": cannot initialise libcurl\n");
+        return EXIT_FAIL;
+    }
+    if (!(r.sha = EVP_MD_CTX_new()) || !EVP_DigestInit_ex(r.sha, EVP_sha256(), NULL)) {
+        fprintf(stderr, PROG ": cannot initialise SHA-256\n");
+        goto out_curl;
+    }
+    if (!o.quiet)
+        fprintf(stderr, PROG ": batch id %s\n", o.batch);
+    if (sink_open(&r))
+        goto out_sink;
+    switch (o.src) {
+    case SRC_BROKER:
+        rc = source_broker(&r);
+        break;
+    case SRC_JSON:
+        rc = source_json(&r);
+        break;
+    case SRC_CLICKHOUSE:
+    default:
+        rc = source_clickhouse(&r);
+        break;
+    }
+    if (rc || sink_finish(&r))
+        goto out_sink;
+    if (!EVP_DigestFinal_ex(r.sha, md, &mdlen)) {
+        fail(&r, "SHA-256 failed");
+        goto out_sink;
+    }
+    hex(md, mdlen, digest);
+    progress(&r, 1);
+    if (summary(&r, digest)) {
+        fail(&r, "cannot write the summary to stdout");
+        goto out_sink;
+    }
+    status = 0;
+out_sink:
+    sink_close(&r);
+    if (o.sink == SINK_NATS)
+        nats_Close();
+    if (status) {
+        if (r.tty)
+            fputc('\n', stderr);
+        fprintf(stderr, PROG ": %s (batch %s: %llu of %llu selected events delivered "
+                "before the error; retry with --batch-id %s)\n",
+                r.err[0] ? r.err : "failed", o.batch,
+                (unsigned long long)(r.published + r.duplicates),
+                (unsigned long long)r.selected, o.batch);
+    }
+    EVP_MD_CTX_free(r.sha);
+out_curl:
+    curl_global_cleanup();
+    return status;
+}
