@@ -66,23 +66,65 @@ static int busy_somewhere(struct mic_wctx *w, mic_groups *g, uint64_t seq, int *
     return 0;
 }
 
-static int archive(struct mic_wctx *w, const char *topic, const char *json, size_t len,
-                   int *fd_out)
+/* The archive files written during one sweep: all fsync'd before the
+ * batch that removes their events commits. */
+#define ARCHIVE_FILES 16
+
+struct archive {
+    int fd[ARCHIVE_FILES];
+    char topic[ARCHIVE_FILES][MIC_TOPIC_MAX + 1];
+    int n;
+};
+
+static int archive_sync(struct archive *a)
+{
+    int rc = MIC_OK;
+
+    for (int i = 0; i < a->n; i++) {
+        if (fsync(a->fd[i]))
+            rc = MIC_EIO;
+        close(a->fd[i]);
+    }
+    a->n = 0;
+    return rc;
+}
+
+static int archive(struct mic_wctx *w, struct archive *a, const char *topic,
+                   const char *json, size_t len)
 {
     char path[1024];
-    int fd;
+    int i, fd;
 
-    snprintf(path, sizeof path, "%s/%s.ndjson", w->cfg->archive_dir, topic);
-    if ((fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0640)) < 0 ||
-        write(fd, json, len) != (ssize_t)len || write(fd, "\n", 1) != 1) {
-        mic_log(MIC_LOG_ERROR, NULL, "cannot write the archive", "path", path,
-                "error", strerror(errno), NULL);
-        if (fd >= 0)
-            close(fd);
-        return MIC_EIO;
+    for (i = 0; i < a->n && strcmp(a->topic[i], topic); i++)
+        ;
+    if (i == a->n) {
+        int fresh;
+        if (a->n == ARCHIVE_FILES && archive_sync(a))
+            return MIC_EIO;
+        i = a->n;
+        snprintf(path, sizeof path, "%s/%s.ndjson", w->cfg->archive_dir, topic);
+        fresh = access(path, F_OK) != 0;
+        if ((fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0640)) < 0)
+            goto fail;
+        if (fresh) { /* a new file: make its name durable too */
+            int dfd = open(w->cfg->archive_dir, O_RDONLY | O_DIRECTORY);
+            if (dfd >= 0) {
+                fsync(dfd);
+                close(dfd);
+            }
+        }
+        a->fd[i] = fd;
+        snprintf(a->topic[i], sizeof a->topic[i], "%s", topic);
+        a->n++;
     }
-    *fd_out = fd;
+    if (write(a->fd[i], json, len) != (ssize_t)len || write(a->fd[i], "\n", 1) != 1)
+        goto fail;
     return MIC_OK;
+fail:
+    snprintf(path, sizeof path, "%s/%s.ndjson", w->cfg->archive_dir, topic);
+    mic_log(MIC_LOG_ERROR, NULL, "cannot write the archive", "path", path,
+            "error", strerror(errno), NULL);
+    return MIC_EIO;
 }
 
 struct topic_name {
@@ -105,7 +147,7 @@ static int find_topic(void *arg, const char *name, size_t len, const struct mic_
 }
 
 static int remove_event(struct mic_wctx *w, mic_groups *g, int64_t due, uint64_t seq,
-                        const char *id, size_t idlen, int *fd)
+                        const char *id, size_t idlen, struct archive *arch)
 {
     struct topic_name tn;
     struct mic_rec r;
@@ -132,14 +174,9 @@ static int remove_event(struct mic_wctx *w, mic_groups *g, int64_t due, uint64_t
         return mic_store_expiry_put(w->txn, w->now_us + (again ? again : 1) * 1000000LL, seq,
                                     MIC_EXPIRE_EVENT, id, idlen);
     }
-    if (w->cfg->archive_dir[0]) {
-        int f;
-        if ((rc = archive(w, tn.name[0] ? tn.name : "unknown", r.json, r.json_len, &f)))
-            return rc;
-        if (*fd >= 0)
-            close(*fd);
-        *fd = f; /* synced before the batch commits */
-    }
+    if (w->cfg->archive_dir[0] &&
+        (rc = archive(w, arch, tn.name[0] ? tn.name : "unknown", r.json, r.json_len)))
+        return rc;
     for (struct mic_group *gr = mic_groups_first(g); gr; gr = gr->next)
         if ((rc = mic_store_dlv_del(w->txn, gr->gid, seq)))
             return rc;
@@ -157,9 +194,11 @@ int mic_retention_sweep(struct mic_wctx *w, mic_groups *g, int *more)
     int64_t due;
     uint64_t seq;
     uint8_t kind;
-    int rc, n = 0, fd = -1;
+    struct archive arch;
+    int rc, n = 0;
 
     *more = 0;
+    arch.n = 0;
     while ((rc = mic_store_expiry_first(w->txn, &due, &seq, &kind, id, &idlen)) == MIC_OK &&
            due <= w->now_us) {
         if (++n > SWEEP_PER_BATCH) {
@@ -167,16 +206,13 @@ int mic_retention_sweep(struct mic_wctx *w, mic_groups *g, int *more)
             break;
         }
         if (kind == MIC_EXPIRE_EVENT)
-            rc = remove_event(w, g, due, seq, id, idlen, &fd);
+            rc = remove_event(w, g, due, seq, id, idlen, &arch);
         else if ((rc = mic_store_expiry_del(w->txn, due, seq)) == MIC_OK)
             rc = mic_store_id_del(w->txn, id, idlen);
         if (rc)
             break;
     }
-    if (fd >= 0) {
-        if (fsync(fd) && rc == MIC_OK)
-            rc = MIC_EIO;
-        close(fd);
-    }
+    if (archive_sync(&arch) && (rc == MIC_OK || rc == MIC_ENOTFOUND))
+        rc = MIC_EIO;
     return rc == MIC_ENOTFOUND ? MIC_OK : rc;
 }
