@@ -426,28 +426,23 @@ int mic_groups_busy(mic_groups *g)
     return g->backfilling || g->dropping;
 }
 
-int mic_group_deliver(struct mic_wctx *w, const struct mic_group *gr,
-                      uint64_t seq, uint8_t priority)
+int mic_group_add(struct mic_wctx *w, const struct mic_group *gr,
+                  const struct mic_rec *r)
 {
     struct mic_dlv d;
     int rc;
 
+    if (gr->cfg.ordered && r->has_agg)
+        return mic_order_enqueue(w, gr, r);
     memset(&d, 0, sizeof d);
     d.state = MIC_DLV_PENDING;
-    d.priority = priority;
-    if ((rc = mic_store_dlv_put(w->txn, gr->gid, seq, &d)) ||
-        (rc = mic_store_ready_put(w->txn, gr->gid, priority, seq)))
+    d.priority = r->priority;
+    d.created_at = r->created_at_us;
+    if ((rc = mic_store_dlv_put(w->txn, gr->gid, r->seq, &d)) ||
+        (rc = mic_store_ready_put(w->txn, gr->gid, r->priority, r->seq)))
         return rc;
     mic_wctx_wake(w, gr->gid);
     return MIC_OK;
-}
-
-int mic_group_add(struct mic_wctx *w, const struct mic_group *gr,
-                  const struct mic_rec *r)
-{
-    if (gr->cfg.ordered && r->has_agg)
-        return mic_order_enqueue(w, gr, r);
-    return mic_group_deliver(w, gr, r->seq, r->priority);
 }
 
 /* The groups subscribed to 'topic', through a small direct-mapped cache. */

@@ -71,9 +71,6 @@ int mic_groups_busy(mic_groups *g);
 /* Rebuild from the committed store after an aborted batch. */
 void mic_groups_reload(mic_groups *g, mic_txn *read);
 
-/* Add a PENDING, ready delivery of 'seq' to group 'gr'. */
-int mic_group_deliver(struct mic_wctx *w, const struct mic_group *gr,
-                      uint64_t seq, uint8_t priority);
 /* Add the delivery of record 'r' to 'gr': in its aggregate's queue in an
  * ordered group, else ready at once. */
 int mic_group_add(struct mic_wctx *w, const struct mic_group *gr,

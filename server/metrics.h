@@ -13,7 +13,15 @@ void mic_metrics_routes(const char *const *names, int n);
 /* Count one HTTP reply of 'status' on route 'route' (thread-safe). */
 void mic_metrics_http(int route, int status);
 
+/* Count one published event, duplicate or refused conflict on 'topic'
+ * (in memory: these counters restart at zero with micd, as Prometheus
+ * counters may). */
+void mic_metrics_topic(const char *topic, int published, int duplicate, int conflict);
+
 /* Append the exposition text for everything MIC counts. */
 int mic_metrics_render(mic_store *s, mic_writer *w, struct mic_buf *out);
+
+/* GET /v1/stats: per group, per topic and store figures as JSON. */
+int mic_metrics_stats(mic_store *s, struct mic_buf *out);
 
 #endif

@@ -160,6 +160,7 @@ int mic_order_enqueue(struct mic_wctx *w, const struct mic_group *gr,
     d.state = MIC_DLV_PENDING;
     d.priority = r->priority;
     d.queued = 1;
+    d.created_at = r->created_at_us;
     if ((rc = mic_store_dlv_put(w->txn, gr->gid, r->seq, &d)))
         return rc;
     return join(w, gr, r);
@@ -550,6 +551,104 @@ int mic_order_aggregate(mic_store *s, const char *type, const char *id,
     mic_txn_abort(t);
     if (rc == MIC_ENOTFOUND)
         return mic_error_set(err, rc, "not_found", NULL, "no such aggregate");
+    if (rc)
+        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+    return MIC_OK;
+}
+
+/* ---- The oldest unhandled deliveries ---- */
+
+/* Append why delivery 'seq' (state 'd', event 'r') waits in group 'gid'. */
+static void why(mic_txn *t, uint32_t gid, uint64_t seq, const struct mic_dlv *d,
+                const struct mic_rec *r, struct mic_buf *out)
+{
+    struct mic_ags a;
+    struct mic_aq first;
+
+    if (d->state == MIC_DLV_PROCESSING) {
+        mic_buf_puts(out, ",\"reason\":\"leased\",\"worker\":");
+        mic_buf_json_str(out, d->worker, d->worker_len);
+        mic_buf_puts(out, ",\"lease_expires_at\":");
+        mic_buf_json_time(out, d->lease_expires);
+        return;
+    }
+    if (d->not_before) {
+        mic_buf_puts(out, ",\"reason\":\"retry\",\"not_before\":");
+        mic_buf_json_time(out, d->not_before);
+        mic_buf_puts(out, ",\"last_error\":");
+        mic_buf_json_str(out, d->last_error, d->error_len);
+        return;
+    }
+    if (d->queued && r->has_agg && mic_store_ags_get(t, gid, r->akey, &a) == MIC_OK) {
+        int is_first = mic_store_aq_first(t, gid, r->akey, &first) == MIC_OK && first.seq == seq;
+        if (a.missing && is_first) {
+            mic_buf_printf(out, ",\"reason\":\"gap\",\"missing_version\":%llu",
+                           (unsigned long long)a.missing);
+            return;
+        }
+        mic_buf_printf(out, ",\"reason\":\"behind_head\",\"head_seq\":%llu",
+                       (unsigned long long)(a.active ? a.active : first.seq));
+        return;
+    }
+    mic_buf_puts(out, ",\"reason\":\"ready\"");
+}
+
+int mic_order_oldest(mic_store *s, const char *group, const char *limit,
+                     struct mic_buf *out, struct mic_error *err)
+{
+    uint64_t seqs[1000];
+    long lim = 10;
+    int64_t now = mic_now_us();
+    uint32_t gid;
+    mic_txn *t;
+    char *end;
+    int n = 0, rc;
+
+    if (limit) {
+        lim = strtol(limit, &end, 10);
+        if (*end || lim < 1 || lim > 1000)
+            return mic_error_set(err, MIC_EINVAL, "invalid_request", "limit",
+                                 "limit is 1 to 1000");
+    }
+    if (!mic_group_name_ok(group, strlen(group)))
+        return mic_error_set(err, MIC_ENOTFOUND, "not_found", NULL, "no group %s", group);
+    if ((rc = mic_txn_begin(s, 0, &t)))
+        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+    rc = mic_group_gid(t, group, &gid);
+    if (rc == MIC_OK)
+        rc = mic_store_oldest_page(t, gid, seqs, (int)lim, &n);
+    if (rc == MIC_OK) {
+        mic_buf_puts(out, "{\"group\":");
+        mic_buf_json_str(out, group, strlen(group));
+        mic_buf_puts(out, ",\"oldest_unhandled_age_s\":");
+        mic_buf_puts(out, n ? "" : "null");
+        for (int i = 0; i < n && rc == MIC_OK; i++) {
+            struct mic_dlv d;
+            struct mic_rec r;
+            const char *id, *q;
+            if ((rc = mic_store_dlv_get(t, gid, seqs[i], &d)) ||
+                (rc = mic_store_log_get(t, seqs[i], &r)))
+                break;
+            if (i == 0)
+                mic_buf_printf(out, "%.3f,\"deliveries\":[", (double)(now - r.created_at_us) / 1e6);
+            id = r.json + 13;
+            q = memchr(id, '"', r.json_len - 13);
+            mic_buf_printf(out, "%s{\"seq\":%llu,\"event_id\":", i ? "," : "",
+                           (unsigned long long)seqs[i]);
+            mic_buf_json_str(out, id, q ? (size_t)(q - id) : 0);
+            mic_buf_puts(out, ",\"created_at\":");
+            mic_buf_json_time(out, r.created_at_us);
+            mic_buf_printf(out, ",\"age_s\":%.3f,\"state\":\"%s\",\"attempts\":%u",
+                           (double)(now - r.created_at_us) / 1e6, mic_dlv_state_name(d.state),
+                           d.attempts);
+            why(t, gid, seqs[i], &d, &r, out);
+            mic_buf_add(out, "}", 1);
+        }
+        mic_buf_puts(out, n ? "]}" : ",\"deliveries\":[]}");
+    }
+    mic_txn_abort(t);
+    if (rc == MIC_ENOTFOUND)
+        return mic_error_set(err, rc, "not_found", NULL, "no group %s", group);
     if (rc)
         return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
     return MIC_OK;

@@ -55,6 +55,10 @@ void mic_gap_skip_free(mic_gap_skip *g);
 int mic_order_blocked(mic_store *s, const char *group, const char *reason,
                       const char *limit, struct mic_buf *out,
                       struct mic_error *err);
+/* GET /v1/groups/{g}/oldest?limit= : the oldest unhandled deliveries and
+ * why each waits. */
+int mic_order_oldest(mic_store *s, const char *group, const char *limit,
+                     struct mic_buf *out, struct mic_error *err);
 /* GET /v1/aggregates/{type}/{id} */
 int mic_order_aggregate(mic_store *s, const char *type, const char *id,
                         struct mic_buf *out, struct mic_error *err);

@@ -411,7 +411,8 @@ static int write_item(mic_publish *p, struct mic_wctx *w, struct item *it)
         (rc = mic_store_id_put(w->txn, ev->id, ev->idlen, it->seq, ev->digest)) ||
         (rc = mic_store_time_put(w->txn, tr.id, ev->created_at_us, ev->id,
                                  ev->idlen, it->seq)) ||
-        (rc = mic_retention_schedule(w, &r, &tr, ev->id, ev->idlen)))
+        (rc = mic_retention_schedule(w, &r, &tr, ev->id, ev->idlen)) ||
+        (rc = mic_store_topic_events_add(w->txn, tr.id, 1)))
         return rc;
     if (ev->has_agg && (rc = update_aggregate(w, ev, &r)))
         return rc;
@@ -525,6 +526,19 @@ fail:
 mic_op *mic_publish_op(mic_publish *p)
 {
     return &p->op;
+}
+
+void mic_publish_tally(const mic_publish *p,
+                       void (*fn)(const char *topic, int published, int duplicate,
+                                  int conflict))
+{
+    if (p->err.err) {
+        if (p->err.err == MIC_ECONFLICT && p->n > 0)
+            fn(p->items[0].ev.topic, 0, 0, 1);
+        return;
+    }
+    for (int i = 0; i < p->n; i++)
+        fn(p->items[i].ev.topic, !p->items[i].duplicate, p->items[i].duplicate, 0);
 }
 
 int mic_publish_lookup(mic_store *s, const char *id, size_t idlen,

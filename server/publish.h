@@ -36,6 +36,12 @@ int mic_publish_result(mic_publish *p, struct mic_buf *out,
 int mic_publish_lookup(mic_store *s, const char *id, size_t idlen,
                        struct mic_buf *out, struct mic_error *err);
 
+/* After done(): call fn for each event (published or duplicate), or once
+ * for a request refused with a conflict (with its first event's topic). */
+void mic_publish_tally(const mic_publish *p,
+                       void (*fn)(const char *topic, int published, int duplicate,
+                                  int conflict));
+
 /* Number of events in the request. */
 int mic_publish_count(const mic_publish *p);
 

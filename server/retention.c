@@ -181,7 +181,8 @@ static int remove_event(struct mic_wctx *w, mic_groups *g, int64_t due, uint64_t
         if ((rc = mic_store_dlv_del(w->txn, gr->gid, seq)))
             return rc;
     if ((rc = mic_store_time_del(w->txn, r.topic_id, r.created_at_us, id, idlen)) ||
-        (rc = mic_store_log_del(w->txn, seq)))
+        (rc = mic_store_log_del(w->txn, seq)) ||
+        (rc = mic_store_topic_events_add(w->txn, r.topic_id, -1)))
         return rc;
     return mic_store_expiry_put(w->txn, due + (int64_t)tn.dedupe_s * 1000000, seq,
                                 MIC_EXPIRE_ID, id, idlen);

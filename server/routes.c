@@ -243,6 +243,7 @@ static enum MHD_Result finish_publish(struct req *r)
     struct mic_buf b;
     int all_dup = 0, rc;
 
+    mic_publish_tally(r->u.publish, mic_metrics_topic);
     mic_buf_init(&b);
     rc = mic_publish_result(r->u.publish, &b, &all_dup, &e);
     return answer(r, rc, &b, &e, all_dup ? MHD_HTTP_OK : MHD_HTTP_CREATED);
@@ -606,6 +607,31 @@ static enum MHD_Result finish_replay(struct req *r, int del)
                   del ? MHD_HTTP_NO_CONTENT : MHD_HTTP_CREATED);
 }
 
+static enum MHD_Result h_stats(struct req *r, const char **args)
+{
+    struct mic_error e;
+    struct mic_buf b;
+    int rc;
+
+    (void)args;
+    mic_buf_init(&b);
+    if ((rc = mic_metrics_stats(r->h->store, &b)))
+        server_error(&e, rc);
+    return answer(r, rc, &b, &e, MHD_HTTP_OK);
+}
+
+static enum MHD_Result h_oldest(struct req *r, const char **args)
+{
+    struct mic_error e;
+    struct mic_buf b;
+
+    mic_buf_init(&b);
+    return answer(r, mic_order_oldest(r->h->store, args[0],
+                                      MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit"),
+                                      &b, &e),
+                  &b, &e, MHD_HTTP_OK);
+}
+
 static enum MHD_Result h_healthz(struct req *r, const char **args)
 {
     (void)args;
@@ -701,6 +727,8 @@ static const struct route routes[] = {
     {"POST", "/v1/replays", "/v1/replays", h_replay_post},
     {"GET", "/v1/replays/*", "/v1/replays/{run_id}", h_replay_get},
     {"DELETE", "/v1/replays/*", "/v1/replays/{run_id}", h_replay_del},
+    {"GET", "/v1/stats", "/v1/stats", h_stats},
+    {"GET", "/v1/groups/*/oldest", "/v1/groups/{group}/oldest", h_oldest},
     {"GET", "/healthz", "/healthz", h_healthz},
     {"GET", "/readyz", "/readyz", h_readyz},
     {"GET", "/metrics", "/metrics", h_metrics},

@@ -23,6 +23,9 @@
  *   runs    run_id -> replay run record (layout in replay.c)
  *   expiry  due u64, seq u64 -> u8 kind, event_id (retention deadlines)
  *   gstat   gid u32 -> u64 counters (gap-parked aggregates, ...)
+ *   unh     gid u32, created_at u64, seq u64 -> (empty): non-terminal deliveries
+ *   poison  gid u32, created_at u64, seq u64 -> (empty): DLQ, or failed once
+ *   tstat   topic_id u32 -> u64 events stored
  *
  * Map growth: LMDB forbids mdb_env_set_mapsize while any transaction of
  * this process is open, so read transactions hold 'resize' shared and
@@ -49,6 +52,7 @@ struct mic_store {
     MDB_env *env;
     MDB_dbi meta, log, ids, time, aggs, aggidx, topics;
     MDB_dbi groups, drops, dlv, ready, timers, dlq, aq, ags, gapskip, runs, expiry, gstat;
+    MDB_dbi unh, poison, tstat;
     uint64_t map_size, map_max;
     pthread_rwlock_t resize;
 };
@@ -123,6 +127,9 @@ static int get(mic_txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v)
 }
 
 static int next_id(mic_txn *t, const char *name, uint32_t *id);
+static int dlv_account(mic_txn *t, uint32_t gid, uint64_t seq, const struct mic_dlv *old,
+                       const struct mic_dlv *d);
+static int ags_put_raw(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN], const struct mic_ags *a);
 
 /* ---- Environment ---- */
 
@@ -174,7 +181,10 @@ static int open_dbs(mic_store *s)
         (rc = mdb_dbi_open(txn, "gapskip", MDB_CREATE, &s->gapskip)) ||
         (rc = mdb_dbi_open(txn, "runs", MDB_CREATE, &s->runs)) ||
         (rc = mdb_dbi_open(txn, "expiry", MDB_CREATE, &s->expiry)) ||
-        (rc = mdb_dbi_open(txn, "gstat", MDB_CREATE, &s->gstat)))
+        (rc = mdb_dbi_open(txn, "gstat", MDB_CREATE, &s->gstat)) ||
+        (rc = mdb_dbi_open(txn, "unh", MDB_CREATE, &s->unh)) ||
+        (rc = mdb_dbi_open(txn, "poison", MDB_CREATE, &s->poison)) ||
+        (rc = mdb_dbi_open(txn, "tstat", MDB_CREATE, &s->tstat)))
         goto fail;
     rc = mdb_get(txn, s->meta, &k, &v);
     if (rc == MDB_NOTFOUND) {
@@ -791,7 +801,7 @@ int mic_store_drop_step(mic_txn *t, uint32_t gid, int budget, int *finished)
 {
     uint8_t prefix[4];
     MDB_val k = {4, prefix};
-    int rc, e1 = 0, e2 = 0, e3 = 0, e4 = 0, e5 = 0;
+    int rc, e1 = 0, e2 = 0, e3 = 0, e4 = 0, e5 = 0, e6 = 0, e7 = 0;
 
     put_u32(prefix, gid);
     *finished = 0;
@@ -799,9 +809,11 @@ int mic_store_drop_step(mic_txn *t, uint32_t gid, int budget, int *finished)
         (rc = purge_prefix(t, t->s->dlq, prefix, &budget, &e2)) ||
         (rc = purge_prefix(t, t->s->aq, prefix, &budget, &e4)) ||
         (rc = purge_prefix(t, t->s->ags, prefix, &budget, &e5)) ||
+        (rc = purge_prefix(t, t->s->unh, prefix, &budget, &e6)) ||
+        (rc = purge_prefix(t, t->s->poison, prefix, &budget, &e7)) ||
         (rc = purge_prefix(t, t->s->dlv, prefix, &budget, &e3)))
         return rc;
-    if (e1 && e2 && e3 && e4 && e5) {
+    if (e1 && e2 && e3 && e4 && e5 && e6 && e7) {
         MDB_val gk = {4, prefix};
         int r2 = mdb_del(t->txn, t->s->gstat, &gk, NULL);
         if (r2 && r2 != MDB_NOTFOUND)
@@ -814,7 +826,7 @@ int mic_store_drop_step(mic_txn *t, uint32_t gid, int budget, int *finished)
 
 /* ---- Deliveries ---- */
 
-#define DLV_HDR 56
+#define DLV_HDR 64
 
 int mic_store_dlv_get(mic_txn *t, uint32_t gid, uint64_t seq, struct mic_dlv *d)
 {
@@ -841,6 +853,7 @@ int mic_store_dlv_get(mic_txn *t, uint32_t gid, uint64_t seq, struct mic_dlv *d)
     memcpy(d->token, p + 32, MIC_TOKEN_LEN);
     d->error_len = (uint16_t)(p[48] << 8 | p[49]);
     d->handed = p[50];
+    d->created_at = (int64_t)get_u64(p + 56);
     if (d->worker_len > MIC_WORKER_MAX || d->error_len > MIC_ERROR_MAX ||
         v.mv_size < (size_t)DLV_HDR + d->worker_len + d->error_len)
         return MIC_EIO;
@@ -851,8 +864,7 @@ int mic_store_dlv_get(mic_txn *t, uint32_t gid, uint64_t seq, struct mic_dlv *d)
     return MIC_OK;
 }
 
-int mic_store_dlv_put(mic_txn *t, uint32_t gid, uint64_t seq,
-                      const struct mic_dlv *d)
+static int dlv_put_raw(mic_txn *t, uint32_t gid, uint64_t seq, const struct mic_dlv *d)
 {
     uint8_t kb[12], vb[DLV_HDR + MIC_WORKER_MAX + MIC_ERROR_MAX];
     MDB_val k = {12, kb}, v = {DLV_HDR + (size_t)d->worker_len + d->error_len, vb};
@@ -872,9 +884,167 @@ int mic_store_dlv_put(mic_txn *t, uint32_t gid, uint64_t seq,
     vb[48] = (uint8_t)(d->error_len >> 8);
     vb[49] = (uint8_t)d->error_len;
     vb[50] = d->handed;
+    put_u64(vb + 56, (uint64_t)d->created_at);
     memcpy(vb + DLV_HDR, d->worker, d->worker_len);
     memcpy(vb + DLV_HDR + d->worker_len, d->last_error, d->error_len);
     return put(t, t->s->dlv, "dlv", &k, &v, 0);
+}
+
+/* ---- Figures kept with every delivery change ---- */
+
+static int nonterminal(const struct mic_dlv *d)
+{
+    return d && (d->state == MIC_DLV_PENDING || d->state == MIC_DLV_PROCESSING);
+}
+
+/* Dead-lettered, or failed at least once and not terminal: a pending
+ * delivery that was claimed before, or a leased one claimed before that. */
+static int poisoned(const struct mic_dlv *d)
+{
+    return d && (d->state == MIC_DLV_DLQ ||
+                 (d->state == MIC_DLV_PENDING && d->attempts >= 1) ||
+                 (d->state == MIC_DLV_PROCESSING && d->attempts > 1));
+}
+
+static int index_set(mic_txn *t, MDB_dbi dbi, const char *name, uint32_t gid,
+                     int64_t at, uint64_t seq, int on)
+{
+    uint8_t kb[20];
+    MDB_val k = {20, kb}, v = {0, NULL};
+    int rc;
+
+    put_u32(kb, gid);
+    put_u64(kb + 4, (uint64_t)at);
+    put_u64(kb + 12, seq);
+    if (on)
+        return put(t, dbi, name, &k, &v, 0);
+    rc = mdb_del(t->txn, dbi, &k, NULL);
+    return rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
+}
+
+static int gauge_of(int state)
+{
+    switch (state) {
+    case MIC_DLV_PENDING: return MIC_GSTAT_PENDING;
+    case MIC_DLV_PROCESSING: return MIC_GSTAT_PROCESSING;
+    case MIC_DLV_DLQ: return MIC_GSTAT_DLQ;
+    }
+    return -1;
+}
+
+/* A delivery goes from 'old' to 'd' (either may be NULL: created,
+ * removed): update the group's counters and the oldest/poison indexes. */
+static int dlv_account(mic_txn *t, uint32_t gid, uint64_t seq, const struct mic_dlv *old,
+                       const struct mic_dlv *d)
+{
+    int os = old ? old->state : 0, ns = d ? d->state : 0, rc;
+    int64_t at = d ? d->created_at : old->created_at;
+
+    if (os != ns) {
+        if (gauge_of(os) >= 0 && (rc = mic_store_gstat_add(t, gid, gauge_of(os), -1)))
+            return rc;
+        if (gauge_of(ns) >= 0 && (rc = mic_store_gstat_add(t, gid, gauge_of(ns), 1)))
+            return rc;
+        if (ns == MIC_DLV_DISPATCHED &&
+            (rc = mic_store_gstat_add(t, gid, MIC_GSTAT_DISPATCHED, 1)))
+            return rc;
+    }
+    if (d && d->attempts > 1 && d->attempts > (old ? old->attempts : 0) &&
+        (rc = mic_store_gstat_add(t, gid, MIC_GSTAT_REDELIVERIES, 1)))
+        return rc;
+    if (nonterminal(old) != nonterminal(d) &&
+        (rc = index_set(t, t->s->unh, "unh", gid, at, seq, nonterminal(d))))
+        return rc;
+    if (poisoned(old) != poisoned(d) &&
+        (rc = index_set(t, t->s->poison, "poison", gid, at, seq, poisoned(d))))
+        return rc;
+    return MIC_OK;
+}
+
+int mic_store_dlv_put(mic_txn *t, uint32_t gid, uint64_t seq,
+                      const struct mic_dlv *d)
+{
+    struct mic_dlv old;
+    int rc = mic_store_dlv_get(t, gid, seq, &old);
+
+    if (rc && rc != MIC_ENOTFOUND)
+        return rc;
+    if ((rc = dlv_account(t, gid, seq, rc == MIC_OK ? &old : NULL, d)))
+        return rc;
+    return dlv_put_raw(t, gid, seq, d);
+}
+
+int mic_store_oldest(mic_txn *t, uint32_t gid, int poison, int64_t *created_at,
+                     uint64_t *seq)
+{
+    uint8_t kb[4];
+    MDB_cursor *c;
+    MDB_val k = {4, kb}, v;
+    int rc;
+
+    put_u32(kb, gid);
+    if ((rc = mdb_cursor_open(t->txn, poison ? t->s->poison : t->s->unh, &c)))
+        return from_mdb(rc);
+    rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+    if (rc == 0 && (k.mv_size != 20 || get_u32(k.mv_data) != gid))
+        rc = MDB_NOTFOUND;
+    if (rc == 0) {
+        *created_at = (int64_t)get_u64((uint8_t *)k.mv_data + 4);
+        *seq = get_u64((uint8_t *)k.mv_data + 12);
+    }
+    mdb_cursor_close(c);
+    return from_mdb(rc);
+}
+
+int mic_store_oldest_page(mic_txn *t, uint32_t gid, uint64_t *seqs, int max, int *n)
+{
+    uint8_t kb[4];
+    MDB_cursor *c;
+    MDB_val k = {4, kb}, v;
+    int rc;
+
+    *n = 0;
+    put_u32(kb, gid);
+    if ((rc = mdb_cursor_open(t->txn, t->s->unh, &c)))
+        return from_mdb(rc);
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+         rc == 0 && *n < max && k.mv_size == 20 && get_u32(k.mv_data) == gid;
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT))
+        seqs[(*n)++] = get_u64((uint8_t *)k.mv_data + 12);
+    mdb_cursor_close(c);
+    return rc == 0 || rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
+}
+
+int mic_store_topic_events_add(mic_txn *t, uint32_t topic_id, int64_t delta)
+{
+    uint8_t kb[4], vb[8];
+    MDB_val k = {4, kb}, v;
+    uint64_t n = 0;
+    int rc;
+
+    put_u32(kb, topic_id);
+    rc = get(t, t->s->tstat, &k, &v);
+    if (rc == MIC_OK && v.mv_size == 8)
+        n = get_u64(v.mv_data);
+    else if (rc && rc != MIC_ENOTFOUND)
+        return rc;
+    n = (int64_t)n + delta < 0 ? 0 : (uint64_t)((int64_t)n + delta);
+    put_u64(vb, n);
+    v.mv_size = 8;
+    v.mv_data = vb;
+    return put(t, t->s->tstat, "tstat", &k, &v, 0);
+}
+
+int mic_store_topic_events(mic_txn *t, uint32_t topic_id, uint64_t *n)
+{
+    uint8_t kb[4];
+    MDB_val k = {4, kb}, v;
+    int rc;
+
+    put_u32(kb, topic_id);
+    rc = get(t, t->s->tstat, &k, &v);
+    *n = rc == MIC_OK && v.mv_size == 8 ? get_u64(v.mv_data) : 0;
+    return rc == MIC_ENOTFOUND ? MIC_OK : rc;
 }
 
 int mic_store_dlv_each(mic_txn *t, uint32_t gid,
@@ -1228,8 +1398,27 @@ int mic_store_ags_get(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN]
     return MIC_OK;
 }
 
+static int ags_blocked(const struct mic_ags *a)
+{
+    return a && (a->missing || a->waiting >= 2);
+}
+
 int mic_store_ags_put(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
                       const struct mic_ags *a)
+{
+    struct mic_ags old;
+    int r0 = mic_store_ags_get(t, gid, akey, &old);
+
+    if (r0 && r0 != MIC_ENOTFOUND)
+        return r0;
+    if (ags_blocked(r0 ? NULL : &old) != ags_blocked(a) &&
+        (r0 = mic_store_gstat_add(t, gid, MIC_GSTAT_BLOCKED, ags_blocked(a) ? 1 : -1)))
+        return r0;
+    return ags_put_raw(t, gid, akey, a);
+}
+
+static int ags_put_raw(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
+                       const struct mic_ags *a)
 {
     uint8_t kb[4 + MIC_AKEY_LEN], vb[AGS_REC];
     MDB_val k = {sizeof kb, kb}, v = {AGS_REC, vb};
@@ -1247,7 +1436,14 @@ int mic_store_ags_del(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN]
 {
     uint8_t kb[4 + MIC_AKEY_LEN];
     MDB_val k = {sizeof kb, kb};
-    int rc;
+    struct mic_ags old;
+    int rc = mic_store_ags_get(t, gid, akey, &old);
+
+    if (rc == MIC_ENOTFOUND)
+        return MIC_OK;
+    if (rc || (ags_blocked(&old) &&
+               (rc = mic_store_gstat_add(t, gid, MIC_GSTAT_BLOCKED, -1))))
+        return rc;
 
     put_u32(kb, gid);
     memcpy(kb + 4, akey, MIC_AKEY_LEN);
@@ -1416,12 +1612,16 @@ int mic_store_dlv_del(mic_txn *t, uint32_t gid, uint64_t seq)
 {
     uint8_t kb[12];
     MDB_val k = {12, kb};
-    int rc;
+    struct mic_dlv old;
+    int rc = mic_store_dlv_get(t, gid, seq, &old);
 
+    if (rc == MIC_ENOTFOUND)
+        return MIC_OK;
+    if (rc || (rc = dlv_account(t, gid, seq, &old, NULL)))
+        return rc;
     put_u32(kb, gid);
     put_u64(kb + 4, seq);
-    rc = mdb_del(t->txn, t->s->dlv, &k, NULL);
-    return rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
+    return from_mdb(mdb_del(t->txn, t->s->dlv, &k, NULL));
 }
 
 /* ---- Replay runs ---- */

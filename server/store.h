@@ -198,6 +198,7 @@ struct mic_dlv {
     uint8_t priority;
     uint8_t queued;            /* ordered groups: waits behind its head */
     uint8_t handed;            /* claimed at least once (kept across a requeue) */
+    int64_t created_at;        /* the event's, for the oldest-unhandled index */
     uint32_t attempts;         /* claims so far */
     int64_t not_before;        /* PENDING: claimable from (µs), 0 = now */
     int64_t lease_expires;     /* PROCESSING: lease end (µs) */
@@ -302,10 +303,33 @@ int mic_store_ags_each(mic_txn *t, uint32_t gid, const uint8_t *after,
 
 /* ---- Per-group counters, kept by the writer: gid -> u64[MIC_GSTAT_N] ---- */
 
-enum mic_gstat { MIC_GSTAT_GAP_PARKED = 0, MIC_GSTAT_N = 8 };
+/* Kept by mic_store_dlv_put/_del and mic_store_ags_put/_del themselves, so
+ * no state change can forget them. */
+enum mic_gstat {
+    MIC_GSTAT_GAP_PARKED = 0,  /* aggregates parked on a missing version */
+    MIC_GSTAT_PENDING,         /* non-terminal, not leased */
+    MIC_GSTAT_PROCESSING,      /* leased */
+    MIC_GSTAT_DLQ,
+    MIC_GSTAT_DISPATCHED,      /* total ever dispatched */
+    MIC_GSTAT_REDELIVERIES,    /* total claims after a delivery's first */
+    MIC_GSTAT_BLOCKED,         /* aggregates holding back at least one event */
+    MIC_GSTAT_N = 8,
+};
 int mic_store_gstat_add(mic_txn *t, uint32_t gid, int field, int64_t delta);
 /* All counters of 'gid' (zeros if none). */
 int mic_store_gstat_get(mic_txn *t, uint32_t gid, uint64_t out[MIC_GSTAT_N]);
+
+/* The oldest unhandled (non-terminal) delivery of group 'gid' by
+ * (created_at, seq), and the oldest "poison" one (dead-lettered, or
+ * non-terminal after a failed attempt).  MIC_ENOTFOUND if none. */
+int mic_store_oldest(mic_txn *t, uint32_t gid, int poison, int64_t *created_at,
+                     uint64_t *seq);
+/* Up to 'max' unhandled deliveries of 'gid' from the oldest. */
+int mic_store_oldest_page(mic_txn *t, uint32_t gid, uint64_t *seqs, int max, int *n);
+
+/* Per-topic stored-event counts (retention decrements). */
+int mic_store_topic_events_add(mic_txn *t, uint32_t topic_id, int64_t delta);
+int mic_store_topic_events(mic_txn *t, uint32_t topic_id, uint64_t *n);
 
 /* ---- Retention: (due µs, seq) -> kind, event_id ---- */
 
