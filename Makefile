@@ -12,7 +12,8 @@ TPKGS   := cmocka libcurl libnats
 RPKGS   := libcurl jansson libcrypto libnats
 DEBS    := build-essential pkg-config libmicrohttpd-dev liblmdb-dev lmdb-utils \
            libjansson-dev libssl-dev libcmocka-dev libcurl4-openssl-dev curl \
-           procps libnats-dev nats-server clickhouse-server clickhouse-client
+           procps libnats-dev nats-server clickhouse-server clickhouse-client \
+           prometheus
 WARN    := -std=c11 -Wall -Wextra -Werror -Wformat=2 -g
 SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 PKGCFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -37,7 +38,8 @@ deps:
 	done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends $$missing >/dev/null; \
 	fi
 
 build/rel/%.o: server/%.c server/*.h | build/rel

@@ -14,6 +14,36 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Servers still running when the test binary exits (a failed assertion
+ * skips its test's srv_stop) are killed, so none outlives its test. */
+#define LIVE_MAX 64
+static pid_t live[LIVE_MAX];
+
+static void kill_live(void)
+{
+    for (int i = 0; i < LIVE_MAX; i++)
+        if (live[i] > 0) {
+            kill(live[i], SIGKILL);
+            waitpid(live[i], NULL, 0);
+            live[i] = 0;
+        }
+}
+
+static void track(pid_t pid, int on)
+{
+    static int registered;
+
+    if (!registered) {
+        atexit(kill_live);
+        registered = 1;
+    }
+    for (int i = 0; i < LIVE_MAX; i++)
+        if (on ? live[i] == 0 : live[i] == pid) {
+            live[i] = on ? pid : 0;
+            return;
+        }
+}
+
 static const char *micd_path(void)
 {
     const char *p = getenv("MICD");
@@ -123,6 +153,7 @@ int srv_start(struct srv *s, const char *const *args)
     s->pid = spawn(s, args, portfile);
     if (s->pid < 0)
         return -1;
+    track(s->pid, 1);
     w.path = portfile;
     w.pid = s->pid;
     w.port = 0;
@@ -130,6 +161,8 @@ int srv_start(struct srv *s, const char *const *args)
     if (!await(port_ready, &w, 20000) || w.dead) {
         if (!w.dead)
             srv_kill9(s);
+        else
+            track(s->pid, 0);
         s->pid = 0;
         return -1;
     }
@@ -154,6 +187,7 @@ int srv_stop(struct srv *s)
     kill(s->pid, SIGTERM);
     if (waitpid(s->pid, &status, 0) != s->pid)
         return -1;
+    track(s->pid, 0);
     s->pid = 0;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
@@ -164,6 +198,7 @@ void srv_kill9(struct srv *s)
         return;
     kill(s->pid, SIGKILL);
     waitpid(s->pid, NULL, 0);
+    track(s->pid, 0);
     s->pid = 0;
 }
 
