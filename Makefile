@@ -1,6 +1,6 @@
 # MIC - build, run and test.
 #
-#   make          build build/micd and build/mic-events-replay (optimised)
+#   make          build build/micd, build/mic and build/mic-events-replay (optimised)
 #   make run      install what is missing, build, start micd on 127.0.0.1:8080, store in ./var
 #   make test     install what is missing, build with ASan+UBSan, run every test
 #   make bench    durable publish benchmark (see bench/README.md)
@@ -30,7 +30,7 @@ UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
 
 .PHONY: all run test check deps bench bench-claims bench-ordered bench-range clean
-all: build/micd build/mic-events-replay
+all: build/micd build/mic-events-replay build/mic
 
 deps:
 	@missing=""; for p in $(DEBS); do \
@@ -64,6 +64,11 @@ build/mic-events-replay: client/mic-events-replay.c | build/rel
 build/san/mic-events-replay: client/mic-events-replay.c | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(RCFLAGS) $< -o $@ $(RLIBS)
 
+build/mic: client/mic.c | build/rel
+	$(CC) $(WARN) -O2 $(RCFLAGS) $< -o $@ $(RLIBS)
+build/san/mic: client/mic.c | build/san
+	$(CC) $(WARN) -O1 $(SAN) $(RCFLAGS) $< -o $@ $(RLIBS)
+
 build/loadgen: bench/loadgen.c | build/rel
 	$(CC) $(WARN) -O2 -D_GNU_SOURCE $< -o $@ -lpthread -lm
 build/workers: bench/workers.c | build/rel
@@ -75,8 +80,9 @@ run: deps build/micd
 	mkdir -p var
 	./build/micd --listen 127.0.0.1:8080 --data ./var
 
-check: build/san/micd build/san/mic-events-replay $(UNIT)
-	MICD=build/san/micd MIC_REPLAY=build/san/mic-events-replay tests/run.sh $(UNIT)
+check: build/san/micd build/san/mic-events-replay build/san/mic $(UNIT)
+	MICD=build/san/micd MIC_REPLAY=build/san/mic-events-replay MIC_CLI=build/san/mic \
+	    tests/run.sh $(UNIT)
 
 test: deps
 	$(MAKE) check

@@ -1,0 +1,1905 @@
+/* mic.c - the admin and worker command line of MIC (DESIGN sections 4, 6, 12).
+ *
+ * DESIGN
+ *
+ * One run is one command.  argv is parsed against two tables, the options
+ * (opt_defs) and the commands (commands): each command names the options
+ * it accepts and how many arguments it takes, so a misplaced option is a
+ * usage error before anything is sent.  A command builds its request with
+ * jansson, sends it through api() (libcurl), and prints the answer either
+ * as a readable table or, with --json, the server's JSON exactly as it
+ * came (one answer per line).
+ *
+ *   argv -> opts_parse -> command table -> cmd_<name> -> api() -> print
+ *
+ * Invariants:
+ *   - api() is the only place that talks HTTP and the only place that
+ *     turns a transport failure or an error status into the one-line
+ *     message (in cli.err) and an exit status.
+ *   - stdout carries results only.  stderr carries at most one line: the
+ *     error ("mic: 409 event_id_conflict: ... (field event_id)", or
+ *     "mic: cannot reach URL: REASON"), or the summary of per-item
+ *     failures.
+ *   - Exit status: 0 success; 1 the server answered an error (4xx/5xx) or
+ *     an item failed (lease_lost, not_found, not_in_dlq); 2 usage error or
+ *     the server could not be reached (no HTTP answer).
+ *   - Every command frees what it allocates before it returns; main frees
+ *     the rest (ASan-clean).
+ *
+ * NDJSON publishing reads stdin line by line and sends batches of at most
+ * BATCH_EVENTS events and about BATCH_BYTES of input, each batch atomic on
+ * the server.  Lines are checked (a JSON object each) before their batch
+ * is sent; the first failure stops the run, and the message says which
+ * stdin lines were not published (the batches before them were).
+ *
+ * The server is the authority on values: the command line checks the
+ * syntax of what it must put into JSON (integers, JSON payloads, SEQ:TOKEN)
+ * and leaves bounds and names to the server, whose error it reports.
+ */
+#define _GNU_SOURCE
+#include <curl/curl.h>
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PROG "mic"
+#define EXIT_FAIL 1             /* the server answered an error, or an item failed */
+#define EXIT_USAGE 2            /* usage error, or the server could not be reached */
+#define DEFAULT_URL "http://127.0.0.1:8080"
+#define BATCH_EVENTS 1000
+#define BATCH_BYTES (8u << 20)  /* stays under the server's 16 MiB body limit */
+#define CONNECT_TIMEOUT_S 10L
+#define REQUEST_TIMEOUT_S 120L  /* plus --wait for a long-poll claim */
+#define ERR_MAX 1024
+
+/* ---- Options ---- */
+
+/* Every option of every command; the command table says which apply. */
+enum opt_id {
+    O_URL, O_JSON, O_HELP, O_TOPIC, O_ID, O_AGGREGATE, O_VERSION, O_TYPE,
+    O_PRIORITY, O_PAYLOAD, O_HEADER, O_MAX, O_WAIT, O_LEASE, O_WORKER,
+    O_ERROR, O_RETRY_AFTER, O_LIMIT, O_AFTER, O_REASON, O_ALL, O_COUNT
+};
+
+#define OPT(o) (1u << (o))
+#define OPT_BASE 256
+#define COMMON (OPT(O_URL) | OPT(O_JSON) | OPT(O_HELP))
+#define EVENT_OPTS (OPT(O_TOPIC) | OPT(O_ID) | OPT(O_AGGREGATE) | OPT(O_VERSION) | \
+                    OPT(O_TYPE) | OPT(O_PRIORITY) | OPT(O_PAYLOAD) | OPT(O_HEADER))
+
+struct opt_def {
+    const char *name;
+    int has_arg;
+};
+
+static const struct opt_def opt_defs[O_COUNT] = {
+    [O_URL] = {"url", 1},         [O_JSON] = {"json", 0},
+    [O_HELP] = {"help", 0},       [O_TOPIC] = {"topic", 1},
+    [O_ID] = {"id", 1},           [O_AGGREGATE] = {"aggregate", 1},
+    [O_VERSION] = {"version", 1}, [O_TYPE] = {"type", 1},
+    [O_PRIORITY] = {"priority", 1}, [O_PAYLOAD] = {"payload", 1},
+    [O_HEADER] = {"header", 1},   [O_MAX] = {"max", 1},
+    [O_WAIT] = {"wait", 1},       [O_LEASE] = {"lease", 1},
+    [O_WORKER] = {"worker", 1},   [O_ERROR] = {"error", 1},
+    [O_RETRY_AFTER] = {"retry-after", 1}, [O_LIMIT] = {"limit", 1},
+    [O_AFTER] = {"after", 1},     [O_REASON] = {"reason", 1},
+    [O_ALL] = {"all", 0},
+};
+
+struct buf {
+    char *p;
+    size_t len, cap;
+};
+
+struct cli;
+
+/* One row of the command table (at the end of the file). */
+struct command {
+    const char *name, *sub;       /* "dlq", "list"; sub NULL for one word */
+    int (*fn)(struct cli *c);
+    unsigned opts;                /* accepted options besides COMMON */
+    int min_args, max_args;       /* max -1: any number */
+    const char *synopsis;         /* after "mic " */
+    const char *help;             /* what it does, its options and output */
+};
+
+/* One run's state.  'val' borrows from argv. */
+struct cli {
+    char *url;                    /* base URL, no trailing '/' (owned) */
+    int json;
+    const char *val[O_COUNT];     /* each option's value (NULL: not given) */
+    int given[O_COUNT];
+    const char **headers;         /* every --header, in order (owned array) */
+    int nheaders;
+    const char **pos;             /* positional arguments (owned array) */
+    int npos;
+    const char **args;            /* the command's arguments: pos after its words */
+    int nargs;
+    const struct command *cmd;
+    CURL *curl;
+    long timeout_s;
+    char err[ERR_MAX];            /* the error line, without "mic: " */
+};
+
+/* ---- Small helpers ---- */
+
+__attribute__((format(printf, 2, 3)))
+static void set_err(struct cli *c, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(c->err, sizeof c->err, fmt, ap);
+    va_end(ap);
+}
+
+/* Print the error line (one line: control characters become spaces) and
+ * return 'rc'. */
+static int report(struct cli *c, int rc)
+{
+    for (char *p = c->err; *p; p++)
+        if ((unsigned char)*p < 0x20)
+            *p = ' ';
+    fprintf(stderr, PROG ": %s\n", c->err);
+    return rc;
+}
+
+__attribute__((format(printf, 2, 3)))
+static int usage_error(struct cli *c, const char *fmt, ...)
+{
+    char msg[ERR_MAX - 64];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (c->cmd)
+        set_err(c, "%s (see " PROG " %s%s%s --help)", msg, c->cmd->name, c->cmd->sub ? " " : "",
+                c->cmd->sub ? c->cmd->sub : "");
+    else
+        set_err(c, "%s (see " PROG " --help)", msg);
+    return report(c, EXIT_USAGE);
+}
+
+static int buf_add(struct buf *b, const void *p, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        char *np;
+
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        if (!(np = realloc(b->p, cap)))
+            return -1;
+        b->p = np;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+    b->p[b->len] = 0;
+    return 0;
+}
+
+static int buf_puts(struct buf *b, const char *s)
+{
+    return buf_add(b, s, strlen(s));
+}
+
+static void buf_fini(struct buf *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+/* Append 's' percent-encoded (one path segment or query value). */
+static int buf_seg(struct cli *c, struct buf *b, const char *s)
+{
+    char *e = curl_easy_escape(c->curl, s, 0);
+    int rc;
+
+    if (!e)
+        return -1;
+    rc = buf_puts(b, e);
+    curl_free(e);
+    return rc;
+}
+
+/* A path "/v1/<a>/<seg>[<tail>]": segment 'seg' escaped.  Returns 0 or -1. */
+static int path_of(struct cli *c, struct buf *b, const char *head, const char *seg,
+                   const char *tail)
+{
+    return buf_puts(b, head) || (seg && buf_seg(c, b, seg)) || (tail && buf_puts(b, tail));
+}
+
+/* Parse a whole decimal integer in [lo, hi]; returns 0 or -1. */
+static int parse_int(const char *s, long long lo, long long hi, long long *out)
+{
+    char *end;
+    long long v;
+
+    if (!s || !*s)
+        return -1;
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (errno || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* The integer value of option 'o' into *out (untouched when the option
+ * is absent).  Returns 0, or EXIT_USAGE after the message. */
+static int opt_int(struct cli *c, enum opt_id o, long long lo, long long *out)
+{
+    if (!c->val[o])
+        return 0;
+    if (parse_int(c->val[o], lo, INT64_MAX, out))
+        return usage_error(c, "--%s takes an integer%s, not '%s'", opt_defs[o].name,
+                           lo >= 0 ? " >= 0" : "", c->val[o]);
+    return 0;
+}
+
+/* Set key 'k' of 'obj' to the integer of option 'o' when given. */
+static int opt_int_field(struct cli *c, json_t *obj, enum opt_id o, const char *k, long long lo)
+{
+    long long v;
+    int rc;
+
+    if (!c->val[o])
+        return 0;
+    if ((rc = opt_int(c, o, lo, &v)))
+        return rc;
+    json_object_set_new(obj, k, json_integer(v));
+    return 0;
+}
+
+static int oom(struct cli *c)
+{
+    set_err(c, "out of memory");
+    return report(c, EXIT_FAIL);
+}
+
+/* ---- HTTP (libcurl) ---- */
+
+/* One answer: the status, the body as it came, and its JSON when it parsed. */
+struct answer {
+    long status;
+    struct buf body;
+    json_t *json;
+};
+
+static void answer_fini(struct answer *a)
+{
+    buf_fini(&a->body);
+    json_decref(a->json);
+    a->json = NULL;
+    a->status = 0;
+}
+
+static size_t on_body(char *p, size_t size, size_t n, void *arg)
+{
+    struct buf *b = arg;
+
+    return buf_add(b, p, size * n) ? 0 : size * n;
+}
+
+/* The error line of a non-2xx answer: the server's {"error":{"code",
+ * "message","field"}}, else the first line of the body.  'note' (may be
+ * NULL) is added after the field. */
+static void error_line(struct cli *c, const struct answer *a, const char *note)
+{
+    json_t *j = a->body.p ? json_loadb(a->body.p, a->body.len, 0, NULL) : NULL;
+    json_t *e = json_object_get(j, "error");
+    const char *code = json_string_value(json_object_get(e, "code"));
+    const char *msg = json_string_value(json_object_get(e, "message"));
+    const char *field = json_string_value(json_object_get(e, "field"));
+    curl_off_t retry = -1;
+    char extra[80] = "";
+
+    if (a->status == 429 && curl_easy_getinfo(c->curl, CURLINFO_RETRY_AFTER, &retry) == CURLE_OK &&
+        retry >= 0)
+        snprintf(extra, sizeof extra, "; retry after %lld s", (long long)retry);
+    if (code) {
+        if (field)
+            set_err(c, "%ld %s: %s (field %s%s)%s", a->status, code, msg ? msg : "", field,
+                    note ? note : "", extra);
+        else
+            set_err(c, "%ld %s: %s%s", a->status, code, msg ? msg : "", extra);
+    } else if (a->body.len) {
+        size_t n = strcspn(a->body.p, "\r\n");
+        set_err(c, "%ld %.*s%s", a->status, (int)(n > 300 ? 300 : n), a->body.p, extra);
+    } else {
+        set_err(c, "%ld (no body)%s", a->status, extra);
+    }
+    json_decref(j);
+}
+
+/* Send 'method' c->url + 'path' with the JSON 'body' (borrowed; NULL for
+ * none) and read the answer into 'a' (answer_fini it in every case).
+ * Returns 0 on a 2xx whose body is JSON (in a->json; NULL if empty);
+ * EXIT_FAIL on an error answer, EXIT_USAGE when no answer came; in both
+ * cases c->err holds the line (the caller reports it). */
+static int api(struct cli *c, const char *method, const struct buf *path, json_t *body,
+               struct answer *a)
+{
+    char errbuf[CURL_ERROR_SIZE] = "", *txt = NULL;
+    struct curl_slist *h = NULL, *h2;
+    struct buf url = {0};
+    long oserr = 0;
+    CURLcode cc;
+    int rc = EXIT_FAIL;
+
+    memset(a, 0, sizeof *a);
+    if (body && !(txt = json_dumps(body, JSON_COMPACT))) {
+        set_err(c, "out of memory");
+        return EXIT_FAIL;
+    }
+    if (buf_puts(&url, c->url) || buf_add(&url, path->p, path->len) ||
+        !(h = curl_slist_append(NULL, "Accept: application/json")) ||
+        !(h2 = curl_slist_append(h, "Expect:")) ||
+        (txt && !(h2 = curl_slist_append(h, "Content-Type: application/json")))) {
+        set_err(c, "out of memory");
+        goto out;
+    }
+    curl_easy_reset(c->curl);
+    curl_easy_setopt(c->curl, CURLOPT_URL, url.p);
+    curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT, CONNECT_TIMEOUT_S);
+    curl_easy_setopt(c->curl, CURLOPT_TIMEOUT, c->timeout_s);
+    curl_easy_setopt(c->curl, CURLOPT_USERAGENT, PROG);
+    curl_easy_setopt(c->curl, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, &a->body);
+    if (strcmp(method, "GET"))
+        curl_easy_setopt(c->curl, CURLOPT_CUSTOMREQUEST, method);
+    if (txt) {
+        curl_easy_setopt(c->curl, CURLOPT_POSTFIELDS, txt);
+        curl_easy_setopt(c->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(txt));
+    } else if (!strcmp(method, "POST")) {
+        curl_easy_setopt(c->curl, CURLOPT_POSTFIELDS, "");
+    }
+    cc = curl_easy_perform(c->curl);
+    if (cc != CURLE_OK) {
+        curl_easy_getinfo(c->curl, CURLINFO_OS_ERRNO, &oserr);
+        set_err(c, "cannot reach %s: %s", c->url,
+                oserr ? strerror((int)oserr) : errbuf[0] ? errbuf : curl_easy_strerror(cc));
+        rc = EXIT_USAGE;
+        goto out;
+    }
+    curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &a->status);
+    if (a->status < 200 || a->status > 299) {
+        error_line(c, a, NULL);
+        goto out;
+    }
+    if (a->body.len && !(a->json = json_loadb(a->body.p, a->body.len, 0, NULL))) {
+        set_err(c, "the server answered %ld with a body that is not JSON", a->status);
+        goto out;
+    }
+    rc = 0;
+out:
+    curl_slist_free_all(h);
+    buf_fini(&url);
+    free(txt);
+    return rc;
+}
+
+/* --json: the answer exactly as it came, one line. */
+static void print_raw(const struct answer *a)
+{
+    if (!a->body.len)
+        return;
+    fwrite(a->body.p, 1, a->body.len, stdout);
+    if (a->body.p[a->body.len - 1] != '\n')
+        putchar('\n');
+}
+
+/* ---- Tables ---- */
+
+/* Rows of text cells printed in aligned columns; the first row is the
+ * header.  A failed allocation is remembered and reported at print. */
+struct table {
+    int ncols, oom;
+    char **cells;
+    size_t n, cap;
+};
+
+static void table_push(struct table *t, char *s)
+{
+    if (!s) {
+        t->oom = 1;
+        return;
+    }
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 64;
+        char **nc = realloc(t->cells, cap * sizeof *nc);
+
+        if (!nc) {
+            free(s);
+            t->oom = 1;
+            return;
+        }
+        t->cells = nc;
+        t->cap = cap;
+    }
+    t->cells[t->n++] = s;
+}
+
+__attribute__((format(printf, 2, 3)))
+static void table_cell(struct table *t, const char *fmt, ...)
+{
+    char *s = NULL;
+    va_list ap;
+
+    va_start(ap, fmt);
+    if (vasprintf(&s, fmt, ap) < 0)
+        s = NULL;
+    va_end(ap);
+    table_push(t, s);
+}
+
+static void table_init(struct table *t, int ncols, const char *const *head)
+{
+    memset(t, 0, sizeof *t);
+    t->ncols = ncols;
+    for (int i = 0; i < ncols; i++)
+        table_cell(t, "%s", head[i]);
+}
+
+static size_t table_rows(const struct table *t)
+{
+    return t->n / (size_t)t->ncols - 1;
+}
+
+/* Print the rows (with the header unless 'no_header'); with no rows,
+ * 'none' instead (when not NULL).  Returns 0, or -1 when a cell could not
+ * be allocated. */
+static int table_print(const struct table *t, int no_header, const char *none)
+{
+    size_t w[32] = {0};
+
+    if (t->oom || t->ncols > 32)
+        return -1;
+    if (table_rows(t) == 0) {
+        if (none)
+            printf("%s\n", none);
+        return 0;
+    }
+    for (size_t i = 0; i < t->n; i++) {
+        size_t l = strlen(t->cells[i]);
+        if (l > w[i % (size_t)t->ncols])
+            w[i % (size_t)t->ncols] = l;
+    }
+    for (size_t i = no_header ? (size_t)t->ncols : 0; i < t->n; i++) {
+        int col = (int)(i % (size_t)t->ncols);
+        if (col == t->ncols - 1)
+            printf("%s\n", t->cells[i]);
+        else
+            printf("%-*s  ", (int)w[col], t->cells[i]);
+    }
+    return 0;
+}
+
+static void table_fini(struct table *t)
+{
+    for (size_t i = 0; i < t->n; i++)
+        free(t->cells[i]);
+    free(t->cells);
+    memset(t, 0, sizeof *t);
+}
+
+/* 'v' as cell text: a string as it is, a number, true/false; "-" when
+ * null or absent.  Returns 'buf' or the string's own storage. */
+static const char *jtxt(json_t *v, char *buf, size_t cap)
+{
+    switch (json_typeof(v)) {
+    case JSON_STRING:
+        return json_string_value(v);
+    case JSON_INTEGER:
+        snprintf(buf, cap, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        return buf;
+    case JSON_REAL:
+        snprintf(buf, cap, "%g", json_real_value(v));
+        return buf;
+    case JSON_TRUE:
+        return "true";
+    case JSON_FALSE:
+        return "false";
+    default:
+        if (json_is_array(v) || json_is_object(v))
+            return "...";
+        return "-";
+    }
+}
+
+static void table_json(struct table *t, json_t *v)
+{
+    char b[64];
+
+    table_cell(t, "%s", v ? jtxt(v, b, sizeof b) : "-");
+}
+
+static json_t *get(json_t *o, const char *k)
+{
+    return json_object_get(o, k);
+}
+
+static const char *gets(json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+
+    return s ? s : "";
+}
+
+/* An age in seconds, for people: 4.2s, 42s, 3m12s, 2h05m, 3d04h; "-"
+ * when null. */
+static const char *age_txt(json_t *v, char *buf, size_t cap)
+{
+    double s;
+    unsigned long long n;
+
+    if (!json_is_number(v))
+        return "-";
+    s = json_number_value(v);
+    if (!(s > 0))
+        s = 0;
+    n = (unsigned long long)s;
+    if (s < 10)
+        snprintf(buf, cap, "%.1fs", s);
+    else if (n < 60)
+        snprintf(buf, cap, "%llus", n);
+    else if (n < 3600)
+        snprintf(buf, cap, "%llum%02llus", n / 60, n % 60);
+    else if (n < 86400)
+        snprintf(buf, cap, "%lluh%02llum", n / 3600, n / 60 % 60);
+    else
+        snprintf(buf, cap, "%llud%02lluh", n / 86400, n / 3600 % 24);
+    return buf;
+}
+
+static const char *bytes_txt(json_t *v, char *buf, size_t cap)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double b;
+    int u = 0;
+
+    if (!json_is_number(v))
+        return "-";
+    b = json_number_value(v);
+    while (b >= 1024 && u < 5) {
+        b /= 1024;
+        u++;
+    }
+    snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+    return buf;
+}
+
+/* Every member of 'o' as "key: value" lines, nested objects flattened
+ * ("backoff.initial_ms"), arrays of scalars joined by ", ". */
+static void print_fields(json_t *o, const char *prefix)
+{
+    const char *k;
+    json_t *v;
+    char b[64];
+
+    json_object_foreach(o, k, v) {
+        if (json_is_object(v)) {
+            char p[256];
+            snprintf(p, sizeof p, "%s%s.", prefix, k);
+            print_fields(v, p);
+            continue;
+        }
+        printf("%s%s: ", prefix, k);
+        if (json_is_array(v)) {
+            size_t i;
+            json_t *e;
+            json_array_foreach(v, i, e)
+                printf("%s%s", i ? ", " : "", jtxt(e, b, sizeof b));
+            putchar('\n');
+        } else {
+            printf("%s\n", jtxt(v, b, sizeof b));
+        }
+    }
+}
+
+/* Per-item results {"results":[{"seq","status",...}]} as a table; counts
+ * the items whose status is not in 'ok' (NULL-terminated).  Returns 0, or
+ * EXIT_FAIL after one line on stderr when an item failed. */
+static int print_results(struct cli *c, struct answer *a, const char *what,
+                         const char *const *ok)
+{
+    static const char *const head[] = {"SEQ", "STATUS", "DETAIL"};
+    json_t *res = get(a->json, "results"), *it;
+    size_t i, failed = 0, total = json_array_size(res);
+    char first[160] = "";
+    struct table t;
+    int rc = 0;
+
+    table_init(&t, 3, head);
+    json_array_foreach(res, i, it) {
+        const char *st = gets(it, "status");
+        int good = 0;
+
+        for (int k = 0; ok[k]; k++)
+            good |= !strcmp(st, ok[k]);
+        if (!good && !failed++)
+            snprintf(first, sizeof first, "seq %" JSON_INTEGER_FORMAT " %s",
+                     json_integer_value(get(it, "seq")), st);
+        table_json(&t, get(it, "seq"));
+        table_cell(&t, "%s", st);
+        if (get(it, "not_before"))
+            table_cell(&t, "not before %s", gets(it, "not_before"));
+        else if (get(it, "lease_expires_at"))
+            table_cell(&t, "lease expires at %s", gets(it, "lease_expires_at"));
+        else
+            table_cell(&t, "%s", "");
+    }
+    if (c->json)
+        print_raw(a);
+    else if (table_print(&t, 0, "(no results)"))
+        rc = oom(c);
+    table_fini(&t);
+    if (!rc && failed) {
+        set_err(c, "%s: %zu of %zu item%s failed (%s%s)", what, failed, total,
+                total == 1 ? "" : "s", first, failed > 1 ? ", ..." : "");
+        rc = report(c, EXIT_FAIL);
+    }
+    return rc;
+}
+
+/* GET 'path' and print the answer with 'show' (or as is with --json). */
+static int get_and_show(struct cli *c, struct buf *path, int (*show)(struct cli *, json_t *))
+{
+    struct answer a;
+    int rc;
+
+    if ((rc = api(c, "GET", path, NULL, &a))) {
+        report(c, rc);
+    } else if (c->json) {
+        print_raw(&a);
+    } else if (show(c, a.json)) {
+        rc = oom(c);
+    }
+    answer_fini(&a);
+    return rc;
+}
+
+/* ---- publish ---- */
+
+/* The event given by the options (--topic and the rest). */
+static int event_from_opts(struct cli *c, json_t **out)
+{
+    json_t *ev = json_object(), *hdrs = NULL;
+    json_error_t je;
+    int rc = EXIT_USAGE;
+
+    if (!ev)
+        return oom(c);
+    json_object_set_new(ev, "topic", json_string(c->val[O_TOPIC]));
+    if (c->val[O_ID])
+        json_object_set_new(ev, "event_id", json_string(c->val[O_ID]));
+    if (c->val[O_AGGREGATE]) {
+        const char *a = c->val[O_AGGREGATE], *slash = strchr(a, '/');
+
+        if (!slash || slash == a || !slash[1]) {
+            usage_error(c, "--aggregate takes TYPE/ID, not '%s'", a);
+            goto fail;
+        }
+        json_object_set_new(ev, "aggregate_type", json_stringn(a, (size_t)(slash - a)));
+        json_object_set_new(ev, "aggregate_id", json_string(slash + 1));
+    }
+    if (opt_int_field(c, ev, O_VERSION, "aggregate_version", INT64_MIN) ||
+        opt_int_field(c, ev, O_PRIORITY, "priority", INT64_MIN))
+        goto fail;
+    if (c->val[O_TYPE])
+        json_object_set_new(ev, "event_type", json_string(c->val[O_TYPE]));
+    if (c->val[O_PAYLOAD]) {
+        json_t *p = json_loads(c->val[O_PAYLOAD], JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+
+        if (!p) {
+            usage_error(c, "--payload is not JSON: %s", je.text);
+            goto fail;
+        }
+        json_object_set_new(ev, "payload", p);
+    }
+    for (int i = 0; i < c->nheaders; i++) {
+        const char *kv = c->headers[i], *eq = strchr(kv, '=');
+
+        if (!eq || eq == kv) {
+            usage_error(c, "--header takes KEY=VALUE, not '%s'", kv);
+            goto fail;
+        }
+        if (!hdrs && (!(hdrs = json_object()) || json_object_set_new(ev, "headers", hdrs))) {
+            rc = oom(c);
+            goto fail;
+        }
+        if (json_object_setn_new(hdrs, kv, (size_t)(eq - kv), json_string(eq + 1))) {
+            usage_error(c, "--header %s: not UTF-8", kv);
+            goto fail;
+        }
+    }
+    *out = ev;
+    return 0;
+fail:
+    json_decref(ev);
+    return rc;
+}
+
+/* Publish results as a table (header only before the first batch). */
+static int show_published(struct cli *c, struct answer *a, int first_batch)
+{
+    static const char *const head[] = {"EVENT_ID", "SEQ", "RESULT"};
+    json_t *it;
+    struct table t;
+    size_t i;
+    int rc;
+
+    if (c->json) {
+        print_raw(a);
+        return 0;
+    }
+    table_init(&t, 3, head);
+    json_array_foreach(get(a->json, "results"), i, it) {
+        table_cell(&t, "%s", gets(it, "event_id"));
+        table_json(&t, get(it, "seq"));
+        table_cell(&t, "%s", json_is_true(get(it, "duplicate")) ? "duplicate" : "stored");
+    }
+    rc = table_print(&t, !first_batch, NULL);
+    table_fini(&t);
+    return rc ? oom(c) : 0;
+}
+
+struct ndjson {
+    json_t *events;             /* the pending batch */
+    long line[BATCH_EVENTS];    /* the stdin line of each */
+    size_t bytes;               /* its input bytes */
+    long published;             /* events in batches already accepted */
+    int batches;
+};
+
+/* Send the pending batch.  Returns 0 or the exit status (reported). */
+static int ndjson_flush(struct cli *c, struct ndjson *nd)
+{
+    size_t n = json_array_size(nd->events);
+    struct buf path = {0};
+    struct answer a;
+    json_t *body;
+    int rc;
+
+    if (!n)
+        return 0;
+    if (!(body = json_pack("{s:O}", "events", nd->events)) || buf_puts(&path, "/v1/events")) {
+        json_decref(body);
+        return oom(c);
+    }
+    rc = api(c, "POST", &path, body, &a);
+    json_decref(body);
+    buf_fini(&path);
+    if (rc) {
+        json_t *j = a.body.p ? json_loadb(a.body.p, a.body.len, 0, NULL) : NULL;
+        const char *f = json_string_value(get(get(j, "error"), "field"));
+        char note[48];
+        size_t len, idx;
+
+        /* Name the stdin line of the event the server's field points at. */
+        if (rc == EXIT_FAIL && f && sscanf(f, "events[%zu]", &idx) == 1 && idx < n) {
+            snprintf(note, sizeof note, ", stdin line %ld", nd->line[idx]);
+            error_line(c, &a, note);
+        }
+        len = strlen(c->err);
+        if (nd->published)
+            snprintf(c->err + len, sizeof c->err - len,
+                     "; stdin lines %ld-%ld were not published, the %ld event%s before them were",
+                     nd->line[0], nd->line[n - 1], nd->published, nd->published == 1 ? "" : "s");
+        else if (rc == EXIT_FAIL)
+            snprintf(c->err + len, sizeof c->err - len, "; nothing was published");
+        json_decref(j);
+        answer_fini(&a);
+        return report(c, rc);
+    }
+    rc = show_published(c, &a, nd->batches == 0);
+    nd->published += (long)n;
+    nd->batches++;
+    json_array_clear(nd->events);
+    nd->bytes = 0;
+    answer_fini(&a);
+    return rc;
+}
+
+/* NDJSON on stdin: one event object per line, blank lines ignored. */
+static int publish_ndjson(struct cli *c)
+{
+    struct ndjson nd = {0};
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    long lineno = 0;
+    int rc = 0;
+
+    if (!(nd.events = json_array()))
+        return oom(c);
+    while (!rc && (len = getline(&line, &cap, stdin)) >= 0) {
+        json_error_t je;
+        json_t *ev;
+        size_t n = (size_t)len, k;
+
+        lineno++;
+        while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+            n--;
+        for (k = 0; k < n && (line[k] == ' ' || line[k] == '\t'); k++)
+            ;
+        if (k == n)
+            continue;
+        if (!(ev = json_loadb(line, n, JSON_REJECT_DUPLICATES, &je)) || !json_is_object(ev)) {
+            if (ev)
+                set_err(c, "stdin line %ld is not a JSON object", lineno);
+            else
+                set_err(c, "stdin line %ld is not JSON: %s", lineno, je.text);
+            json_decref(ev);
+            if (nd.published)
+                snprintf(c->err + strlen(c->err), sizeof c->err - strlen(c->err),
+                         "; the %ld event%s before stdin line %ld were published, nothing after",
+                         nd.published, nd.published == 1 ? "" : "s",
+                         json_array_size(nd.events) ? nd.line[0] : lineno);
+            else
+                snprintf(c->err + strlen(c->err), sizeof c->err - strlen(c->err),
+                         "; nothing was published");
+            rc = report(c, EXIT_USAGE);
+            break;
+        }
+        if (json_array_size(nd.events) &&
+            (json_array_size(nd.events) >= BATCH_EVENTS || nd.bytes + n > BATCH_BYTES) &&
+            (rc = ndjson_flush(c, &nd))) {
+            json_decref(ev);
+            break;
+        }
+        nd.line[json_array_size(nd.events)] = lineno;
+        nd.bytes += n;
+        if (json_array_append_new(nd.events, ev)) {
+            rc = oom(c);
+            break;
+        }
+    }
+    if (!rc && ferror(stdin)) {
+        set_err(c, "cannot read stdin: %s", strerror(errno));
+        rc = report(c, EXIT_USAGE);
+    }
+    if (!rc && !nd.published && !json_array_size(nd.events)) {
+        set_err(c, "publish: no events on stdin (give --topic T to publish one from arguments)");
+        rc = report(c, EXIT_USAGE);
+    }
+    if (!rc)
+        rc = ndjson_flush(c, &nd);
+    free(line);
+    json_decref(nd.events);
+    return rc;
+}
+
+static int cmd_publish(struct cli *c)
+{
+    int from_stdin = c->nargs == 1;
+    struct buf path = {0};
+    struct answer a;
+    json_t *ev = NULL;
+    int rc;
+
+    if (c->nargs == 1 && strcmp(c->args[0], "-"))
+        return usage_error(c, "publish: unexpected argument '%s'", c->args[0]);
+    if (!c->val[O_TOPIC] && !from_stdin) {
+        if (isatty(STDIN_FILENO))
+            return usage_error(c, "publish needs --topic T, or NDJSON events on stdin");
+        from_stdin = 1;
+    }
+    if (from_stdin) {
+        for (int o = 0; o < O_COUNT; o++)
+            if (c->given[o] && (OPT(o) & EVENT_OPTS))
+                return usage_error(c, "--%s does not go with NDJSON on stdin "
+                                   "(each line is a whole event)", opt_defs[o].name);
+        return publish_ndjson(c);
+    }
+    if ((rc = event_from_opts(c, &ev)))
+        return rc;
+    if (buf_puts(&path, "/v1/events")) {
+        json_decref(ev);
+        return oom(c);
+    }
+    rc = api(c, "POST", &path, ev, &a);
+    if (rc)
+        report(c, rc);
+    else
+        rc = show_published(c, &a, 1);
+    answer_fini(&a);
+    buf_fini(&path);
+    json_decref(ev);
+    return rc;
+}
+
+/* ---- Workers: claim, ack, nack, extend ---- */
+
+static int cmd_claim(struct cli *c)
+{
+    static const char *const head[] = {"SEQ", "LEASE_TOKEN", "ATTEMPT", "EVENT_ID", "TOPIC",
+                                       "LEASE_EXPIRES_AT"};
+    json_t *body = json_object(), *d;
+    struct buf path = {0};
+    struct answer a = {0};
+    struct table t;
+    size_t i;
+    int rc;
+
+    if (!body)
+        return oom(c);
+    if ((rc = opt_int_field(c, body, O_MAX, "max", INT64_MIN)) ||
+        (rc = opt_int_field(c, body, O_LEASE, "lease_ttl_s", INT64_MIN)))
+        goto out_body;
+    if (c->val[O_WAIT]) {
+        char *end;
+        double w;
+
+        errno = 0;
+        w = strtod(c->val[O_WAIT], &end);
+        if (errno || *end || !*c->val[O_WAIT] || !isfinite(w) || w < 0) {
+            rc = usage_error(c, "--wait takes seconds (a number >= 0), not '%s'", c->val[O_WAIT]);
+            goto out_body;
+        }
+        /* An integer when it is one; the server checks the bounds. */
+        json_object_set_new(body, "wait_s", w < 1e9 && w == (double)(long long)w
+                                                ? json_integer((json_int_t)w) : json_real(w));
+        if (w < 1e6)
+            c->timeout_s += (long)w + 1;
+    }
+    if (c->val[O_WORKER])
+        json_object_set_new(body, "worker", json_string(c->val[O_WORKER]));
+    if (path_of(c, &path, "/v1/groups/", c->args[0], "/claim")) {
+        rc = oom(c);
+        goto out_path;
+    }
+    if ((rc = api(c, "POST", &path, body, &a))) {
+        report(c, rc);
+        goto out_answer;
+    }
+    if (c->json) {
+        print_raw(&a);
+        goto out_answer;
+    }
+    table_init(&t, 6, head);
+    json_array_foreach(get(a.json, "deliveries"), i, d) {
+        json_t *ev = get(d, "event");
+
+        table_json(&t, get(d, "seq"));
+        table_json(&t, get(d, "lease_token"));
+        table_json(&t, get(d, "attempt"));
+        table_json(&t, get(ev, "event_id"));
+        table_json(&t, get(ev, "topic"));
+        table_json(&t, get(d, "lease_expires_at"));
+    }
+    if (table_print(&t, 0, "(nothing to claim)"))
+        rc = oom(c);
+    table_fini(&t);
+out_answer:
+    answer_fini(&a);
+out_path:
+    buf_fini(&path);
+out_body:
+    json_decref(body);
+    return rc;
+}
+
+/* {"deliveries":[{"seq","lease_token"}...]} from the SEQ:TOKEN arguments
+ * after the group. */
+static int deliveries_from_args(struct cli *c, json_t *body)
+{
+    json_t *items = json_array();
+
+    if (!items || json_object_set_new(body, "deliveries", items))
+        return oom(c);
+    for (int i = 1; i < c->nargs; i++) {
+        const char *a = c->args[i], *colon = strchr(a, ':');
+        char seq[32];
+        long long v;
+
+        if (!colon || (size_t)(colon - a) >= sizeof seq || !colon[1])
+            return usage_error(c, "'%s' is not SEQ:TOKEN (as claim printed them)", a);
+        memcpy(seq, a, (size_t)(colon - a));
+        seq[colon - a] = 0;
+        if (parse_int(seq, 1, INT64_MAX, &v))
+            return usage_error(c, "'%s' is not SEQ:TOKEN (SEQ is a number >= 1)", a);
+        if (json_array_append_new(items, json_pack("{s:I,s:s}", "seq", (json_int_t)v,
+                                                   "lease_token", colon + 1)))
+            return oom(c);
+    }
+    return 0;
+}
+
+/* ack, nack and extend: one request, one result per item. */
+static int settle(struct cli *c, const char *verb, const char *const *ok)
+{
+    json_t *body = json_object();
+    struct buf path = {0};
+    struct answer a = {0};
+    char tail[16];
+    int rc;
+
+    if (!body)
+        return oom(c);
+    if ((rc = deliveries_from_args(c, body)) ||
+        (rc = opt_int_field(c, body, O_RETRY_AFTER, "retry_after_s", INT64_MIN)) ||
+        (rc = opt_int_field(c, body, O_LEASE, "lease_ttl_s", INT64_MIN)))
+        goto out;
+    if (c->val[O_ERROR])
+        json_object_set_new(body, "error", json_string(c->val[O_ERROR]));
+    snprintf(tail, sizeof tail, "/%s", verb);
+    if (path_of(c, &path, "/v1/groups/", c->args[0], tail)) {
+        rc = oom(c);
+        goto out;
+    }
+    if ((rc = api(c, "POST", &path, body, &a)))
+        report(c, rc);
+    else
+        rc = print_results(c, &a, verb, ok);
+    answer_fini(&a);
+out:
+    buf_fini(&path);
+    json_decref(body);
+    return rc;
+}
+
+static int cmd_ack(struct cli *c)
+{
+    static const char *const ok[] = {"acked", NULL};
+
+    return settle(c, "ack", ok);
+}
+
+static int cmd_nack(struct cli *c)
+{
+    static const char *const ok[] = {"retrying", "dead_lettered", NULL};
+
+    return settle(c, "nack", ok);
+}
+
+static int cmd_extend(struct cli *c)
+{
+    static const char *const ok[] = {"extended", NULL};
+
+    return settle(c, "extend", ok);
+}
+
+/* ---- Observability: stats, oldest, blocked ---- */
+
+/* Does the group's topic list (exact names, or prefixes ending in '*')
+ * cover 'topic'? */
+static int group_covers(json_t *g, const char *topic)
+{
+    json_t *topics = get(g, "topics"), *p;
+    size_t i;
+
+    if (json_is_string(topics))
+        return !strcmp(json_string_value(topics), topic);
+    json_array_foreach(topics, i, p) {
+        const char *s = json_string_value(p);
+        size_t n = s ? strlen(s) : 0;
+
+        if (n && s[n - 1] == '*' ? !strncmp(s, topic, n - 1) : s && !strcmp(s, topic))
+            return 1;
+    }
+    return 0;
+}
+
+static int show_stats(struct cli *c, json_t *j)
+{
+    static const char *const ghead[] = {"GROUP", "PENDING", "PROCESSING", "DLQ", "DISPATCHED",
+                                        "OLDEST", "POISON", "BLOCKED", "GAP_PARKED",
+                                        "REDELIVERIES", "ALERT"};
+    static const char *const thead[] = {"TOPIC", "EVENTS", "PUBLISHES", "DUPLICATES",
+                                        "CONFLICTS"};
+    const char *only = c->nargs ? c->args[0] : NULL;
+    json_t *g, *tp, *st = get(j, "store"), *sel = NULL;
+    struct table gt, tt;
+    char b1[32], b2[32];
+    size_t i;
+    int rc = 0;
+
+    table_init(&gt, 11, ghead);
+    json_array_foreach(get(j, "groups"), i, g) {
+        if (only && strcmp(gets(g, "group"), only))
+            continue;
+        sel = g;
+        table_json(&gt, get(g, "group"));
+        table_json(&gt, get(g, "pending"));
+        table_json(&gt, get(g, "processing"));
+        table_json(&gt, get(g, "dlq"));
+        table_json(&gt, get(g, "dispatched"));
+        table_cell(&gt, "%s", age_txt(get(g, "oldest_unhandled_age_s"), b1, sizeof b1));
+        table_cell(&gt, "%s", age_txt(get(g, "poison_age_s"), b1, sizeof b1));
+        table_json(&gt, get(g, "blocked_aggregates"));
+        table_json(&gt, get(g, "gap_parked_aggregates"));
+        table_json(&gt, get(g, "redeliveries"));
+        table_cell(&gt, "%s", json_is_true(get(g, "alert")) ? "ALERT" : "");
+    }
+    table_init(&tt, 5, thead);
+    json_array_foreach(get(j, "topics"), i, tp) {
+        if (only && (!sel || !group_covers(sel, gets(tp, "topic"))))
+            continue;
+        table_json(&tt, get(tp, "topic"));
+        table_json(&tt, get(tp, "events"));
+        table_json(&tt, get(tp, "publishes"));
+        table_json(&tt, get(tp, "duplicates"));
+        table_json(&tt, get(tp, "conflicts"));
+    }
+    if (only && !sel) {
+        set_err(c, "stats: no group named %s", only);
+        rc = report(c, EXIT_FAIL);
+        goto out;
+    }
+    if (table_print(&gt, 0, "(no groups)")) {
+        rc = -1;
+        goto out;
+    }
+    putchar('\n');
+    if (table_print(&tt, 0, "(no topics)")) {
+        rc = -1;
+        goto out;
+    }
+    if (st) {
+        double used = json_number_value(get(st, "map_used_bytes"));
+        double size = json_number_value(get(st, "map_size_bytes"));
+        char b3[32];
+
+        printf("\nstore: %s used of a %s map (%.1f%%), %s events\n",
+               bytes_txt(get(st, "map_used_bytes"), b1, sizeof b1),
+               bytes_txt(get(st, "map_size_bytes"), b2, sizeof b2),
+               size > 0 ? 100 * used / size : 0.0, jtxt(get(st, "events"), b3, sizeof b3));
+    }
+out:
+    table_fini(&gt);
+    table_fini(&tt);
+    return rc;
+}
+
+static int cmd_stats(struct cli *c)
+{
+    struct buf path = {0};
+    struct answer a;
+    int rc;
+
+    if (buf_puts(&path, "/v1/stats"))
+        return oom(c);
+    if ((rc = api(c, "GET", &path, NULL, &a))) {
+        report(c, rc);
+    } else if (c->json) {
+        print_raw(&a);
+    } else if ((rc = show_stats(c, a.json)) < 0) {
+        rc = oom(c);
+    }
+    answer_fini(&a);
+    buf_fini(&path);
+    return rc;
+}
+
+/* Why an unhandled delivery waits, in words. */
+static void why_txt(json_t *d, char *out, size_t cap)
+{
+    const char *r = gets(d, "reason");
+    char b[64];
+
+    if (!strcmp(r, "leased")) {
+        if (get(d, "worker"))
+            snprintf(out, cap, "leased by %s until %s", gets(d, "worker"),
+                     gets(d, "lease_expires_at"));
+        else
+            snprintf(out, cap, "leased until %s", gets(d, "lease_expires_at"));
+    } else if (!strcmp(r, "retry")) {
+        if (*gets(d, "last_error"))
+            snprintf(out, cap, "retry at %s after %s", gets(d, "not_before"),
+                     gets(d, "last_error"));
+        else
+            snprintf(out, cap, "retry at %s", gets(d, "not_before"));
+    } else if (!strcmp(r, "gap")) {
+        snprintf(out, cap, "parked on missing version %s",
+                 jtxt(get(d, "missing_version"), b, sizeof b));
+    } else if (!strcmp(r, "behind_head")) {
+        snprintf(out, cap, "behind head %s", jtxt(get(d, "head_seq"), b, sizeof b));
+    } else {
+        snprintf(out, cap, "%s", r);
+    }
+}
+
+static int show_oldest(struct cli *c, json_t *j)
+{
+    static const char *const head[] = {"AGE", "SEQ", "EVENT_ID", "STATE", "WHY"};
+    json_t *d;
+    struct table t;
+    char b[32], why[1400];
+    size_t i;
+    int rc;
+
+    (void)c;
+    printf("group %s: oldest unhandled %s\n", gets(j, "group"),
+           json_is_number(get(j, "oldest_unhandled_age_s"))
+               ? age_txt(get(j, "oldest_unhandled_age_s"), b, sizeof b) : "- (nothing waits)");
+    table_init(&t, 5, head);
+    json_array_foreach(get(j, "deliveries"), i, d) {
+        why_txt(d, why, sizeof why);
+        table_cell(&t, "%s", age_txt(get(d, "age_s"), b, sizeof b));
+        table_json(&t, get(d, "seq"));
+        table_json(&t, get(d, "event_id"));
+        table_json(&t, get(d, "state"));
+        table_cell(&t, "%s", why);
+    }
+    rc = table_print(&t, 0, NULL);
+    table_fini(&t);
+    return rc;
+}
+
+static int cmd_oldest(struct cli *c)
+{
+    struct buf path = {0};
+    long long n;
+    int rc;
+
+    if ((rc = opt_int(c, O_LIMIT, INT64_MIN, &n)))
+        return rc;
+    if (path_of(c, &path, "/v1/groups/", c->args[0], "/oldest") ||
+        (c->val[O_LIMIT] && (buf_puts(&path, "?limit=") || buf_seg(c, &path, c->val[O_LIMIT])))) {
+        buf_fini(&path);
+        return oom(c);
+    }
+    rc = get_and_show(c, &path, show_oldest);
+    buf_fini(&path);
+    return rc;
+}
+
+static int show_blocked(struct cli *c, json_t *j)
+{
+    static const char *const head[] = {"AGGREGATE", "HEAD_SEQ", "REASON", "AGE", "WAITING",
+                                       "SINCE", "DETAIL"};
+    json_t *ag;
+    struct table t;
+    char b[32];
+    size_t i;
+    int rc;
+
+    (void)c;
+    table_init(&t, 7, head);
+    json_array_foreach(get(j, "aggregates"), i, ag) {
+        table_cell(&t, "%s/%s", gets(ag, "aggregate_type"), gets(ag, "aggregate_id"));
+        table_json(&t, get(ag, "head_seq"));
+        table_json(&t, get(ag, "reason"));
+        table_cell(&t, "%s", age_txt(get(ag, "age_s"), b, sizeof b));
+        table_json(&t, get(ag, "waiting"));
+        table_json(&t, get(ag, "since"));
+        if (get(ag, "missing_version"))
+            table_cell(&t, "missing version %s", jtxt(get(ag, "missing_version"), b, sizeof b));
+        else
+            table_cell(&t, "%s", "");
+    }
+    rc = table_print(&t, 0, "(no blocked aggregates)");
+    table_fini(&t);
+    return rc;
+}
+
+static int cmd_blocked(struct cli *c)
+{
+    struct buf path = {0};
+    long long n;
+    int rc, q = 0;
+
+    if ((rc = opt_int(c, O_LIMIT, INT64_MIN, &n)))
+        return rc;
+    if (path_of(c, &path, "/v1/groups/", c->args[0], "/blocked") ||
+        (c->val[O_REASON] && (buf_puts(&path, q++ ? "&reason=" : "?reason=") ||
+                              buf_seg(c, &path, c->val[O_REASON]))) ||
+        (c->val[O_LIMIT] && (buf_puts(&path, q++ ? "&limit=" : "?limit=") ||
+                             buf_seg(c, &path, c->val[O_LIMIT])))) {
+        buf_fini(&path);
+        return oom(c);
+    }
+    rc = get_and_show(c, &path, show_blocked);
+    buf_fini(&path);
+    return rc;
+}
+
+/* ---- The DLQ ---- */
+
+static int show_dlq(struct cli *c, json_t *j)
+{
+    static const char *const head[] = {"SEQ", "EVENT_ID", "TOPIC", "ATTEMPTS",
+                                       "DEAD_LETTERED_AT", "LAST_ERROR"};
+    json_t *d;
+    struct table t;
+    size_t i;
+    int rc;
+
+    table_init(&t, 6, head);
+    json_array_foreach(get(j, "deliveries"), i, d) {
+        table_json(&t, get(d, "seq"));
+        table_json(&t, get(get(d, "event"), "event_id"));
+        table_json(&t, get(get(d, "event"), "topic"));
+        table_json(&t, get(d, "attempts"));
+        table_json(&t, get(d, "dead_lettered_at"));
+        table_cell(&t, "%s", gets(d, "last_error"));
+    }
+    rc = table_print(&t, 0, "(the DLQ is empty)");
+    if (!rc && json_is_string(get(j, "next")))
+        printf("next page: " PROG " dlq list %s --after %s\n", c->args[0], gets(j, "next"));
+    table_fini(&t);
+    return rc;
+}
+
+static int cmd_dlq_list(struct cli *c)
+{
+    struct buf path = {0};
+    long long n;
+    int rc, q = 0;
+
+    if ((rc = opt_int(c, O_LIMIT, INT64_MIN, &n)))
+        return rc;
+    if (path_of(c, &path, "/v1/groups/", c->args[0], "/dlq") ||
+        (c->val[O_LIMIT] && (buf_puts(&path, q++ ? "&limit=" : "?limit=") ||
+                             buf_seg(c, &path, c->val[O_LIMIT]))) ||
+        (c->val[O_AFTER] && (buf_puts(&path, q++ ? "&after=" : "?after=") ||
+                             buf_seg(c, &path, c->val[O_AFTER])))) {
+        buf_fini(&path);
+        return oom(c);
+    }
+    rc = get_and_show(c, &path, show_dlq);
+    buf_fini(&path);
+    return rc;
+}
+
+/* requeue and skip: {"seqs":[...]} from the arguments after the group,
+ * or {"all":true}. */
+static int dlq_act(struct cli *c, const char *verb, const char *const *ok)
+{
+    json_t *body = json_object(), *seqs = json_array();
+    struct buf path = {0};
+    struct answer a = {0};
+    char tail[24];
+    int rc = 0;
+
+    if (!body || !seqs) {
+        json_decref(body);
+        json_decref(seqs);
+        return oom(c);
+    }
+    if (c->given[O_ALL] && c->nargs > 1) {
+        rc = usage_error(c, "dlq %s: give SEQ... or --all, not both", verb);
+        goto out;
+    }
+    if (!c->given[O_ALL] && c->nargs < 2) {
+        rc = usage_error(c, "dlq %s: give the SEQ of each delivery%s", verb,
+                         strcmp(verb, "requeue") ? "" : " (or --all)");
+        goto out;
+    }
+    for (int i = 1; i < c->nargs; i++) {
+        long long v;
+
+        if (parse_int(c->args[i], 1, INT64_MAX, &v)) {
+            rc = usage_error(c, "dlq %s: '%s' is not a SEQ (a number >= 1)", verb, c->args[i]);
+            goto out;
+        }
+        if (json_array_append_new(seqs, json_integer(v))) {
+            rc = oom(c);
+            goto out;
+        }
+    }
+    if (c->given[O_ALL])
+        json_object_set_new(body, "all", json_true());
+    else
+        json_object_set(body, "seqs", seqs);
+    snprintf(tail, sizeof tail, "/dlq/%s", verb);
+    if (path_of(c, &path, "/v1/groups/", c->args[0], tail)) {
+        rc = oom(c);
+        goto out;
+    }
+    if ((rc = api(c, "POST", &path, body, &a))) {
+        report(c, rc);
+    } else if (c->given[O_ALL]) {
+        char b[32];
+
+        if (c->json)
+            print_raw(&a);
+        else
+            printf("requeued %s\n", jtxt(get(a.json, "requeued"), b, sizeof b));
+    } else {
+        rc = print_results(c, &a, verb, ok);
+    }
+    answer_fini(&a);
+out:
+    buf_fini(&path);
+    json_decref(seqs);
+    json_decref(body);
+    return rc;
+}
+
+static int cmd_dlq_requeue(struct cli *c)
+{
+    static const char *const ok[] = {"requeued", NULL};
+
+    return dlq_act(c, "requeue", ok);
+}
+
+static int cmd_dlq_skip(struct cli *c)
+{
+    static const char *const ok[] = {"skipped", NULL};
+
+    return dlq_act(c, "skip", ok);
+}
+
+/* ---- Resources: topics, groups, aggregate ---- */
+
+static int show_topics(struct cli *c, json_t *j)
+{
+    static const char *const head[] = {"NAME", "RETENTION_S", "MAX_PAYLOAD_BYTES",
+                                       "REQUIRE_VERSIONS", "DEDUPE_RETAIN_S"};
+    json_t *tp;
+    struct table t;
+    size_t i;
+    int rc;
+
+    if (c->nargs) {
+        print_fields(j, "");
+        return 0;
+    }
+    table_init(&t, 5, head);
+    json_array_foreach(get(j, "topics"), i, tp) {
+        table_json(&t, get(tp, "name"));
+        table_json(&t, get(tp, "retention_s"));
+        table_json(&t, get(tp, "max_payload_bytes"));
+        table_json(&t, get(tp, "require_versions"));
+        table_json(&t, get(tp, "dedupe_retain_s"));
+    }
+    rc = table_print(&t, 0, "(no topics)");
+    table_fini(&t);
+    return rc;
+}
+
+static int show_groups(struct cli *c, json_t *j)
+{
+    static const char *const head[] = {"NAME", "TOPICS", "KIND", "ORDERED", "MAX_ATTEMPTS",
+                                       "LEASE_TTL_S", "START", "DLQ_POLICY", "ALERT_S",
+                                       "REPLAY_RUN"};
+    json_t *g, *tp;
+    struct table t;
+    size_t i, k;
+    int rc;
+
+    if (c->nargs) {
+        print_fields(j, "");
+        return 0;
+    }
+    table_init(&t, 10, head);
+    json_array_foreach(get(j, "groups"), i, g) {
+        struct buf topics = {0};
+        char b[32];
+
+        json_array_foreach(get(g, "topics"), k, tp)
+            if ((k && buf_puts(&topics, ",")) || buf_puts(&topics, jtxt(tp, b, sizeof b)))
+                t.oom = 1;
+        table_json(&t, get(g, "name"));
+        table_cell(&t, "%s", topics.p ? topics.p : "-");
+        table_json(&t, get(g, "kind"));
+        table_json(&t, get(g, "ordered"));
+        table_json(&t, get(g, "max_attempts"));
+        table_json(&t, get(g, "lease_ttl_s"));
+        table_json(&t, get(g, "start"));
+        table_json(&t, get(g, "dlq_policy"));
+        table_json(&t, get(g, "alert_oldest_unhandled_s"));
+        table_json(&t, get(g, "replay_run"));
+        buf_fini(&topics);
+    }
+    rc = table_print(&t, 0, "(no groups)");
+    table_fini(&t);
+    return rc;
+}
+
+static int cmd_topics(struct cli *c)
+{
+    struct buf path = {0};
+    int rc;
+
+    if (path_of(c, &path, c->nargs ? "/v1/topics/" : "/v1/topics",
+                c->nargs ? c->args[0] : NULL, NULL)) {
+        buf_fini(&path);
+        return oom(c);
+    }
+    rc = get_and_show(c, &path, show_topics);
+    buf_fini(&path);
+    return rc;
+}
+
+static int cmd_groups(struct cli *c)
+{
+    struct buf path = {0};
+    int rc;
+
+    if (path_of(c, &path, c->nargs ? "/v1/groups/" : "/v1/groups",
+                c->nargs ? c->args[0] : NULL, NULL)) {
+        buf_fini(&path);
+        return oom(c);
+    }
+    rc = get_and_show(c, &path, show_groups);
+    buf_fini(&path);
+    return rc;
+}
+
+static int show_aggregate(struct cli *c, json_t *j)
+{
+    static const char *const head[] = {"VERSION", "SEQ", "EVENT_ID", "TOPIC", "CREATED_AT",
+                                       "GROUP", "STATE", "ATTEMPTS", "DETAIL"};
+    json_t *e, *d;
+    struct table t;
+    char b1[32], b2[32], b3[32];
+    size_t i, k;
+    int rc;
+
+    (void)c;
+    if (json_is_true(get(j, "versioned")))
+        printf("aggregate %s/%s: versions %s..%s, contiguous to %s\n",
+               gets(j, "aggregate_type"), gets(j, "aggregate_id"),
+               jtxt(get(j, "first_version"), b1, sizeof b1),
+               jtxt(get(j, "last_version"), b2, sizeof b2),
+               jtxt(get(j, "contiguous_to"), b3, sizeof b3));
+    else
+        printf("aggregate %s/%s: without versions\n", gets(j, "aggregate_type"),
+               gets(j, "aggregate_id"));
+    table_init(&t, 9, head);
+    json_array_foreach(get(j, "events"), i, e) {
+        json_t *ev = get(e, "event"), *dl = get(e, "deliveries");
+        size_t n = json_array_size(dl);
+
+        for (k = 0; k < (n ? n : 1); k++) {
+            d = json_array_get(dl, k);
+            table_json(&t, get(ev, "aggregate_version"));
+            table_json(&t, get(ev, "seq"));
+            table_json(&t, get(ev, "event_id"));
+            table_json(&t, get(ev, "topic"));
+            table_json(&t, get(ev, "created_at"));
+            table_json(&t, get(d, "group"));
+            table_json(&t, get(d, "state"));
+            table_json(&t, get(d, "attempts"));
+            if (get(d, "lease_expires_at"))
+                table_cell(&t, "leased%s%s until %s", get(d, "worker") ? " by " : "",
+                           gets(d, "worker"), gets(d, "lease_expires_at"));
+            else if (get(d, "not_before"))
+                table_cell(&t, "retry at %s%s%s", gets(d, "not_before"),
+                           get(d, "last_error") ? " after " : "", gets(d, "last_error"));
+            else if (get(d, "last_error"))
+                table_cell(&t, "last error: %s", gets(d, "last_error"));
+            else
+                table_cell(&t, "%s", "");
+        }
+    }
+    rc = table_print(&t, 0, "(no events)");
+    if (!rc && json_is_true(get(j, "truncated")))
+        printf("(only the first %zu events)\n", json_array_size(get(j, "events")));
+    table_fini(&t);
+    return rc;
+}
+
+static int cmd_aggregate(struct cli *c)
+{
+    struct buf path = {0};
+    int rc;
+
+    if (path_of(c, &path, "/v1/aggregates/", c->args[0], "/") || buf_seg(c, &path, c->args[1])) {
+        buf_fini(&path);
+        return oom(c);
+    }
+    rc = get_and_show(c, &path, show_aggregate);
+    buf_fini(&path);
+    return rc;
+}
+
+/* ---- The command table ---- */
+
+static const struct command commands[] = {
+    {"publish", NULL, cmd_publish, EVENT_OPTS, 0, 1,
+     "publish --topic T [--id ID] [--aggregate TYPE/ID] [--version N]\n"
+     "        [--type EVENT_TYPE] [--priority P] [--payload JSON] [--header K=V]...\n"
+     "  mic publish [-] < events.ndjson",
+     "Publish one event from the options, or NDJSON from stdin: one event object\n"
+     "per line (blank lines ignored), sent in atomic batches of up to 1000 events.\n"
+     "Stdin is read when there is no --topic and stdin is not a terminal, or with '-'.\n"
+     "  --topic T            the event's topic (required for one event)\n"
+     "  --id ID              event_id, the idempotency key (default: generated)\n"
+     "  --aggregate TYPE/ID  aggregate_type and aggregate_id (split at the first '/')\n"
+     "  --version N          aggregate_version\n"
+     "  --type EVENT_TYPE    event_type\n"
+     "  --priority P         0..255, higher first\n"
+     "  --payload JSON       any JSON value\n"
+     "  --header K=V         a header (repeatable)\n"
+     "Prints EVENT_ID, SEQ and RESULT (stored or duplicate) per event; a duplicate\n"
+     "is a success.  With --json, one server answer per line (one per batch).\n"
+     "When a batch is refused, the message names its stdin lines; the batches\n"
+     "before it are published."},
+    {"claim", NULL, cmd_claim, OPT(O_MAX) | OPT(O_WAIT) | OPT(O_LEASE) | OPT(O_WORKER), 1, 1,
+     "claim GROUP [--max N] [--wait S] [--lease S] [--worker W]",
+     "Lease up to N deliveries of GROUP (default 1), long-polling up to S seconds\n"
+     "(fractions allowed) when none is ready.\n"
+     "  --max N      1..1000\n"
+     "  --wait S     0..60 seconds (default 0: answer at once)\n"
+     "  --lease S    lease length in seconds (default: the group's lease_ttl_s)\n"
+     "  --worker W   the worker's name, recorded on the deliveries\n"
+     "Prints SEQ, LEASE_TOKEN, ATTEMPT, EVENT_ID, TOPIC and LEASE_EXPIRES_AT; pass\n"
+     "SEQ:LEASE_TOKEN to ack, nack and extend.  --json prints the events too."},
+    {"ack", NULL, cmd_ack, 0, 2, -1,
+     "ack GROUP SEQ:TOKEN...",
+     "Mark leased deliveries done.  Prints SEQ and STATUS per item: acked, or\n"
+     "lease_lost / not_found (then the exit status is 1)."},
+    {"nack", NULL, cmd_nack, OPT(O_ERROR) | OPT(O_RETRY_AFTER), 2, -1,
+     "nack GROUP SEQ:TOKEN... [--error TEXT] [--retry-after S]",
+     "Give leased deliveries back: claimable again after the group's backoff, or\n"
+     "after S seconds (0: at once); dead-lettered once they reached max_attempts.\n"
+     "  --error TEXT       why the attempt failed (kept as last_error)\n"
+     "  --retry-after S    0..86400 seconds, instead of the backoff\n"
+     "Prints SEQ, STATUS (retrying, dead_lettered; lease_lost / not_found fail)\n"
+     "and when a retrying delivery is claimable again."},
+    {"extend", NULL, cmd_extend, OPT(O_LEASE), 2, -1,
+     "extend GROUP SEQ:TOKEN... [--lease S]",
+     "Extend leases to now + S seconds (default: the group's lease_ttl_s).\n"
+     "Prints SEQ, STATUS (extended; lease_lost / not_found fail) and the new\n"
+     "lease end."},
+    {"stats", NULL, cmd_stats, 0, 0, 1,
+     "stats [GROUP]",
+     "Per group: pending, processing, dlq, dispatched, the age of the oldest\n"
+     "unhandled delivery, the poison age (oldest failed or dead-lettered event),\n"
+     "blocked and gap-parked aggregates, redeliveries, and ALERT when the oldest\n"
+     "unhandled age reached the group's alert_oldest_unhandled_s.  Per topic:\n"
+     "events stored, publishes, duplicates, conflicts.  The store's map use.\n"
+     "With GROUP: that group and the topics it subscribes to (--json: the whole\n"
+     "answer).  Ages read 42s, 3m12s, 2h05m, 3d04h."},
+    {"oldest", NULL, cmd_oldest, OPT(O_LIMIT), 1, 1,
+     "oldest GROUP [--limit N]",
+     "The oldest unhandled deliveries of GROUP (default 10), oldest first: AGE,\n"
+     "SEQ, EVENT_ID, STATE and why each waits: ready, leased by W until T, retry\n"
+     "at T after ERROR, parked on missing version V, or behind head SEQ."},
+    {"blocked", NULL, cmd_blocked, OPT(O_REASON) | OPT(O_LIMIT), 1, 1,
+     "blocked GROUP [--reason lease|retry|gap|dlq] [--limit N]",
+     "The aggregates of an ordered group held back by their head: AGGREGATE,\n"
+     "HEAD_SEQ, REASON, AGE, WAITING (deliveries behind the head), SINCE, and the\n"
+     "missing version of a gap."},
+    {"dlq", "list", cmd_dlq_list, OPT(O_LIMIT) | OPT(O_AFTER), 1, 1,
+     "dlq list GROUP [--limit N] [--after CURSOR]",
+     "Dead-lettered deliveries in seq order, a page of N (default 100) at a time:\n"
+     "SEQ, EVENT_ID, TOPIC, ATTEMPTS, DEAD_LETTERED_AT, LAST_ERROR.  A full page\n"
+     "ends with the command for the next one (--after CURSOR)."},
+    {"dlq", "requeue", cmd_dlq_requeue, OPT(O_ALL), 1, -1,
+     "dlq requeue GROUP (SEQ... | --all)",
+     "Send dead-lettered deliveries back to pending with their attempts reset.\n"
+     "Prints SEQ and STATUS per item (requeued; not_in_dlq / not_found fail), or\n"
+     "with --all the number requeued."},
+    {"dlq", "skip", cmd_dlq_skip, 0, 2, -1,
+     "dlq skip GROUP SEQ...",
+     "Give up on dead-lettered deliveries (terminal state skipped; releases an\n"
+     "aggregate held under dlq_policy hold).  Prints SEQ and STATUS per item\n"
+     "(skipped; not_in_dlq / not_found fail)."},
+    {"topics", NULL, cmd_topics, 0, 0, 1,
+     "topics [NAME]",
+     "Every topic with its config, or one topic's config."},
+    {"groups", NULL, cmd_groups, 0, 0, 1,
+     "groups [NAME]",
+     "Every group with its config, or one group's config."},
+    {"aggregate", NULL, cmd_aggregate, 0, 2, 2,
+     "aggregate TYPE ID",
+     "An aggregate's events in aggregate order, each with its state in every\n"
+     "group: VERSION, SEQ, EVENT_ID, TOPIC, CREATED_AT, GROUP, STATE, ATTEMPTS\n"
+     "and the lease or retry it waits for."},
+};
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
+static const char common_help[] =
+    "Options of every command (before or after it):\n"
+    "  --url URL   the server (default $MIC_URL, else " DEFAULT_URL ")\n"
+    "  --json      print the server's JSON answer as it came instead of a table\n"
+    "  --help      help; mic COMMAND --help for one command\n";
+
+static const char exit_help[] =
+    "Exit status:\n"
+    "  0  success\n"
+    "  1  the server answered with an error (4xx/5xx), or an item failed (an ack\n"
+    "     answered lease_lost or not_found, a requeue not_in_dlq, ...)\n"
+    "  2  usage error, or the server could not be reached\n"
+    "Errors are one line on stderr, with the server's status and error code:\n"
+    "  mic: 409 event_id_conflict: event_id e1 was already published with other content (field event_id)\n"
+    "  mic: cannot reach " DEFAULT_URL ": Connection refused\n";
+
+static void usage(void)
+{
+    fputs("usage: mic [--url URL] [--json] COMMAND [ARGS] [OPTIONS]\n"
+          "\n"
+          "The admin and worker command line of MIC, the outbox broker.\n"
+          "\n"
+          "Commands:\n", stdout);
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        const char *nl = strchr(commands[i].help, '\n');
+
+        printf("  mic %s\n        %.*s\n", commands[i].synopsis,
+               nl ? (int)(nl - commands[i].help) : (int)strlen(commands[i].help),
+               commands[i].help);
+    }
+    printf("\n%s\n%s", common_help, exit_help);
+}
+
+/* Help for the commands named 'name' (and 'sub', when given). */
+static void command_usage(const char *name, const char *sub)
+{
+    int first = 1;
+
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        const struct command *k = &commands[i];
+
+        if (strcmp(k->name, name) || (sub && k->sub && strcmp(k->sub, sub)))
+            continue;
+        printf("%susage: mic %s\n\n%s\n", first ? "" : "\n", k->synopsis, k->help);
+        first = 0;
+    }
+    printf("\n%s\n%s", common_help, exit_help);
+}
+
+/* ---- Arguments ---- */
+
+/* Find the command named by the first positional words.  Returns it and
+ * how many words it took, or NULL (message printed). */
+static const struct command *find_command(struct cli *c, int *words)
+{
+    const char *name = c->pos[0], *sub = c->npos > 1 ? c->pos[1] : NULL;
+    int known = 0;
+
+    for (size_t i = 0; i < NCOMMANDS; i++) {
+        const struct command *k = &commands[i];
+
+        if (strcmp(k->name, name))
+            continue;
+        known = 1;
+        if (!k->sub) {
+            *words = 1;
+            return k;
+        }
+        if (sub && !strcmp(k->sub, sub)) {
+            *words = 2;
+            return k;
+        }
+    }
+    if (known)
+        usage_error(c, "%s: give list, requeue or skip", name);
+    else
+        usage_error(c, "unknown command '%s'", name);
+    return NULL;
+}
+
+/* Parse argv.  Returns 0 (c->cmd set), EXIT_USAGE (message printed), or
+ * -1 after printing help. */
+static int opts_parse(struct cli *c, int argc, char **argv)
+{
+    struct option long_opts[O_COUNT + 1];
+    const char *url;
+    int ch, words = 0;
+    size_t n;
+
+    if (!(c->headers = calloc((size_t)argc + 1, sizeof *c->headers)) ||
+        !(c->pos = calloc((size_t)argc + 1, sizeof *c->pos))) {
+        oom(c);
+        return EXIT_USAGE;
+    }
+    for (int o = 0; o < O_COUNT; o++)
+        long_opts[o] = (struct option){opt_defs[o].name,
+                                       opt_defs[o].has_arg ? required_argument : no_argument,
+                                       NULL, OPT_BASE + o};
+    memset(&long_opts[O_COUNT], 0, sizeof long_opts[O_COUNT]);
+    opterr = 0;
+    /* "-": every non-option comes back in order as 1, whatever
+     * POSIXLY_CORRECT says, so options may follow the command. */
+    while ((ch = getopt_long(argc, argv, "-h", long_opts, NULL)) != -1) {
+        int o = ch - OPT_BASE;
+
+        if (ch == 1) {
+            c->pos[c->npos++] = optarg;
+            continue;
+        }
+        if (ch == 'h') {
+            o = O_HELP;
+        } else if (ch == '?' || o < 0 || o >= O_COUNT) {
+            if (optopt >= OPT_BASE && optopt < OPT_BASE + O_COUNT)
+                return usage_error(c, "--%s needs a value", opt_defs[optopt - OPT_BASE].name);
+            return usage_error(c, "unknown option %s", argv[optind - 1]);
+        }
+        if (o == O_HEADER) {
+            c->headers[c->nheaders++] = optarg;
+        } else if (c->given[o] && opt_defs[o].has_arg) {
+            return usage_error(c, "--%s given twice", opt_defs[o].name);
+        }
+        c->given[o]++;
+        c->val[o] = opt_defs[o].has_arg ? optarg : "";
+    }
+    while (optind < argc)
+        c->pos[c->npos++] = argv[optind++];
+    if (c->given[O_HELP]) {
+        if (c->npos) {
+            for (size_t i = 0; i < NCOMMANDS; i++)
+                if (!strcmp(commands[i].name, c->pos[0])) {
+                    command_usage(c->pos[0], c->npos > 1 ? c->pos[1] : NULL);
+                    return -1;
+                }
+        }
+        usage();
+        return -1;
+    }
+    if (!c->npos)
+        return usage_error(c, "give a command");
+    if (!(c->cmd = find_command(c, &words)))
+        return EXIT_USAGE;
+    for (int o = 0; o < O_COUNT; o++)
+        if (c->given[o] && !(OPT(o) & (COMMON | c->cmd->opts)))
+            return usage_error(c, "%s%s%s: --%s does not apply", c->cmd->name,
+                               c->cmd->sub ? " " : "", c->cmd->sub ? c->cmd->sub : "",
+                               opt_defs[o].name);
+    c->args = c->pos + words;
+    c->nargs = c->npos - words;
+    if (c->nargs < c->cmd->min_args ||
+        (c->cmd->max_args >= 0 && c->nargs > c->cmd->max_args))
+        return usage_error(c, "wrong number of arguments: mic %.*s",
+                           (int)strcspn(c->cmd->synopsis, "\n"), c->cmd->synopsis);
+    for (int i = 0; i < c->nargs; i++)
+        if (!c->args[i][0])
+            return usage_error(c, "%s: an empty argument", c->cmd->name);
+    c->json = c->given[O_JSON] > 0;
+    url = c->val[O_URL];
+    if (!url || !*url)
+        url = getenv("MIC_URL");
+    if (!url || !*url)
+        url = DEFAULT_URL;
+    if (!(c->url = strdup(url))) {
+        oom(c);
+        return EXIT_USAGE;
+    }
+    for (n = strlen(c->url); n && c->url[n - 1] == '/'; n--)
+        c->url[n - 1] = 0;
+    c->timeout_s = REQUEST_TIMEOUT_S;
+    return 0;
+}
+
+/* ---- Main ---- */
+
+int main(int argc, char **argv)
+{
+    struct cli c;
+    int rc;
+
+    memset(&c, 0, sizeof c);
+    if ((rc = opts_parse(&c, argc, argv))) {
+        rc = rc < 0 ? 0 : rc;
+        goto out_args;
+    }
+    if (curl_global_init(CURL_GLOBAL_DEFAULT)) {
+        set_err(&c, "cannot initialise libcurl");
+        rc = report(&c, EXIT_FAIL);
+        goto out_args;
+    }
+    if (!(c.curl = curl_easy_init())) {
+        set_err(&c, "cannot initialise libcurl");
+        rc = report(&c, EXIT_FAIL);
+        goto out_global;
+    }
+    rc = c.cmd->fn(&c);
+    if (fflush(stdout) && !rc) {
+        set_err(&c, "cannot write to stdout: %s", strerror(errno));
+        rc = report(&c, EXIT_FAIL);
+    }
+    curl_easy_cleanup(c.curl);
+out_global:
+    curl_global_cleanup();
+out_args:
+    free(c.url);
+    free(c.headers);
+    free(c.pos);
+    return rc;
+}
