@@ -206,7 +206,7 @@ static int fail_attempt(struct mic_wctx *w, const struct mic_group *gr,
             (rc = mic_store_dlv_put(w->txn, gr->gid, seq, d)))
             return rc;
         /* Under dlq_policy hold the dead letter keeps its aggregate's head. */
-        return gr->cfg.dlq_hold ? MIC_OK : leave_queue(w, gr, seq);
+        return gr->cfg.dlq_hold ? mic_order_refresh(w, gr, seq) : leave_queue(w, gr, seq);
     }
     if (retry_us < 0)
         retry_us = backoff_us(&gr->cfg, d->attempts);
@@ -215,9 +215,12 @@ static int fail_attempt(struct mic_wctx *w, const struct mic_group *gr,
     if ((rc = mic_store_dlv_put(w->txn, gr->gid, seq, d)))
         return rc;
     if (d->not_before)
-        return mic_store_timer_put(w->txn, d->not_before, gr->gid, seq, MIC_TIMER_RETRY);
-    mic_wctx_wake(w, gr->gid);
-    return mic_store_ready_put(w->txn, gr->gid, d->priority, seq);
+        rc = mic_store_timer_put(w->txn, d->not_before, gr->gid, seq, MIC_TIMER_RETRY);
+    else {
+        mic_wctx_wake(w, gr->gid);
+        rc = mic_store_ready_put(w->txn, gr->gid, d->priority, seq);
+    }
+    return rc ? rc : mic_order_refresh(w, gr, seq);
 }
 
 /* ---- Deadlines (writer hooks) ---- */
@@ -243,7 +246,8 @@ static int fire(struct mic_wctx *w, mic_groups *g, int64_t due, uint32_t gid,
     if (kind == MIC_TIMER_RETRY && d.state == MIC_DLV_PENDING && d.not_before == due) {
         d.not_before = 0;
         if ((rc = mic_store_dlv_put(w->txn, gid, seq, &d)) ||
-            (rc = mic_store_ready_put(w->txn, gid, d.priority, seq)))
+            (rc = mic_store_ready_put(w->txn, gid, d.priority, seq)) ||
+            (rc = mic_order_refresh(w, gr, seq)))
             return rc;
         mic_wctx_wake(w, gid);
     } else if (kind == MIC_TIMER_LEASE && d.state == MIC_DLV_PROCESSING &&
@@ -351,7 +355,8 @@ static int apply_claim(mic_claim *c, struct mic_wctx *w, struct mic_group *gr)
         d.worker_len = (uint8_t)c->worker_len;
         if ((rc = mic_store_dlv_put(w->txn, gr->gid, c->seqs[i], &d)) ||
             (rc = mic_store_timer_put(w->txn, d.lease_expires, gr->gid, c->seqs[i],
-                                      MIC_TIMER_LEASE)))
+                                      MIC_TIMER_LEASE)) ||
+            (rc = mic_order_refresh(w, gr, c->seqs[i])))
             return rc;
         c->attempts[i] = d.attempts;
     }
@@ -433,9 +438,11 @@ static int settle_one(mic_claim *c, struct mic_wctx *w, struct mic_group *gr,
                           (int64_t)(c->lease_ttl_s ? c->lease_ttl_s : gr->cfg.lease_ttl_s) * 1000000;
         it->status = ST_EXTENDED;
         it->t = d.lease_expires;
-        if ((rc = mic_store_dlv_put(w->txn, gr->gid, it->seq, &d)))
+        if ((rc = mic_store_dlv_put(w->txn, gr->gid, it->seq, &d)) ||
+            (rc = mic_store_timer_put(w->txn, d.lease_expires, gr->gid, it->seq,
+                                      MIC_TIMER_LEASE)))
             return rc;
-        return mic_store_timer_put(w->txn, d.lease_expires, gr->gid, it->seq, MIC_TIMER_LEASE);
+        return mic_order_refresh(w, gr, it->seq);
     case MIC_REQUEUE:
     case MIC_SKIP:
         if (d.state != MIC_DLV_DLQ) {

@@ -37,6 +37,67 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Is the aggregate blocked by its head, as GET .../blocked lists it: parked
+ * on a gap, held by a dead letter, or a leased or retrying head with at
+ * least one event behind it?  Sets a->blocked. */
+static int set_blocked(struct mic_wctx *w, uint32_t gid, struct mic_ags *a)
+{
+    struct mic_dlv d;
+    int rc;
+
+    a->blocked = 0;
+    if (a->missing) {
+        a->blocked = 1;
+        return MIC_OK;
+    }
+    if (!a->active)
+        return MIC_OK;
+    rc = mic_store_dlv_get(w->txn, gid, a->active, &d);
+    if (rc == MIC_ENOTFOUND)
+        return MIC_OK;
+    if (rc)
+        return rc;
+    if (d.state == MIC_DLV_DLQ)
+        a->blocked = 1;
+    else if (d.state == MIC_DLV_PROCESSING || (d.state == MIC_DLV_PENDING && d.not_before))
+        a->blocked = a->waiting >= 2;
+    return MIC_OK;
+}
+
+/* Write the aggregate's state with its blocked flag brought up to date. */
+static int ags_save(struct mic_wctx *w, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
+                    struct mic_ags *a)
+{
+    int rc = set_blocked(w, gid, a);
+
+    return rc ? rc : mic_store_ags_put(w->txn, gid, akey, a);
+}
+
+int mic_order_refresh(struct mic_wctx *w, const struct mic_group *gr, uint64_t seq)
+{
+    struct mic_ags a;
+    struct mic_rec r;
+    uint8_t was;
+    int rc;
+
+    if (!gr->cfg.ordered)
+        return MIC_OK;
+    if ((rc = mic_store_log_get(w->txn, seq, &r)))
+        return rc == MIC_ENOTFOUND ? MIC_OK : rc;
+    if (!r.has_agg)
+        return MIC_OK;
+    rc = mic_store_ags_get(w->txn, gr->gid, r.akey, &a);
+    if (rc == MIC_ENOTFOUND || (rc == MIC_OK && a.active != seq))
+        return MIC_OK;
+    if (rc)
+        return rc;
+    was = a.blocked;
+    if ((rc = set_blocked(w, gr->gid, &a)) || a.blocked == was)
+        return rc;
+    a.blocked = was; /* let the store see the change */
+    return ags_save(w, gr->gid, r.akey, &a);
+}
+
 static void order_key(const struct mic_rec *r, struct mic_aq *e)
 {
     e->k1 = r->has_version ? r->version : (uint64_t)r->created_at_us;
@@ -98,7 +159,7 @@ static int advance(struct mic_wctx *w, const struct mic_group *gr,
             a.missing = ag.contig + 1;
             a.since = w->now_us;
         }
-        return mic_store_ags_put(w->txn, gr->gid, akey, &a);
+        return ags_save(w, gr->gid, akey, &a);
     }
     if ((rc = mic_store_dlv_get(w->txn, gr->gid, first.seq, &d)))
         return rc;
@@ -119,7 +180,7 @@ static int advance(struct mic_wctx *w, const struct mic_group *gr,
     a.active = first.seq;
     a.missing = 0;
     a.since = w->now_us;
-    return mic_store_ags_put(w->txn, gr->gid, akey, &a);
+    return ags_save(w, gr->gid, akey, &a);
 }
 
 int mic_order_advance(struct mic_wctx *w, const struct mic_group *gr,
@@ -145,7 +206,7 @@ static int join(struct mic_wctx *w, const struct mic_group *gr, const struct mic
     else if (rc)
         return rc;
     a.waiting++;
-    if ((rc = mic_store_ags_put(w->txn, gr->gid, r->akey, &a)))
+    if ((rc = ags_save(w, gr->gid, r->akey, &a)))
         return rc;
     return advance(w, gr, r->akey);
 }
@@ -199,7 +260,7 @@ int mic_order_requeue(struct mic_wctx *w, const struct mic_group *gr,
         (rc = mic_store_ready_put(w->txn, gr->gid, d->priority, r->seq)))
         return rc;
     mic_wctx_wake(w, gr->gid);
-    return MIC_OK;
+    return mic_order_refresh(w, gr, r->seq);
 }
 
 int mic_order_release(struct mic_wctx *w, const struct mic_group *gr,
@@ -226,7 +287,7 @@ int mic_order_release(struct mic_wctx *w, const struct mic_group *gr,
             return rc;
         return mic_store_ags_del(w->txn, gr->gid, r->akey);
     }
-    if ((rc = mic_store_ags_put(w->txn, gr->gid, r->akey, &a)))
+    if ((rc = ags_save(w, gr->gid, r->akey, &a)))
         return rc;
     return advance(w, gr, r->akey);
 }

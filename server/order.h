@@ -31,6 +31,10 @@ int mic_order_release(struct mic_wctx *w, const struct mic_group *gr,
  * queue (release) it enters it again at its place. */
 int mic_order_requeue(struct mic_wctx *w, const struct mic_group *gr,
                       const struct mic_rec *r, struct mic_dlv *d);
+/* Delivery 'seq' of ordered group 'gr' changed state: if it heads its
+ * aggregate, bring the aggregate's blocked flag (and the group's count) up
+ * to date.  A no-op for other groups and deliveries. */
+int mic_order_refresh(struct mic_wctx *w, const struct mic_group *gr, uint64_t seq);
 /* Pick the head of aggregate 'akey' in 'gr' if it has none (used once a
  * backfill is complete). */
 int mic_order_advance(struct mic_wctx *w, const struct mic_group *gr,

@@ -1371,7 +1371,7 @@ int mic_store_aq_first(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN
     return from_mdb(rc);
 }
 
-#define AGS_REC 32
+#define AGS_REC 33
 
 static void ags_decode(const uint8_t *p, struct mic_ags *a)
 {
@@ -1379,6 +1379,7 @@ static void ags_decode(const uint8_t *p, struct mic_ags *a)
     a->missing = get_u64(p + 8);
     a->since = (int64_t)get_u64(p + 16);
     a->waiting = get_u64(p + 24);
+    a->blocked = p[32];
 }
 
 int mic_store_ags_get(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
@@ -1400,7 +1401,7 @@ int mic_store_ags_get(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN]
 
 static int ags_blocked(const struct mic_ags *a)
 {
-    return a && (a->missing || a->waiting >= 2);
+    return a && a->blocked;
 }
 
 int mic_store_ags_put(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
@@ -1429,6 +1430,7 @@ static int ags_put_raw(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN
     put_u64(vb + 8, a->missing);
     put_u64(vb + 16, (uint64_t)a->since);
     put_u64(vb + 24, a->waiting);
+    vb[32] = a->blocked;
     return put(t, t->s->ags, "ags", &k, &v, 0);
 }
 

@@ -286,6 +286,7 @@ struct mic_ags {
     uint64_t missing;     /* parked: the version it waits for, 0 = none */
     int64_t since;        /* the head (or the parking) dates from (µs) */
     uint64_t waiting;     /* entries in the queue, head included */
+    uint8_t blocked;      /* counted in the group's blocked aggregates */
 };
 
 int mic_store_ags_get(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
@@ -312,7 +313,7 @@ enum mic_gstat {
     MIC_GSTAT_DLQ,
     MIC_GSTAT_DISPATCHED,      /* total ever dispatched */
     MIC_GSTAT_REDELIVERIES,    /* total claims after a delivery's first */
-    MIC_GSTAT_BLOCKED,         /* aggregates holding back at least one event */
+    MIC_GSTAT_BLOCKED,         /* aggregates blocked by their head (ags.blocked) */
     MIC_GSTAT_N = 8,
 };
 int mic_store_gstat_add(mic_txn *t, uint32_t gid, int field, int64_t delta);

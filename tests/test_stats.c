@@ -250,6 +250,20 @@ static void dlq_redeliveries_and_topics(void **state)
     assert_int_equal(metric("mic_publish_conflicts_total", "topic", "dq.t"), 1);
 }
 
+/* Aggregates listed by GET .../blocked: must match the stats' count. */
+static int blocked_listed(const char *group)
+{
+    char path[128];
+    json_t *b;
+    int n;
+
+    snprintf(path, sizeof path, "/v1/groups/%s/blocked?limit=1000", group);
+    b = call("GET", path, NULL, 200);
+    n = (int)json_array_size(json_object_get(b, "aggregates"));
+    json_decref(b);
+    return n;
+}
+
 static void ordered_figures(void **state)
 {
     json_t *g, *o, *c, *d;
@@ -264,12 +278,18 @@ static void ordered_figures(void **state)
                      "{\"event_id\":\"of-5\",\"topic\":\"of.t\",\"aggregate_type\":\"o\",\"aggregate_id\":\"B\",\"aggregate_version\":5},"
                      "{\"event_id\":\"of-7\",\"topic\":\"of.t\",\"aggregate_type\":\"o\",\"aggregate_id\":\"B\",\"aggregate_version\":7}]}", 201));
     g = group_stats("of.g");
-    assert_int_equal(num(g, "blocked_aggregates"), 2); /* each head holds one back */
+    assert_int_equal(num(g, "blocked_aggregates"), 0); /* both heads claimable */
     assert_int_equal(num(g, "gap_parked_aggregates"), 0);
     json_decref(g);
-    /* Both heads out; ack B's v5: B parks on the missing v6. */
+    assert_int_equal(blocked_listed("of.g"), 0);
+    /* Both heads out: each holds its successor back. */
     c = call("POST", "/v1/groups/of.g/claim", "{\"max\":10}", 200);
     assert_int_equal(json_array_size(json_object_get(c, "deliveries")), 2);
+    g = group_stats("of.g");
+    assert_int_equal(num(g, "blocked_aggregates"), 2);
+    json_decref(g);
+    assert_int_equal(blocked_listed("of.g"), 2);
+    /* Ack B's v5: B parks on the missing v6. */
     json_array_foreach(json_object_get(c, "deliveries"), i, d)
         if (!strcmp(json_string_value(json_object_get(json_object_get(d, "event"), "event_id")), "of-5")) {
             snprintf(tok, sizeof tok, "%s", json_string_value(json_object_get(d, "lease_token")));
@@ -278,6 +298,8 @@ static void ordered_figures(void **state)
     json_decref(c);
     g = group_stats("of.g");
     assert_int_equal(num(g, "gap_parked_aggregates"), 1);
+    assert_int_equal(num(g, "blocked_aggregates"), 2); /* A leased, B on a gap */
+    assert_int_equal(blocked_listed("of.g"), 2);
     assert_int_equal(num(g, "processing"), 1);
     assert_int_equal(num(g, "dispatched"), 1);
     json_decref(g);
