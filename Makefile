@@ -59,10 +59,13 @@ $(HARNESS): tests/harness.c tests/harness.h | build/san
 build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) tests/harness.h
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver $< $(SAN_OBJ) $(HARNESS) -o $@ $(PKGLIBS) $(TLIBS)
 
-build/mic-events-replay: client/mic-events-replay.c | build/rel
-	$(CC) $(WARN) -O2 $(RCFLAGS) $< -o $@ $(RLIBS)
-build/san/mic-events-replay: client/mic-events-replay.c | build/san
-	$(CC) $(WARN) -O1 $(SAN) $(RCFLAGS) $< -o $@ $(RLIBS)
+# The clients share micd's time parsing and formatting (server/clock.c).
+CLI_REL := build/rel/clock.o build/rel/err.o
+CLI_SAN := build/san/clock.o build/san/err.o
+build/mic-events-replay: client/mic-events-replay.c $(CLI_REL) | build/rel
+	$(CC) $(WARN) -O2 $(RCFLAGS) -Iserver $< $(CLI_REL) -o $@ $(RLIBS)
+build/san/mic-events-replay: client/mic-events-replay.c $(CLI_SAN) | build/san
+	$(CC) $(WARN) -O1 $(SAN) $(RCFLAGS) -Iserver $< $(CLI_SAN) -o $@ $(RLIBS)
 
 build/mic: client/mic.c | build/rel
 	$(CC) $(WARN) -O2 $(RCFLAGS) $< -o $@ $(RLIBS)

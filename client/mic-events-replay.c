@@ -46,6 +46,9 @@
  * Exit status: 0 done, 1 source or publication error, 2 usage error.
  */
 #define _GNU_SOURCE
+#include "clock.h"
+#include "err.h"
+
 #include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
@@ -65,7 +68,7 @@
 #define EXIT_FAIL 1
 #define EXIT_USAGE 2
 
-#define TIME_LEN 27            /* "2026-09-29T08:00:00.000000Z" */
+#define TIME_LEN MIC_TIME_LEN  /* "2026-09-29T08:00:00.000000Z" */
 #define ID_MAX 128
 #define TOPIC_MAX 200
 #define BATCH_ID_MAX 48
@@ -248,134 +251,18 @@ static void hex(const unsigned char *p, size_t n, char *out)
     out[2 * n] = 0;
 }
 
-/* ---- Time: RFC 3339 <-> microseconds since the epoch (UTC) ----
- * The same rules as the broker's parser: four-digit years, at most six
- * fractional digits, Z or a +hh:mm/-hh:mm offset. */
-
-static int64_t days_from_civil(int64_t y, int m, int d)
-{
-    int64_t era, yoe, doy, doe;
-
-    y -= m <= 2;
-    era = (y >= 0 ? y : y - 399) / 400;
-    yoe = y - era * 400;
-    doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
-
-static void civil_from_days(int64_t z, int *y, int *m, int *d)
-{
-    int64_t era, doe, yoe, doy, mp;
-
-    z += 719468;
-    era = (z >= 0 ? z : z - 146096) / 146097;
-    doe = z - era * 146097;
-    yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    mp = (5 * doy + 2) / 153;
-    *d = (int)(doy - (153 * mp + 2) / 5 + 1);
-    *m = (int)(mp < 10 ? mp + 3 : mp - 9);
-    *y = (int)(yoe + era * 400 + (*m <= 2));
-}
-
-static int num(const char *s, size_t len, size_t *i, int n)
-{
-    int v = 0;
-
-    if (*i + (size_t)n > len)
-        return -1;
-    for (int k = 0; k < n; k++) {
-        char c = s[*i + k];
-        if (c < '0' || c > '9')
-            return -1;
-        v = v * 10 + (c - '0');
-    }
-    *i += n;
-    return v;
-}
-
-static int sep(const char *s, size_t len, size_t *i, char a, char b)
-{
-    if (*i >= len || (s[*i] != a && s[*i] != b))
-        return -1;
-    (*i)++;
-    return 0;
-}
+/* ---- Time ----
+ * RFC 3339 parsing and formatting are the broker's own (server/clock.c,
+ * linked in), so the tool and micd read and write times the same way. */
 
 static int time_parse(const char *s, size_t len, int64_t *out)
 {
-    static const int dim[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    size_t i = 0;
-    int y, mo, d, h, mi, se, frac = 0, off = 0, leap;
-    int64_t us;
-
-    if ((y = num(s, len, &i, 4)) < 0 || sep(s, len, &i, '-', '-') ||
-        (mo = num(s, len, &i, 2)) < 0 || sep(s, len, &i, '-', '-') ||
-        (d = num(s, len, &i, 2)) < 0 || sep(s, len, &i, 'T', 't') ||
-        (h = num(s, len, &i, 2)) < 0 || sep(s, len, &i, ':', ':') ||
-        (mi = num(s, len, &i, 2)) < 0 || sep(s, len, &i, ':', ':') ||
-        (se = num(s, len, &i, 2)) < 0)
-        return -1;
-    if (i < len && s[i] == '.') {
-        int n = 0;
-        for (i++; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
-            if (++n > 6)
-                return -1;
-            frac = frac * 10 + (s[i] - '0');
-        }
-        if (n == 0)
-            return -1;
-        while (n++ < 6)
-            frac *= 10;
-    }
-    if (i < len && (s[i] == 'Z' || s[i] == 'z')) {
-        i++;
-    } else if (i < len && (s[i] == '+' || s[i] == '-')) {
-        int sign = s[i++] == '-' ? -1 : 1, oh, om;
-        if ((oh = num(s, len, &i, 2)) < 0 || sep(s, len, &i, ':', ':') ||
-            (om = num(s, len, &i, 2)) < 0 || oh > 23 || om > 59)
-            return -1;
-        off = sign * (oh * 60 + om);
-    } else {
-        return -1;
-    }
-    leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-    if (i != len || mo < 1 || mo > 12 || d < 1 ||
-        d > (mo == 2 ? 28 + leap : dim[mo - 1]) || h > 23 || mi > 59 || se > 59)
-        return -1;
-    us = ((days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se) -
-          (int64_t)off * 60) * 1000000 + frac;
-    if (us < 0 || us >= MAX_US)
-        return -1;
-    *out = us;
-    return 0;
+    return mic_time_parse(s, len, out) == MIC_OK ? 0 : -1;
 }
 
-static void put_digits(char *p, int64_t v, int n)
-{
-    while (n--) {
-        p[n] = (char)('0' + v % 10);
-        v /= 10;
-    }
-}
-
-/* Write 'us' (0 <= us < MAX_US) as "YYYY-MM-DDTHH:MM:SS.ffffffZ" plus a
- * NUL into 'out' (TIME_LEN + 1 bytes). */
 static void time_format(int64_t us, char *out)
 {
-    int64_t secs = us / 1000000, sod = secs % 86400;
-    int y, m, d;
-
-    civil_from_days(secs / 86400, &y, &m, &d);
-    memcpy(out, "0000-00-00T00:00:00.000000Z", TIME_LEN + 1);
-    put_digits(out, y, 4);
-    put_digits(out + 5, m, 2);
-    put_digits(out + 8, d, 2);
-    put_digits(out + 11, sod / 3600, 2);
-    put_digits(out + 14, sod / 60 % 60, 2);
-    put_digits(out + 17, sod % 60, 2);
-    put_digits(out + 20, us % 1000000, 6);
+    mic_time_format(us, out);
 }
 
 /* ---- HTTP (libcurl) ---- */

@@ -46,6 +46,9 @@ struct mic_publish {
     struct mic_error err;
     char *scratch;
     size_t scratch_cap;
+    /* Events stored by this request for topic 'stored_topic', not yet counted. */
+    uint32_t stored_topic;
+    int64_t stored_n;
     /* One-entry topic cache for the writer. */
     char topic[MIC_TOPIC_MAX + 1];
     struct mic_topic_rec topic_rec;
@@ -411,9 +414,16 @@ static int write_item(mic_publish *p, struct mic_wctx *w, struct item *it)
         (rc = mic_store_id_put(w->txn, ev->id, ev->idlen, it->seq, ev->digest)) ||
         (rc = mic_store_time_put(w->txn, tr.id, ev->created_at_us, ev->id,
                                  ev->idlen, it->seq)) ||
-        (rc = mic_retention_schedule(w, &r, &tr, ev->id, ev->idlen)) ||
-        (rc = mic_store_topic_events_add(w->txn, tr.id, 1)))
+        (rc = mic_retention_schedule(w, &r, &tr, ev->id, ev->idlen)))
         return rc;
+    /* Events stored per topic: counted per request, added once at the end. */
+    if (p->stored_topic != tr.id && p->stored_n) {
+        if ((rc = mic_store_topic_events_add(w->txn, p->stored_topic, p->stored_n)))
+            return rc;
+        p->stored_n = 0;
+    }
+    p->stored_topic = tr.id;
+    p->stored_n++;
     if (ev->has_agg && (rc = update_aggregate(w, ev, &r)))
         return rc;
     if (w->app && (rc = mic_groups_fanout(w->app, w, ev->topic, ev->topiclen, &r)))
@@ -440,6 +450,7 @@ static int apply(mic_op *op, struct mic_wctx *w)
         if (rc)
             return rc;
     }
+    p->stored_n = 0;
     for (int i = 0; i < p->n; i++) {
         struct item *it = &p->items[i];
         if (it->dup_of >= 0) {
@@ -450,7 +461,8 @@ static int apply(mic_op *op, struct mic_wctx *w)
             return rc;
         }
     }
-    return MIC_OK;
+    return p->stored_n ? mic_store_topic_events_add(w->txn, p->stored_topic, p->stored_n)
+                       : MIC_OK;
 }
 
 /* ---- Handler side ---- */

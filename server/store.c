@@ -130,6 +130,7 @@ static int next_id(mic_txn *t, const char *name, uint32_t *id);
 static int dlv_account(mic_txn *t, uint32_t gid, uint64_t seq, const struct mic_dlv *old,
                        const struct mic_dlv *d);
 static int ags_put_raw(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN], const struct mic_ags *a);
+static int gstat_apply(mic_txn *t, uint32_t gid, const int64_t delta[MIC_GSTAT_N]);
 
 /* ---- Environment ---- */
 
@@ -937,20 +938,21 @@ static int gauge_of(int state)
 static int dlv_account(mic_txn *t, uint32_t gid, uint64_t seq, const struct mic_dlv *old,
                        const struct mic_dlv *d)
 {
-    int os = old ? old->state : 0, ns = d ? d->state : 0, rc;
-    int64_t at = d ? d->created_at : old->created_at;
+    int os = old ? old->state : 0, ns = d ? d->state : 0, rc, any = 0;
+    int64_t at = d ? d->created_at : old->created_at, delta[MIC_GSTAT_N];
 
+    memset(delta, 0, sizeof delta);
     if (os != ns) {
-        if (gauge_of(os) >= 0 && (rc = mic_store_gstat_add(t, gid, gauge_of(os), -1)))
-            return rc;
-        if (gauge_of(ns) >= 0 && (rc = mic_store_gstat_add(t, gid, gauge_of(ns), 1)))
-            return rc;
-        if (ns == MIC_DLV_DISPATCHED &&
-            (rc = mic_store_gstat_add(t, gid, MIC_GSTAT_DISPATCHED, 1)))
-            return rc;
+        if (gauge_of(os) >= 0)
+            delta[gauge_of(os)]--, any = 1;
+        if (gauge_of(ns) >= 0)
+            delta[gauge_of(ns)]++, any = 1;
+        if (ns == MIC_DLV_DISPATCHED)
+            delta[MIC_GSTAT_DISPATCHED]++, any = 1;
     }
-    if (d && d->attempts > 1 && d->attempts > (old ? old->attempts : 0) &&
-        (rc = mic_store_gstat_add(t, gid, MIC_GSTAT_REDELIVERIES, 1)))
+    if (d && d->attempts > 1 && d->attempts > (old ? old->attempts : 0))
+        delta[MIC_GSTAT_REDELIVERIES]++, any = 1;
+    if (any && (rc = gstat_apply(t, gid, delta)))
         return rc;
     if (nonterminal(old) != nonterminal(d) &&
         (rc = index_set(t, t->s->unh, "unh", gid, at, seq, nonterminal(d))))
@@ -1508,7 +1510,8 @@ int mic_store_gstat_get(mic_txn *t, uint32_t gid, uint64_t out[MIC_GSTAT_N])
     return MIC_OK;
 }
 
-int mic_store_gstat_add(mic_txn *t, uint32_t gid, int field, int64_t delta)
+/* Add 'delta' to the counters of 'gid' (one read and one write). */
+static int gstat_apply(mic_txn *t, uint32_t gid, const int64_t delta[MIC_GSTAT_N])
 {
     uint64_t c[MIC_GSTAT_N];
     uint8_t kb[4], vb[8 * MIC_GSTAT_N];
@@ -1517,11 +1520,21 @@ int mic_store_gstat_add(mic_txn *t, uint32_t gid, int field, int64_t delta)
 
     if ((rc = mic_store_gstat_get(t, gid, c)))
         return rc;
-    c[field] = (int64_t)c[field] + delta < 0 ? 0 : (uint64_t)((int64_t)c[field] + delta);
     put_u32(kb, gid);
-    for (int i = 0; i < MIC_GSTAT_N; i++)
-        put_u64(vb + 8 * i, c[i]);
+    for (int i = 0; i < MIC_GSTAT_N; i++) {
+        int64_t n = (int64_t)c[i] + delta[i];
+        put_u64(vb + 8 * i, n < 0 ? 0 : (uint64_t)n);
+    }
     return put(t, t->s->gstat, "gstat", &k, &v, 0);
+}
+
+int mic_store_gstat_add(mic_txn *t, uint32_t gid, int field, int64_t delta)
+{
+    int64_t d[MIC_GSTAT_N];
+
+    memset(d, 0, sizeof d);
+    d[field] = delta;
+    return gstat_apply(t, gid, d);
 }
 
 /* ---- Retention ---- */
