@@ -29,7 +29,7 @@ SAN_OBJ := $(SRV_SRC:server/%.c=build/san/%.o)
 UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
 
-.PHONY: all run test check deps bench bench-claims bench-ordered bench-range clean
+.PHONY: all run test check deps bench bench-claims bench-ordered bench-range bench-peers bench-smoke clean
 all: build/micd build/mic-events-replay build/mic
 
 deps:
@@ -111,6 +111,16 @@ bench-ordered: deps build/micd build/loadgen build/workers
 
 bench-range: deps build/micd build/loadgen
 	bench/range.sh
+
+PEER_DRIVERS := $(patsubst bench/peer_%.c,build/peer_%,$(wildcard bench/peer_*.c))
+
+# MIC and its peers side by side (bench/peers.py writes bench/RESULTS.md).
+bench-peers: deps build/micd build/loadgen build/workers $(PEER_DRIVERS)
+	bench/peers.py
+
+# The same harness at tiny sizes, so it cannot rot.
+bench-smoke: build/micd build/loadgen build/workers $(PEER_DRIVERS)
+	SMOKE=1 bench/peers.py
 
 clean:
 	rm -rf build

@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""bench/peers.py - MIC and its peers side by side, in one run (make bench-peers).
+
+Starts micd and each peer on 127.0.0.1 with temporary data directories and
+free ports, runs every workload RUNS times against each (median, min-max),
+stops everything by PID, and writes bench/RESULTS.md (plus PNG charts when
+gnuplot is installed).  Peers: Redis Streams (appendfsync always),
+PostgreSQL 15 (SKIP LOCKED, synchronous_commit on), NATS JetStream (file
+storage), beanstalkd (-f 0); each driven by its C driver build/peer_NAME
+(bench/peer_NAME.c).  A peer whose server or driver is missing is reported
+as such, never silently left out.
+
+    SMOKE=1   tiny sizes, 1 run (make bench-smoke; run by make test)
+    RUNS=N    runs per workload (default 3)
+    PEERS=a,b only these peers
+"""
+import json, os, platform, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.chdir(ROOT)
+SMOKE = os.environ.get("SMOKE") == "1"
+RUNS = int(os.environ.get("RUNS", "1" if SMOKE else "3"))
+PEERS = [p for p in os.environ.get("PEERS", "redis,postgres,nats,beanstalkd").split(",") if p]
+SIZES = {  # the issue's sizes; SMOKE shrinks them
+    "W1": 500 if SMOKE else 50000, "W2": 2000 if SMOKE else 200000, "W3": 1000 if SMOKE else 100000,
+    "W4": (20, 5) if SMOKE else (2000, 25), "W5": 5000 if SMOKE else 1000000,
+}
+OUT = os.environ.get("OUT", "bench/RESULTS.md" if not SMOKE else os.path.join(tempfile.gettempdir(), "RESULTS-smoke.md"))
+procs = []
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_port(port, proc, seconds=30):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError("exited with status %s" % proc.returncode)
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("did not listen on port %d" % port)
+
+
+def start(cmd, port, **kw):
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+    procs.append(p)
+    wait_port(port, p)
+    return p
+
+
+def stop(p):
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def stop_all():
+    for p in reversed(procs):
+        stop(p)
+
+
+def run_json(cmd, timeout=900):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+    line = r.stdout.decode().strip().splitlines()
+    if r.returncode != 0 or not line:
+        raise RuntimeError("%s: exit %d: %s" % (cmd[0], r.returncode, r.stderr.decode().strip()[-300:]))
+    return json.loads(line[-1])
+
+
+# ---- MIC ----
+
+class Mic:
+    name = "mic"
+
+    def __init__(self, tmp):
+        self.dir = os.path.join(tmp, "mic")
+        self.port = free_port()
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.proc = start(["./build/micd", "--listen", "127.0.0.1:%d" % self.port, "--data", self.dir,
+                           "--map-max", "256G"], self.port)
+        self.n = 0
+        self.version = subprocess.run(["git", "describe", "--always", "--dirty"], stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL).stdout.decode().strip() or "?"
+        self.durability = "fsync of the commit holding the event before the 2xx (--durability fsync)"
+
+    def fresh(self, ordered=False):
+        self.n += 1
+        name = "b%d" % self.n
+        body = json.dumps({"topics": [name], "ordered": ordered})
+        subprocess.run(["curl", "-sf", "-XPUT", self.url + "/v1/groups/" + name, "-H",
+                        "Content-Type: application/json", "-d", body], check=True, stdout=subprocess.DEVNULL)
+        return name
+
+    def loadgen(self, topic, events, conns, batch, extra=()):
+        return run_json(["./build/loadgen", "--url", self.url, "--conns", str(conns), "--events", str(events),
+                         "--batch", str(batch), "--topic", topic, "--max-seconds", "600"] + list(extra))
+
+    def run(self, w):
+        if w == "W1":
+            r = self.loadgen("w1", SIZES[w], 32, 1)
+            return dict(events=r["events"], events_per_s=r["events_per_s"], p50_ms=r["p50_ms"], p99_ms=r["p99_ms"])
+        if w == "W2":
+            r = self.loadgen("w2", SIZES[w], 16, 100)
+            return dict(events=r["events"], events_per_s=r["events_per_s"], p50_ms=r["p50_ms"], p99_ms=r["p99_ms"])
+        if w == "W3":
+            g = self.fresh()
+            self.loadgen(g, SIZES[w], 8, 1000)
+            r = run_json(["./build/workers", "--url", self.url, "--group", g, "--workers", "8", "--max", "32",
+                          "--expect", str(SIZES[w]), "--max-seconds", "600"])
+            return dict(events=r["acked"], events_per_s=r["events_per_s"], p50_ms=r["claim_p50_ms"],
+                        p99_ms=r["claim_p99_ms"], duplicates=r["duplicates"], missing=r["missing"])
+        if w == "W4":
+            aggs, per = SIZES[w]
+            g = self.fresh(ordered=True)
+            self.loadgen(g, aggs * per, 1, 1000, ["--aggregates", str(aggs), "--versions",
+                                                   "--agg-offset", str(self.n * 100000)])
+            r = run_json(["./build/workers", "--url", self.url, "--group", g, "--workers", "8", "--max", "32",
+                          "--expect", str(aggs * per), "--verify-order", "1", "--max-seconds", "600"])
+            return dict(events=r["acked"], events_per_s=r["events_per_s"], p50_ms=r["claim_p50_ms"],
+                        p99_ms=r["claim_p99_ms"], duplicates=r["duplicates"], order_violations=r["order_violations"])
+        if w == "W5":
+            if not hasattr(self, "w5"):
+                self.loadgen("w5", SIZES[w], 4, 1000)
+                first = json.loads(subprocess.run(["curl", "-sf", self.url + "/v1/topics/w5/events?limit=1"],
+                                                  stdout=subprocess.PIPE, check=True).stdout)
+                c = first["events"][0]["created_at"]
+                t0 = time.mktime(time.strptime(c[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone + float("0" + c[19:26])
+                self.w5 = (t0, time.time())
+            t0, t1 = self.w5
+            lo, hi = t0 + (t1 - t0) * 0.45, t0 + (t1 - t0) * 0.55
+            iso = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + ".%06dZ" % int((t % 1) * 1e6)
+            a = time.monotonic()
+            out = subprocess.run(["curl", "-sf", "-H", "Accept: application/x-ndjson",
+                                  "%s/v1/topics/w5/events?from=%s&to=%s" % (self.url, iso(lo), iso(hi))],
+                                 stdout=subprocess.PIPE, check=True).stdout
+            secs = time.monotonic() - a
+            n = out.count(b"\n")
+            return dict(events=n, events_per_s=n / secs if secs else 0)
+
+
+# ---- Peers ----
+
+class Peer:
+    def __init__(self, name, tmp):
+        self.name = name
+        self.driver = "./build/peer_" + name
+        self.tmp = os.path.join(tmp, name)
+        os.makedirs(self.tmp, exist_ok=True)
+        self.port = free_port()
+        getattr(self, "start_" + name)()
+        self.version = self.durability = None
+
+    def start_redis(self):
+        self.addr = "127.0.0.1:%d" % self.port
+        start(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.tmp,
+               "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no"], self.port)
+
+    def start_nats(self):
+        self.addr = "127.0.0.1:%d" % self.port
+        start(["nats-server", "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", self.tmp], self.port)
+
+    def start_beanstalkd(self):
+        self.addr = "127.0.0.1:%d" % self.port
+        start(["beanstalkd", "-l", "127.0.0.1", "-p", str(self.port), "-b", self.tmp, "-f", "0"], self.port)
+
+    def start_postgres(self):
+        bindir = sorted(d for d in os.listdir("/usr/lib/postgresql"))[-1]
+        bindir = "/usr/lib/postgresql/%s/bin" % bindir
+        data = os.path.join(self.tmp, "data")
+        run_as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        shutil.chown(self.tmp, "postgres") if os.geteuid() == 0 else None
+        subprocess.run(run_as + [bindir + "/initdb", "-D", data, "-A", "trust", "-U", "postgres"],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        p = subprocess.Popen(run_as + [bindir + "/postgres", "-D", data, "-p", str(self.port), "-k", self.tmp,
+                                       "-c", "listen_addresses=127.0.0.1", "-c", "synchronous_commit=on",
+                                       "-c", "fsync=on"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(p)
+        wait_port(self.port, p)
+        subprocess.run([bindir + "/createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "bench"],
+                       check=True)
+        self.addr = "host=127.0.0.1 port=%d dbname=bench user=postgres" % self.port
+
+    def run(self, w):
+        args = [self.driver, "--addr", self.addr, "--workload", w, "--max-seconds", "600"]
+        if w == "W4":
+            args += ["--aggregates", str(SIZES[w][0]), "--per-aggregate", str(SIZES[w][1])]
+        else:
+            args += ["--events", str(SIZES[w])]
+        r = run_json(args)
+        self.version, self.durability = r.get("version"), r.get("durability")
+        return r
+
+
+def main():
+    workloads = ["W1", "W2", "W3", "W4", "W5"]
+    tmp = tempfile.mkdtemp(prefix="mic-peers-")
+    results, problems, systems = {}, [], []
+    try:
+        systems.append(Mic(tmp))
+        for name in PEERS:
+            if not os.path.exists("./build/peer_" + name):
+                problems.append("%s: no driver build/peer_%s (bench/peer_%s.c)" % (name, name, name))
+                continue
+            try:
+                systems.append(Peer(name, tmp))
+            except Exception as e:  # a peer that cannot start is reported, not skipped silently
+                problems.append("%s: cannot start: %s" % (name, e))
+        for w in workloads:
+            for s in systems:
+                runs = []
+                for _ in range(RUNS):
+                    try:
+                        runs.append(s.run(w))
+                    except Exception as e:
+                        problems.append("%s %s: %s" % (s.name, w, e))
+                        break
+                results[(s.name, w)] = runs
+    finally:
+        stop_all()
+        shutil.rmtree(tmp, ignore_errors=True)
+    write(results, systems, problems, workloads)
+    return 1 if SMOKE and problems else 0
+
+
+def med(runs, key):
+    v = sorted(r[key] for r in runs if r.get(key) is not None)
+    return (statistics.median(v), v[0], v[-1]) if v else None
+
+
+def write(results, systems, problems, workloads):
+    label = {"W1": "durable single-event enqueue, 32 producers", "W2": "batches of 100",
+             "W3": "work cycle: 8 workers, claim up to 32, 30 s lease, ack", "W4": "ordered: aggregates in order, 8 workers",
+             "W5": "read a 10% time window in order"}
+    lines = ["# MIC and its peers, side by side", "",
+             "Generated by `make bench-peers` (bench/peers.py) on %s, %s, %d cores; %d run(s) per cell, median (min-max). "
+             "The machine is shared and noisy: read the ratios." % (time.strftime("%Y-%m-%d"), platform.platform(),
+                                                                    os.cpu_count(), RUNS), "",
+             "| workload | " + " | ".join(s.name for s in systems) + " | MIC / best peer |",
+             "|---|" + "---|" * len(systems) + "---|"]
+    ratios = {}
+    for w in workloads:
+        cells, best = [], None
+        for s in systems:
+            m = med(results.get((s.name, w), []), "events_per_s")
+            if m is None:
+                cells.append("-")
+                continue
+            extra = []
+            runs = results[(s.name, w)]
+            for k in ("duplicates", "missing", "order_violations"):
+                if any(r.get(k) for r in runs):
+                    extra.append("%s %d" % (k, sum(r.get(k) or 0 for r in runs)))
+            cells.append("%.0f (%.0f-%.0f)%s" % (m[0], m[1], m[2], (" " + ", ".join(extra)) if extra else ""))
+            if s.name != "mic" and m[0] > 0 and (best is None or m[0] > best):
+                best = m[0]
+        micm = med(results.get(("mic", w), []), "events_per_s")
+        ratio = micm[0] / best if micm and best else None
+        ratios[w] = ratio
+        lines.append("| %s %s | %s | %s |" % (w, label[w], " | ".join(cells), "%.2fx" % ratio if ratio else "-"))
+    lines += ["", "| system | version | durability before the ack |", "|---|---|---|"]
+    for s in systems:
+        lines.append("| %s | %s | %s |" % (s.name, s.version or "?", s.durability or "?"))
+    if problems:
+        lines += ["", "Problems (nothing is left out silently):", ""] + ["* " + p for p in problems]
+    with open(OUT, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    if shutil.which("gnuplot") and not SMOKE:
+        data = os.path.join(tempfile.gettempdir(), "mic-ratios.dat")
+        with open(data, "w") as f:
+            for w in workloads:
+                f.write("%s %f\n" % (w, ratios[w] or 0))
+        subprocess.run(["gnuplot", "-e",
+                        "set terminal png size 800,400; set output 'bench/ratios.png'; set style fill solid;"
+                        "set boxwidth 0.6; set ylabel 'MIC / best peer'; set yrange [0:*];"
+                        "set title 'Throughput ratio per workload (1.0 = as fast as the best peer)';"
+                        "plot '%s' using 2:xtic(1) with boxes notitle, 1 with lines dt 2 notitle" % data], check=False)
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    finally:
+        stop_all()
