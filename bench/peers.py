@@ -90,7 +90,8 @@ class Mic:
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
         self.proc = start(["./build/micd", "--listen", "127.0.0.1:%d" % self.port, "--data", self.dir,
-                           "--map-max", "256G"], self.port)
+                           "--map-max", "256G", "--max-connections", "20000",
+                           "--per-ip-connections", "20000"], self.port)
         self.n = 0
         self.version = subprocess.run(["git", "describe", "--always", "--dirty"], stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL).stdout.decode().strip() or "?"
@@ -204,7 +205,93 @@ class Peer:
         return r
 
 
+# ---- Scaling (MIC only) ----
+
+def rss_anon_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1])
+    return None
+
+
+def claim_p99(mic, group):
+    r = run_json(["./build/workers", "--url", mic.url, "--group", group, "--workers", "1", "--max", "1",
+                  "--rounds", "300" if SMOKE else "2000", "--max-seconds", "300"])
+    return r["claim_p99_ms"]
+
+
+def parked_rss(mic, n):
+    """RSS with n long-poll claims parked (raw sockets, one thread)."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, n + 1024)), hard))
+    g = mic.fresh()
+    body = json.dumps({"max": 1, "wait_s": 60}).encode()
+    req = ("POST /v1/groups/%s/claim HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           "Content-Length: %d\r\n\r\n" % (g, len(body))).encode() + body
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.create_connection(("127.0.0.1", mic.port))
+            s.sendall(req)
+            socks.append(s)
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            m = subprocess.run(["curl", "-sf", mic.url + "/metrics"], stdout=subprocess.PIPE).stdout.decode()
+            parked = [l for l in m.splitlines() if l.startswith("mic_writer_parked ")]
+            if parked and int(parked[0].split()[1]) >= n:
+                break
+            time.sleep(0.1)
+        return rss_anon_kb(mic.proc.pid), len(socks)
+    finally:
+        for s in socks:
+            s.close()
+
+
+def restart_ms(mic):
+    stop(mic.proc)
+    a = time.monotonic()
+    mic.proc = start(["./build/micd", "--listen", "127.0.0.1:%d" % mic.port, "--data", mic.dir,
+                      "--map-max", "256G", "--max-connections", "20000", "--per-ip-connections", "20000"],
+                     mic.port)
+    end = a + 60
+    while time.monotonic() < end:
+        r = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", mic.url + "/readyz"],
+                           stdout=subprocess.PIPE).stdout.decode()
+        if r == "200":
+            return (time.monotonic() - a) * 1000
+        time.sleep(0.01)
+    return None
+
+
+def scaling(mic):
+    backlogs = [1000, 3000, 10000] if SMOKE else [10000, 100000, 1000000]
+    if os.environ.get("BIG") == "1":
+        backlogs.append(10000000)
+    rows, total = [], 0
+    for n in backlogs:
+        g = mic.fresh()
+        mic.loadgen(g, n, 4, 1000)
+        total += n
+        rows.append(("claim p99 with %d pending" % n, "%.3f ms" % claim_p99(mic, g)))
+    base = float(rows[0][1].split()[0])
+    rows.append(("p99 at the largest backlog / at the smallest", "%.2fx" % (float(rows[-1][1].split()[0]) / base)))
+    rss = rss_anon_kb(mic.proc.pid)
+    rows.append(("micd RSS (anonymous, the map excluded) with %d events stored" % total,
+                 "%.1f MiB" % (rss / 1024) if rss else "?"))
+    ms = restart_ms(mic)
+    rows.append(("restart to ready with %d events stored" % total, "%.0f ms" % ms if ms else "?"))
+    n = int(os.environ.get("PARKED", "200" if SMOKE else "10000"))
+    rss, got = parked_rss(mic, n)
+    rows.append(("micd RSS with %d parked long-polls" % got, "%.1f MiB" % (rss / 1024) if rss else "?"))
+    return rows
+
+
 def main():
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))  # 10k sockets, for micd too
     workloads = ["W1", "W2", "W3", "W4", "W5"]
     tmp = tempfile.mkdtemp(prefix="mic-peers-")
     results, problems, systems = {}, [], []
@@ -218,6 +305,7 @@ def main():
                 systems.append(Peer(name, tmp))
             except Exception as e:  # a peer that cannot start is reported, not skipped silently
                 problems.append("%s: cannot start: %s" % (name, e))
+        scale_rows = []
         for w in workloads:
             for s in systems:
                 runs = []
@@ -228,10 +316,14 @@ def main():
                         problems.append("%s %s: %s" % (s.name, w, e))
                         break
                 results[(s.name, w)] = runs
+        try:
+            scale_rows = scaling(systems[0])
+        except Exception as e:
+            problems.append("scaling: %s" % e)
     finally:
         stop_all()
         shutil.rmtree(tmp, ignore_errors=True)
-    write(results, systems, problems, workloads)
+    write(results, systems, problems, workloads, scale_rows)
     return 1 if SMOKE and problems else 0
 
 
@@ -240,7 +332,7 @@ def med(runs, key):
     return (statistics.median(v), v[0], v[-1]) if v else None
 
 
-def write(results, systems, problems, workloads):
+def write(results, systems, problems, workloads, scale_rows=()):
     label = {"W1": "durable single-event enqueue, 32 producers", "W2": "batches of 100",
              "W3": "work cycle: 8 workers, claim up to 32, 30 s lease, ack", "W4": "ordered: aggregates in order, 8 workers",
              "W5": "read a 10% time window in order"}
@@ -273,6 +365,9 @@ def write(results, systems, problems, workloads):
     lines += ["", "| system | version | durability before the ack |", "|---|---|---|"]
     for s in systems:
         lines.append("| %s | %s | %s |" % (s.name, s.version or "?", s.durability or "?"))
+    if scale_rows:
+        lines += ["", "## MIC scaling (same run)", "", "| measure | MIC |", "|---|---|"]
+        lines += ["| %s | %s |" % r for r in scale_rows]
     if problems:
         lines += ["", "Problems (nothing is left out silently):", ""] + ["* " + p for p in problems]
     with open(OUT, "w") as f:

@@ -76,7 +76,7 @@ struct mic_claim {
     /* settle */
     struct item *items;
     int n, all;
-    char error[MIC_ERROR_MAX + 1];
+    char *error;            /* nack's error text (malloc'd), or NULL */
     size_t error_len;
     int has_retry;
     uint32_t retry_after_s;
@@ -417,7 +417,7 @@ static int settle_one(mic_claim *c, struct mic_wctx *w, struct mic_group *gr,
         }
         if ((rc = detach(w, gr->gid, it->seq, &d)))
             return rc;
-        set_error(&d, c->error, c->error_len);
+        set_error(&d, c->error ? c->error : "", c->error_len);
         rc = fail_attempt(w, gr, it->seq, &d,
                           it->has_retry ? (int64_t)it->retry_after_s * 1000000
                           : c->has_retry ? (int64_t)c->retry_after_s * 1000000 : -1,
@@ -602,6 +602,8 @@ static int parse_settle(mic_claim *c, json_t *o, struct mic_error *err)
         if (!json_is_string(e))
             return BADREQ("error", "error is a string");
         c->error_len = json_string_length(e);
+        if (!(c->error = malloc(c->error_len + 1)))
+            return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
         if (c->error_len > MIC_ERROR_MAX) {
             c->error_len = MIC_ERROR_MAX;
             while (c->error_len > 0 &&
@@ -828,6 +830,7 @@ void mic_claim_free(mic_claim *c)
     if (!c)
         return;
     free(c->replay);
+    free(c->error);
     free(c->seqs);
     free(c->attempts);
     free(c->tokens);

@@ -875,6 +875,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
         *con_cls = r;
         cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                          MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) <= h->cfg->max_body && strtoull(cl, NULL, 10) > 0) {
+            /* Room for the whole body at once: no growing copies. */
+            size_t want = (size_t)strtoull(cl, NULL, 10) + 1;
+            if ((r->body = malloc(want)))
+                r->cap = want;
+        }
         if (cl && strtoull(cl, NULL, 10) > h->cfg->max_body) {
             mic_error_set(&e, MIC_ETOOBIG, "body_too_large", NULL,
                           "request bodies are at most %llu bytes",
@@ -893,7 +899,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
             return MHD_YES;
         }
         if (r->len + n + 1 > r->cap) {
-            size_t cap = r->cap ? r->cap : 4096;
+            size_t cap = r->cap ? r->cap : 256;
             char *p;
             while (cap < r->len + n + 1)
                 cap *= 2;
@@ -1050,7 +1056,7 @@ int mic_http_start(mic_http **out, const struct mic_config *cfg,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->per_ip_connections,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->idle_timeout_s,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16 * 1024,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)8 * 1024,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
         MHD_OPTION_NOTIFY_COMPLETED, completed, h,
         MHD_OPTION_END);
