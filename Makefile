@@ -29,7 +29,7 @@ SAN_OBJ := $(SRV_SRC:server/%.c=build/san/%.o)
 UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
 
-.PHONY: all run test check deps bench bench-claims bench-ordered bench-range bench-peers bench-smoke clean
+.PHONY: all run test check deps bench bench-claims bench-ordered bench-range bench-peers bench-smoke peer-deps clean
 all: build/micd build/mic-events-replay build/mic
 
 deps:
@@ -113,13 +113,33 @@ bench-range: deps build/micd build/loadgen
 	bench/range.sh
 
 PEER_DRIVERS := $(patsubst bench/peer_%.c,build/peer_%,$(wildcard bench/peer_*.c))
+PEER_DEBS := redis-server libhiredis-dev postgresql libpq-dev nats-server libnats-dev beanstalkd \
+             gnuplot-nox python3 curl
+
+build/peer_redis: bench/peer_redis.c | build/rel
+	$(CC) $(WARN) -O2 $(shell pkg-config --cflags hiredis) $< -o $@ $(shell pkg-config --libs hiredis) -lpthread -lm
+build/peer_postgres: bench/peer_postgres.c | build/rel
+	$(CC) $(WARN) -O2 -I$(shell pg_config --includedir 2>/dev/null) $< -o $@ -lpq -lpthread -lm
+build/peer_nats: bench/peer_nats.c | build/rel
+	$(CC) $(WARN) -O2 $(shell pkg-config --cflags libnats) $< -o $@ $(shell pkg-config --libs libnats) -lpthread -lm
+build/peer_beanstalkd: bench/peer_beanstalkd.c | build/rel
+	$(CC) $(WARN) -O2 $< -o $@ -lpthread -lm
+
+peer-deps:
+	@missing=""; for p in $(PEER_DEBS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	  --no-install-recommends $$missing >/dev/null; fi
 
 # MIC and its peers side by side (bench/peers.py writes bench/RESULTS.md).
-bench-peers: deps build/micd build/loadgen build/workers $(PEER_DRIVERS)
+bench-peers: deps peer-deps build/micd build/loadgen build/workers
+	$(MAKE) $(PEER_DRIVERS)
 	bench/peers.py
 
 # The same harness at tiny sizes, so it cannot rot.
-bench-smoke: build/micd build/loadgen build/workers $(PEER_DRIVERS)
+bench-smoke: deps peer-deps build/micd build/loadgen build/workers
+	$(MAKE) $(PEER_DRIVERS)
 	SMOKE=1 bench/peers.py
 
 clean:

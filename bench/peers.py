@@ -167,7 +167,8 @@ class Peer:
     def start_redis(self):
         self.addr = "127.0.0.1:%d" % self.port
         start(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.tmp,
-               "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no"], self.port)
+               "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no",
+               "--auto-aof-rewrite-percentage", "0"], self.port)
 
     def start_nats(self):
         self.addr = "127.0.0.1:%d" % self.port

@@ -1,0 +1,1463 @@
+/*
+ * bench/peer_redis.c - the Redis Streams peer of the side-by-side benchmark
+ * (issue 7), driven with hiredis.
+ *
+ * Owns: the command line shared by every peer driver, the mapping of the
+ * workloads W1..W5 onto Redis Streams and consumer groups, the benchmark
+ * event JSON (the same shape as bench/loadgen.c), correctness counting and
+ * the one-line JSON report on stdout (everything else goes to stderr).
+ *
+ *   peer_redis --addr 127.0.0.1:6390 --workload W1 [--events N]
+ *       [--producers N] [--batch N] [--workers N] [--max N] [--aggregates A]
+ *       [--per-aggregate K] [--payload-bytes 300] [--max-seconds S]
+ *
+ * The server is started by the caller, e.g.
+ *   redis-server --port P --bind 127.0.0.1 --dir TMP --appendonly yes
+ *       --appendfsync always --save '' --daemonize no
+ * and the report states what CONFIG GET says about appendonly/appendfsync.
+ *
+ * MAPPING
+ *   W1  --producers threads, one connection each, one synchronous
+ *       XADD <stream> * e <json> per event; latency per XADD.
+ *   W2  the same with pipelines of --batch XADD (no MULTI/EXEC: every XADD
+ *       is durable on its own; a batch is acknowledged when its last reply
+ *       arrives); latency per pipeline.
+ *   W3  one stream with a consumer group, prefilled untimed; --workers
+ *       threads loop XREADGROUP COUNT --max ... > then one XACK with all the
+ *       ids they got.  The 30 s lease is the pending-entries list plus
+ *       XAUTOCLAIM min-idle 30000, which a worker tries once when it runs
+ *       dry; it never hands anything back here (no worker dies).
+ *   W4  one stream and one consumer group per aggregate (Redis has no
+ *       per-key order inside a stream).  Worker w owns the aggregates with
+ *       k % workers == w and claims with one XREADGROUP COUNT 1 over up to
+ *       --max of its streams (one head per aggregate, as MIC's ordered
+ *       claim), then pipelines one XACK per stream; the next version of an
+ *       aggregate is read only after the previous one was acknowledged.
+ *       Versions are checked per aggregate.
+ *   W5  --events XADD with explicit ids <unix ms>-<seq> taken from the
+ *       producer's CLOCK_REALTIME (one connection, pipelines of 1000,
+ *       untimed), then the middle 10% of the id time span read with XRANGE
+ *       in pages of 1000, the next page starting after the last id ("(id");
+ *       latency per page.
+ *
+ * DESIGN
+ * Threads, one blocking hiredis connection each; they connect first and
+ * meet the main thread at a barrier, so the clock starts when every
+ * connection is up and stops when the last thread ends.  Shared state is
+ * only atomics: the work dispenser run.next, the counters, the latency
+ * arrays (each slot written by one thread, index from an atomic counter)
+ * and run.seen, one byte per event number, bumped atomically on every
+ * delivery (the second bump of a byte is a duplicate).  An event's number
+ * is recovered from its JSON (event_id "rd-<runid>-<n>"), never from the
+ * stream id.  Every key carries the run id, so each run starts empty; the
+ * keys are UNLINKed at the end, untimed.
+ *
+ * The whole run (prefill included) stops by itself at --max-seconds; a
+ * stopped run is reported with "timed_out":true and exits 1.
+ * Exit 0 when every event was handled with no error, duplicate, missing
+ * event or order violation; 1 otherwise; 2 on a usage error.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <hiredis/hiredis.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FILL_PIPE      1000     /* XADDs per pipeline when prefilling */
+#define PAGE           1000     /* XRANGE page size in W5 */
+#define LEASE_MS       "30000"  /* the issue's 30 s lease, as XAUTOCLAIM min-idle */
+#define CONNECT_S      5
+#define IO_TIMEOUT_S   30       /* a reply slower than this is an error */
+#define KEY_MAX        96
+#define NS_PER_S       1000000000ull
+
+#define EV_AGG      "\"aggregate_type\":\"bench\",\"aggregate_id\":\"a"
+#define EV_VER      "\"aggregate_version\":"
+#define EV_PAYLOAD  "\"payload\":{\"seq\":"
+#define EV_PAD      ",\"pad\":\""
+#define EV_END      "\"}}"
+
+/* ---- Command line ---- */
+
+struct opts {
+    char host[256];
+    int port;
+    int workload;               /* 1..5 */
+    long events, producers, batch, workers, max, aggregates, per_agg, payload_bytes;
+    double max_seconds;
+};
+
+/* ---- Run state ---- */
+
+/* Latencies in ms; slot i is written by whoever drew i from n. */
+struct lat {
+    double *v;
+    long cap;
+    atomic_long n;
+};
+
+struct run {
+    struct opts o;
+    char runid[17];
+    char key[KEY_MAX];          /* the stream (W1, W2, W3, W5) or key prefix (W4) */
+    char (*akeys)[KEY_MAX];     /* W4: one stream per aggregate */
+    size_t ev_head_len, ev_mid_len, ev_max;
+    char ev_head[64];           /* {"event_id":"rd-<runid>- */
+    char ev_mid[96];            /* ","topic":"bench","event_type":"bench.created", */
+    long total;                 /* events the workload handles */
+    atomic_long next;           /* work dispenser */
+    atomic_long done, errors, dups, disorder, claims;
+    _Atomic unsigned char *seen;
+    long *last_version;         /* W4: per aggregate, written by its owner only */
+    uint64_t *ts;               /* W5: id milliseconds of event n */
+    uint64_t w5_ms, w5_seq;     /* W5: last id handed out */
+    struct lat lat, lat2;       /* request latency; W3/W4 also ack latency */
+    pthread_barrier_t go;
+};
+
+struct worker {
+    struct run *r;
+    long id;
+    pthread_t th;
+};
+
+struct result {
+    long events, expected, dups, missing, disorder, errors, unacked;
+    double seconds, p50, p99, ack_p50, ack_p99;
+    bool timed_out;
+    char extra[512];            /* more ,"name":value pairs */
+    char note[768];
+    char error[256];
+};
+
+static atomic_int stop_flag;
+static uint64_t deadline_ns;
+
+/* ---- Small helpers ---- */
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void say(const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "peer_redis: %s\n", line);
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t realtime_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static double ms_between(uint64_t a, uint64_t b)
+{
+    return (double)(b - a) / 1e6;
+}
+
+/* True once the deadline passed or a signal arrived; latches. */
+static bool stopping(void)
+{
+    if (atomic_load_explicit(&stop_flag, memory_order_relaxed))
+        return true;
+    if (now_ns() >= deadline_ns) {
+        atomic_store(&stop_flag, 1);
+        return true;
+    }
+    return false;
+}
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    atomic_store(&stop_flag, 2);
+}
+
+/* Decimal digits of 'v' at 'p' (no NUL); returns how many. */
+static size_t u64_put(char *p, uint64_t v)
+{
+    char tmp[20];
+    size_t n = 0, i;
+
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (i = 0; i < n; i++)
+        p[i] = tmp[n - 1 - i];
+    return n;
+}
+
+/* The decimal number at p; -1 when there is none. */
+static long dec_at(const char *p)
+{
+    long v = 0;
+
+    if (*p < '0' || *p > '9')
+        return -1;
+    while (*p >= '0' && *p <= '9')
+        v = v * 10 + (*p++ - '0');
+    return v;
+}
+
+static void lat_init(struct lat *l, long cap)
+{
+    l->cap = cap > 0 ? cap : 1;
+    l->v = malloc((size_t)l->cap * sizeof *l->v);
+    atomic_init(&l->n, 0);
+}
+
+static void lat_add(struct lat *l, double ms)
+{
+    long i = atomic_fetch_add_explicit(&l->n, 1, memory_order_relaxed);
+
+    if (i < l->cap)
+        l->v[i] = ms;
+}
+
+static int dbl_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentiles p50 and p99 of 'l' (sorted in place); NAN when
+ * it is empty. */
+static void lat_pct(struct lat *l, double *p50, double *p99)
+{
+    long n = atomic_load(&l->n);
+
+    if (n > l->cap)
+        n = l->cap;
+    if (!l->v || n == 0) {
+        *p50 = *p99 = NAN;
+        return;
+    }
+    qsort(l->v, (size_t)n, sizeof *l->v, dbl_cmp);
+    *p50 = l->v[(long)ceil(0.50 * (double)n) - 1];
+    *p99 = l->v[(long)ceil(0.99 * (double)n) - 1];
+}
+
+/* ---- Events ---- */
+
+/* Event n as JSON at 'out' (at most r->ev_max bytes, no NUL); with agg >= 0
+ * it carries aggregate_id "a<agg>" and aggregate_version 'ver'.  Returns
+ * its length.  The same shape as bench/loadgen.c's event_put. */
+static size_t event_put(const struct run *r, char *out, uint64_t n, long agg, long ver)
+{
+    char *p = out;
+    size_t used, pad;
+
+    memcpy(p, r->ev_head, r->ev_head_len);
+    p += r->ev_head_len;
+    p += u64_put(p, n);
+    memcpy(p, r->ev_mid, r->ev_mid_len);
+    p += r->ev_mid_len;
+    if (agg >= 0) {
+        memcpy(p, EV_AGG, sizeof EV_AGG - 1);
+        p += sizeof EV_AGG - 1;
+        p += u64_put(p, (uint64_t)agg);
+        *p++ = '"';
+        *p++ = ',';
+        memcpy(p, EV_VER, sizeof EV_VER - 1);
+        p += sizeof EV_VER - 1;
+        p += u64_put(p, (uint64_t)ver);
+        *p++ = ',';
+    }
+    memcpy(p, EV_PAYLOAD, sizeof EV_PAYLOAD - 1);
+    p += sizeof EV_PAYLOAD - 1;
+    p += u64_put(p, n);
+    memcpy(p, EV_PAD, sizeof EV_PAD - 1);
+    p += sizeof EV_PAD - 1;
+    used = (size_t)(p - out) + sizeof EV_END - 1;
+    pad = (size_t)r->o.payload_bytes > used ? (size_t)r->o.payload_bytes - used : 0;
+    memset(p, 'x', pad);
+    p += pad;
+    memcpy(p, EV_END, sizeof EV_END - 1);
+    p += sizeof EV_END - 1;
+    return (size_t)(p - out);
+}
+
+/* The event number in a stored event, -1 if it is not one of this run's. */
+static long event_seq(const struct run *r, const redisReply *v)
+{
+    if (!v || v->type != REDIS_REPLY_STRING || v->len <= r->ev_head_len ||
+        memcmp(v->str, r->ev_head, r->ev_head_len))
+        return -1;
+    return dec_at(v->str + r->ev_head_len);
+}
+
+/* Count the delivery of event n: a second delivery is a duplicate, a
+ * number out of range an error. */
+static void event_seen(struct run *r, long n)
+{
+    if (n < 0 || n >= r->total) {
+        atomic_fetch_add(&r->errors, 1);
+        return;
+    }
+    if (atomic_fetch_add_explicit(&r->seen[n], 1, memory_order_relaxed))
+        atomic_fetch_add(&r->dups, 1);
+}
+
+static long events_missing(const struct run *r)
+{
+    long n, miss = 0;
+
+    for (n = 0; n < r->total; n++)
+        miss += r->seen[n] == 0;
+    return miss;
+}
+
+/* ---- Connections ---- */
+
+/* A new connection, or NULL (said why). */
+static redisContext *conn_open(const struct run *r)
+{
+    struct timeval ct = {CONNECT_S, 0}, io = {IO_TIMEOUT_S, 0};
+    redisContext *c = redisConnectWithTimeout(r->o.host, r->o.port, ct);
+
+    if (!c || c->err) {
+        say("connect %s:%d: %s", r->o.host, r->o.port, c ? c->errstr : "out of memory");
+        if (c)
+            redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, io);
+    return c;
+}
+
+/* True when 'rp' is a reply of type 'type'; otherwise says why with 'what'
+ * (a lost connection or an error reply). */
+static bool reply_is(redisContext *c, const redisReply *rp, int type, const char *what)
+{
+    if (!rp) {
+        say("%s: %s", what, c->errstr[0] ? c->errstr : "no reply");
+        return false;
+    }
+    if (rp->type == REDIS_REPLY_ERROR) {
+        say("%s: %s", what, rp->str);
+        return false;
+    }
+    if (rp->type != type) {
+        say("%s: unexpected reply type %d", what, rp->type);
+        return false;
+    }
+    return true;
+}
+
+/* Run one command given as argv; returns the reply (caller frees) or NULL
+ * after saying why, when it is not of 'type'. */
+static redisReply *command(redisContext *c, int type, const char *what, int argc,
+                           const char **argv)
+{
+    redisReply *rp = redisCommandArgv(c, argc, argv, NULL);
+
+    if (!reply_is(c, rp, type, what)) {
+        if (rp)
+            freeReplyObject(rp);
+        return NULL;
+    }
+    return rp;
+}
+
+/* Server version and durability settings into 'version' and 'dur'. */
+static int server_describe(redisContext *c, char *version, size_t vlen, char *dur, size_t dlen)
+{
+    const char *info[] = {"INFO", "server"};
+    const char *ga[] = {"CONFIG", "GET", "appendonly"};
+    const char *gf[] = {"CONFIG", "GET", "appendfsync"};
+    char aof[16] = "?", fsync[16] = "?";
+    redisReply *rp;
+    const char *p;
+
+    if (!(rp = command(c, REDIS_REPLY_STRING, "INFO server", 2, info)))
+        return -1;
+    p = strstr(rp->str, "redis_version:");
+    snprintf(version, vlen, "%.*s", p ? (int)strcspn(p + 14, "\r\n") : 1, p ? p + 14 : "?");
+    freeReplyObject(rp);
+    if ((rp = command(c, REDIS_REPLY_ARRAY, "CONFIG GET appendonly", 3, ga))) {
+        if (rp->elements == 2)
+            snprintf(aof, sizeof aof, "%s", rp->element[1]->str);
+        freeReplyObject(rp);
+    }
+    if ((rp = command(c, REDIS_REPLY_ARRAY, "CONFIG GET appendfsync", 3, gf))) {
+        if (rp->elements == 2)
+            snprintf(fsync, sizeof fsync, "%s", rp->element[1]->str);
+        freeReplyObject(rp);
+    }
+    if (!strcmp(aof, "yes") && !strcmp(fsync, "always"))
+        snprintf(dur, dlen, "appendonly yes, appendfsync always: every write command "
+                 "(XADD, XREADGROUP's delivery, XACK) is appended and fsynced to the AOF "
+                 "before its reply is sent");
+    else
+        snprintf(dur, dlen, "appendonly %s, appendfsync %s: writes are NOT fsynced "
+                 "before the reply", aof, fsync);
+    return 0;
+}
+
+/* ---- Prefill (untimed) ---- */
+
+/* One XADD of a prefill: make() fills key, id ("*" or explicit) and ev. */
+struct fill_item {
+    const char *key;
+    char id[48];
+    char *ev;
+    size_t evlen;
+};
+
+typedef void (*fill_make)(struct run *r, long i, struct fill_item *it);
+
+/* XADD events 0..count-1 as make() describes them, in pipelines of
+ * FILL_PIPE on connection 'c'.  Returns 0, or -1 (said why). */
+static int fill(struct run *r, redisContext *c, long count, fill_make make)
+{
+    struct fill_item *it = calloc(FILL_PIPE, sizeof *it);
+    char *evbuf = malloc((size_t)FILL_PIPE * r->ev_max);
+    uint64_t t0 = now_ns();
+    long i = 0, j, m;
+    int rc = -1;
+
+    if (!it || !evbuf)
+        goto out;
+    for (j = 0; j < FILL_PIPE; j++)
+        it[j].ev = evbuf + (size_t)j * r->ev_max;
+    while (i < count) {
+        if (stopping())
+            goto out;
+        m = count - i < FILL_PIPE ? count - i : FILL_PIPE;
+        for (j = 0; j < m; j++) {
+            const char *argv[5] = {"XADD", NULL, it[j].id, "e", it[j].ev};
+            size_t argl[5] = {4, 0, 0, 1, 0};
+
+            make(r, i + j, &it[j]);
+            argv[1] = it[j].key;
+            argl[1] = strlen(it[j].key);
+            argl[2] = strlen(it[j].id);
+            argl[4] = it[j].evlen;
+            redisAppendCommandArgv(c, 5, argv, argl);
+        }
+        for (j = 0; j < m; j++) {
+            redisReply *rp = NULL;
+            bool ok;
+
+            redisGetReply(c, (void **)&rp);
+            ok = reply_is(c, rp, REDIS_REPLY_STRING, "prefill XADD");
+            if (rp)
+                freeReplyObject(rp);
+            if (!ok)
+                goto out;
+        }
+        i += m;
+    }
+    say("prefilled %ld events in %.1f s", count, ms_between(t0, now_ns()) / 1e3);
+    rc = 0;
+out:
+    free(evbuf);
+    free(it);
+    return rc;
+}
+
+/* W3: event i into the one stream. */
+static void make_plain(struct run *r, long i, struct fill_item *it)
+{
+    it->key = r->key;
+    strcpy(it->id, "*");
+    it->evlen = event_put(r, it->ev, (uint64_t)i, -1, 0);
+}
+
+/* W4: event i is version i / A + 1 of aggregate i % A, in that aggregate's
+ * stream, so each stream receives its versions in order. */
+static void make_ordered(struct run *r, long i, struct fill_item *it)
+{
+    long a = r->o.aggregates, k = i % a;
+
+    it->key = r->akeys[k];
+    strcpy(it->id, "*");
+    it->evlen = event_put(r, it->ev, (uint64_t)i, k, i / a + 1);
+}
+
+/* W5: event i with the explicit id <producer clock ms>-<seq>, strictly
+ * increasing; its milliseconds are kept in r->ts[i]. */
+static void make_timed(struct run *r, long i, struct fill_item *it)
+{
+    uint64_t ms = realtime_ms();
+
+    if (ms <= r->w5_ms && i > 0) {
+        ms = r->w5_ms;
+        r->w5_seq++;
+    } else {
+        r->w5_seq = 0;
+    }
+    r->w5_ms = ms;
+    r->ts[i] = ms;
+    it->key = r->key;
+    snprintf(it->id, sizeof it->id, "%llu-%llu", (unsigned long long)ms,
+             (unsigned long long)r->w5_seq);
+    it->evlen = event_put(r, it->ev, (uint64_t)i, -1, 0);
+}
+
+/* ---- Threads ---- */
+
+/* Run 'fn' on n threads that each connect first; returns the seconds from
+ * the moment all were connected to the end of the last one. */
+static double threads_run(struct run *r, long n, void *(*fn)(void *))
+{
+    struct worker *w = calloc((size_t)n, sizeof *w);
+    uint64_t t0, t1;
+    long i;
+
+    if (!w) {
+        atomic_fetch_add(&r->errors, 1);
+        return 0;
+    }
+    pthread_barrier_init(&r->go, NULL, (unsigned)n + 1);
+    for (i = 0; i < n; i++) {
+        w[i].r = r;
+        w[i].id = i;
+        if (pthread_create(&w[i].th, NULL, fn, &w[i])) {
+            say("pthread_create failed");
+            exit(1);
+        }
+    }
+    pthread_barrier_wait(&r->go);
+    t0 = now_ns();
+    for (i = 0; i < n; i++)
+        pthread_join(w[i].th, NULL);
+    t1 = now_ns();
+    pthread_barrier_destroy(&r->go);
+    free(w);
+    return (double)(t1 - t0) / 1e9;
+}
+
+/* Connect, then wait for the others; NULL (counted as an error) when the
+ * connection failed. */
+static redisContext *thread_start(struct run *r)
+{
+    redisContext *c = conn_open(r);
+
+    if (!c)
+        atomic_fetch_add(&r->errors, 1);
+    pthread_barrier_wait(&r->go);
+    return c;
+}
+
+/* ---- W1, W2: durable enqueue ---- */
+
+static void *producer_main(void *arg)
+{
+    struct worker *w = arg;
+    struct run *r = w->r;
+    long batch = r->o.batch, first, m, j, ok;
+    char *buf = malloc((size_t)batch * r->ev_max);
+    redisContext *c = thread_start(r);
+    uint64_t t0;
+
+    if (!c || !buf)
+        goto out;
+    while (!stopping()) {
+        first = atomic_fetch_add(&r->next, batch);
+        if (first >= r->total)
+            break;
+        m = r->total - first < batch ? r->total - first : batch;
+        t0 = now_ns();
+        for (j = 0; j < m; j++) {
+            char *ev = buf + (size_t)j * r->ev_max;
+            const char *argv[5] = {"XADD", r->key, "*", "e", ev};
+            size_t argl[5] = {4, strlen(r->key), 1, 1, 0};
+
+            argl[4] = event_put(r, ev, (uint64_t)(first + j), -1, 0);
+            redisAppendCommandArgv(c, 5, argv, argl);
+        }
+        for (ok = 0, j = 0; j < m; j++) {
+            redisReply *rp = NULL;
+
+            redisGetReply(c, (void **)&rp);
+            if (reply_is(c, rp, REDIS_REPLY_STRING, "XADD"))
+                ok++;
+            if (rp)
+                freeReplyObject(rp);
+            else
+                break;          /* the connection is gone */
+        }
+        lat_add(&r->lat, ms_between(t0, now_ns()));
+        atomic_fetch_add(&r->done, ok);
+        if (ok < m) {
+            atomic_fetch_add(&r->errors, m - ok);
+            break;
+        }
+    }
+out:
+    if (c)
+        redisFree(c);
+    free(buf);
+    return NULL;
+}
+
+static int run_enqueue(struct run *r, redisContext *c0, struct result *res)
+{
+    const char *xlen[] = {"XLEN", r->key};
+    redisReply *rp;
+    long stored = -1;
+
+    r->total = res->expected = r->o.events;
+    lat_init(&r->lat, r->total / r->o.batch + 1);
+    res->seconds = threads_run(r, r->o.producers, producer_main);
+    res->events = atomic_load(&r->done);
+    lat_pct(&r->lat, &res->p50, &res->p99);
+    if ((rp = command(c0, REDIS_REPLY_INTEGER, "XLEN", 2, xlen))) {
+        stored = rp->integer;
+        freeReplyObject(rp);
+    }
+    /* Every acknowledged XADD must be in the stream exactly once. */
+    if (stored >= 0) {
+        res->missing = stored < res->events ? res->events - stored : 0;
+        res->dups = stored > res->events ? stored - res->events : 0;
+    }
+    snprintf(res->extra, sizeof res->extra,
+             ",\"producers\":%ld,\"batch\":%ld,\"requests\":%ld,\"stored\":%ld",
+             r->o.producers, r->o.batch, atomic_load(&r->lat.n), stored);
+    return stored >= 0 ? 0 : -1;
+}
+
+/* ---- W3: work cycle ---- */
+
+/* Count the entries of one stream's part of an XREADGROUP/XAUTOCLAIM
+ * reply and put their ids into ids[*n...]. */
+static void take_entries(struct run *r, const redisReply *ents, const char **ids,
+                         size_t *idl, long *n)
+{
+    size_t i;
+
+    for (i = 0; i < ents->elements; i++) {
+        const redisReply *e = ents->element[i], *f;
+
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
+            e->element[0]->type != REDIS_REPLY_STRING) {
+            atomic_fetch_add(&r->errors, 1);
+            continue;
+        }
+        f = e->element[1];
+        if (f->type != REDIS_REPLY_ARRAY || f->elements < 2)
+            atomic_fetch_add(&r->errors, 1);     /* deleted under us */
+        else
+            event_seen(r, event_seq(r, f->element[1]));
+        ids[*n] = e->element[0]->str;
+        idl[*n] = e->element[0]->len;
+        (*n)++;
+    }
+}
+
+static void *cycle_main(void *arg)
+{
+    struct worker *w = arg;
+    struct run *r = w->r;
+    long max = r->o.max, n;
+    char consumer[32], count[24];
+    const char **ids = malloc((size_t)(max + 3) * sizeof *ids);
+    size_t *idl = malloc((size_t)(max + 3) * sizeof *idl);
+    redisContext *c = thread_start(r);
+
+    snprintf(consumer, sizeof consumer, "w%ld", w->id);
+    snprintf(count, sizeof count, "%ld", max);
+    if (!c || !ids || !idl)
+        goto out;
+    while (!stopping()) {
+        const char *rd[] = {"XREADGROUP", "GROUP", "g", consumer, "COUNT", count,
+                            "STREAMS", r->key, ">"};
+        const char *ac[] = {"XAUTOCLAIM", r->key, "g", consumer, LEASE_MS, "0-0",
+                            "COUNT", count};
+        redisReply *rp;
+        uint64_t t0 = now_ns(), t1;
+        size_t k;
+
+        rp = redisCommandArgv(c, 9, rd, NULL);
+        t1 = now_ns();
+        if (!rp || rp->type == REDIS_REPLY_ERROR ||
+            (rp->type != REDIS_REPLY_NIL && rp->type != REDIS_REPLY_ARRAY)) {
+            reply_is(c, rp, REDIS_REPLY_ARRAY, "XREADGROUP");
+            atomic_fetch_add(&r->errors, 1);
+            if (rp)
+                freeReplyObject(rp);
+            break;
+        }
+        n = 0;
+        if (rp->type == REDIS_REPLY_ARRAY) {
+            lat_add(&r->lat, ms_between(t0, t1));
+            atomic_fetch_add(&r->claims, 1);
+            for (k = 0; k < rp->elements; k++) {
+                const redisReply *s = rp->element[k];
+
+                if (s->type == REDIS_REPLY_ARRAY && s->elements == 2 &&
+                    s->element[1]->type == REDIS_REPLY_ARRAY)
+                    take_entries(r, s->element[1], ids + 3, idl + 3, &n);
+            }
+        } else {
+            /* Ran dry: take back what others leased more than 30 s ago
+             * (the lease of the issue); nothing here ever is. */
+            freeReplyObject(rp);
+            rp = command(c, REDIS_REPLY_ARRAY, "XAUTOCLAIM", 8, ac);
+            if (!rp) {
+                atomic_fetch_add(&r->errors, 1);
+                break;
+            }
+            if (rp->elements >= 2 && rp->element[1]->type == REDIS_REPLY_ARRAY)
+                take_entries(r, rp->element[1], ids + 3, idl + 3, &n);
+            if (n == 0) {
+                freeReplyObject(rp);
+                break;
+            }
+        }
+        if (n > 0) {
+            redisReply *ack;
+
+            ids[0] = "XACK";
+            idl[0] = 4;
+            ids[1] = r->key;
+            idl[1] = strlen(r->key);
+            ids[2] = "g";
+            idl[2] = 1;
+            t0 = now_ns();
+            ack = redisCommandArgv(c, (int)n + 3, ids, idl);
+            lat_add(&r->lat2, ms_between(t0, now_ns()));
+            if (reply_is(c, ack, REDIS_REPLY_INTEGER, "XACK")) {
+                atomic_fetch_add(&r->done, ack->integer);
+                if (ack->integer != n)
+                    atomic_fetch_add(&r->errors, n - ack->integer);
+            } else {
+                atomic_fetch_add(&r->errors, 1);
+            }
+            if (ack)
+                freeReplyObject(ack);
+            else
+                n = -1;
+        }
+        freeReplyObject(rp);
+        if (n < 0)
+            break;
+    }
+out:
+    if (c)
+        redisFree(c);
+    free(ids);
+    free(idl);
+    return NULL;
+}
+
+/* Pending (delivered, unacknowledged) entries of group g on 'key', or -1. */
+static long pending(redisContext *c, const char *key)
+{
+    const char *argv[] = {"XPENDING", key, "g"};
+    redisReply *rp = command(c, REDIS_REPLY_ARRAY, "XPENDING", 3, argv);
+    long n = -1;
+
+    if (rp && rp->elements >= 1 && rp->element[0]->type == REDIS_REPLY_INTEGER)
+        n = rp->element[0]->integer;
+    if (rp)
+        freeReplyObject(rp);
+    return n;
+}
+
+static int run_cycle(struct run *r, redisContext *c0, struct result *res)
+{
+    const char *mk[] = {"XGROUP", "CREATE", r->key, "g", "0", "MKSTREAM"};
+    redisReply *rp;
+
+    r->total = res->expected = r->o.events;
+    if (!(r->seen = calloc((size_t)r->total + 1, 1)))
+        return -1;
+    if (!(rp = command(c0, REDIS_REPLY_STATUS, "XGROUP CREATE", 6, mk)))
+        return -1;
+    freeReplyObject(rp);
+    if (fill(r, c0, r->total, make_plain))
+        return -1;
+    lat_init(&r->lat, r->total + 4 * r->o.workers + 16);
+    lat_init(&r->lat2, r->total + 4 * r->o.workers + 16);
+    res->seconds = threads_run(r, r->o.workers, cycle_main);
+    res->events = atomic_load(&r->done);
+    lat_pct(&r->lat, &res->p50, &res->p99);
+    lat_pct(&r->lat2, &res->ack_p50, &res->ack_p99);
+    res->missing = events_missing(r);
+    res->unacked = pending(c0, r->key);
+    snprintf(res->extra, sizeof res->extra,
+             ",\"workers\":%ld,\"max\":%ld,\"claims\":%ld,\"prefilled\":%ld",
+             r->o.workers, r->o.max, atomic_load(&r->claims), r->total);
+    return 0;
+}
+
+/* ---- W4: ordered, one stream per aggregate ---- */
+
+/* The aggregate of a W4 key "<prefix>:a<k>", or -1. */
+static long key_agg(const struct run *r, const redisReply *k)
+{
+    size_t pl = strlen(r->key);
+
+    if (k->type != REDIS_REPLY_STRING || k->len < pl + 3 || memcmp(k->str, r->key, pl) ||
+        k->str[pl] != ':' || k->str[pl + 1] != 'a')
+        return -1;
+    return dec_at(k->str + pl + 2);
+}
+
+/* Check one delivery from aggregate k's stream: the event must belong to
+ * aggregate k and be the version after the last one taken. */
+static void ordered_check(struct run *r, long k, const redisReply *v)
+{
+    const char *p;
+    long ver, agg;
+
+    event_seen(r, event_seq(r, v));
+    if (!v || v->type != REDIS_REPLY_STRING ||
+        !(p = strstr(v->str, "\"aggregate_id\":\"a")) ||
+        (agg = dec_at(p + 17)) < 0 || !(p = strstr(v->str, EV_VER)) ||
+        (ver = dec_at(p + sizeof EV_VER - 1)) < 0) {
+        atomic_fetch_add(&r->errors, 1);
+        return;
+    }
+    if (agg != k || ver != r->last_version[k] + 1)
+        atomic_fetch_add(&r->disorder, 1);
+    r->last_version[k] = ver;
+}
+
+static void *ordered_main(void *arg)
+{
+    struct worker *w = arg;
+    struct run *r = w->r;
+    long nw = r->o.workers, max = r->o.max, nact = 0, m, j, k, got;
+    long *act = malloc((size_t)(r->o.aggregates / nw + 2) * sizeof *act);
+    long *tmp = malloc((size_t)(r->o.aggregates / nw + 2) * sizeof *tmp);
+    long *pick = malloc((size_t)max * sizeof *pick);
+    bool *hit = malloc((size_t)max * sizeof *hit);
+    const char **argv = malloc((size_t)(7 + 2 * max) * sizeof *argv);
+    char consumer[32];
+    redisContext *c = thread_start(r);
+
+    snprintf(consumer, sizeof consumer, "w%ld", w->id);
+    if (!c || !act || !tmp || !pick || !hit || !argv)
+        goto out;
+    for (k = w->id; k < r->o.aggregates; k += nw)
+        act[nact++] = k;
+    argv[0] = "XREADGROUP";
+    argv[1] = "GROUP";
+    argv[2] = "g";
+    argv[3] = consumer;
+    argv[4] = "COUNT";
+    argv[5] = "1";
+    argv[6] = "STREAMS";
+    while (nact > 0 && !stopping()) {
+        redisReply *rp;
+        uint64_t t0, t1;
+        size_t s;
+        long nt = 0;
+
+        /* The first m ready aggregates of the round robin, one head each. */
+        m = nact < max ? nact : max;
+        for (j = 0; j < m; j++) {
+            pick[j] = act[j];
+            hit[j] = false;
+            argv[7 + j] = r->akeys[act[j]];
+            argv[7 + m + j] = ">";
+        }
+        t0 = now_ns();
+        rp = redisCommandArgv(c, (int)(7 + 2 * m), argv, NULL);
+        t1 = now_ns();
+        if (!rp || rp->type == REDIS_REPLY_ERROR ||
+            (rp->type != REDIS_REPLY_NIL && rp->type != REDIS_REPLY_ARRAY)) {
+            reply_is(c, rp, REDIS_REPLY_ARRAY, "XREADGROUP");
+            atomic_fetch_add(&r->errors, 1);
+            if (rp)
+                freeReplyObject(rp);
+            break;
+        }
+        got = 0;
+        if (rp->type == REDIS_REPLY_ARRAY) {
+            lat_add(&r->lat, ms_between(t0, t1));
+            atomic_fetch_add(&r->claims, 1);
+            /* Each stream in the reply has exactly one entry (COUNT 1):
+             * check it and pipeline its XACK. */
+            for (s = 0; s < rp->elements; s++) {
+                const redisReply *st = rp->element[s], *e, *f;
+                const char *ack[4] = {"XACK", NULL, "g", NULL};
+                size_t ackl[4] = {4, 0, 1, 0};
+
+                if (st->type != REDIS_REPLY_ARRAY || st->elements != 2 ||
+                    (k = key_agg(r, st->element[0])) < 0 || k % nw != w->id ||
+                    st->element[1]->type != REDIS_REPLY_ARRAY ||
+                    st->element[1]->elements != 1) {
+                    atomic_fetch_add(&r->errors, 1);
+                    continue;
+                }
+                for (j = 0; j < m; j++)
+                    if (pick[j] == k)
+                        hit[j] = true;
+                e = st->element[1]->element[0];
+                if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
+                    e->element[0]->type != REDIS_REPLY_STRING) {
+                    atomic_fetch_add(&r->errors, 1);
+                    continue;
+                }
+                f = e->element[1];
+                ordered_check(r, k, f->type == REDIS_REPLY_ARRAY && f->elements >= 2 ?
+                                  f->element[1] : NULL);
+                ack[1] = st->element[0]->str;
+                ackl[1] = st->element[0]->len;
+                ack[3] = e->element[0]->str;
+                ackl[3] = e->element[0]->len;
+                redisAppendCommandArgv(c, 4, ack, ackl);
+                got++;
+            }
+        }
+        freeReplyObject(rp);
+        t0 = now_ns();
+        for (j = 0; j < got; j++) {
+            redisReply *ack = NULL;
+
+            redisGetReply(c, (void **)&ack);
+            if (reply_is(c, ack, REDIS_REPLY_INTEGER, "XACK") && ack->integer == 1)
+                atomic_fetch_add(&r->done, 1);
+            else
+                atomic_fetch_add(&r->errors, 1);
+            if (!ack)
+                goto out;
+            freeReplyObject(ack);
+        }
+        if (got)
+            lat_add(&r->lat2, ms_between(t0, now_ns()));
+        /* A stream absent from the reply has nothing left (the prefill is
+         * over): drop it.  The others go to the back of the round robin. */
+        for (j = m; j < nact; j++)
+            tmp[nt++] = act[j];
+        for (j = 0; j < m; j++)
+            if (hit[j])
+                tmp[nt++] = pick[j];
+        memcpy(act, tmp, (size_t)nt * sizeof *act);
+        nact = nt;
+    }
+out:
+    if (c)
+        redisFree(c);
+    free(act);
+    free(tmp);
+    free(pick);
+    free(hit);
+    free(argv);
+    return NULL;
+}
+
+static int run_ordered(struct run *r, redisContext *c0, struct result *res)
+{
+    long a = r->o.aggregates, k, unacked = 0;
+
+    r->total = res->expected = a * r->o.per_agg;
+    r->seen = calloc((size_t)r->total + 1, 1);
+    r->last_version = calloc((size_t)a, sizeof *r->last_version);
+    if (!r->seen || !r->last_version)
+        return -1;
+    for (k = 0; k < a; k++) {
+        const char *mk[] = {"XGROUP", "CREATE", r->akeys[k], "g", "0", "MKSTREAM"};
+
+        redisAppendCommandArgv(c0, 6, mk, NULL);
+    }
+    for (k = 0; k < a; k++) {
+        redisReply *rp = NULL;
+        bool ok;
+
+        redisGetReply(c0, (void **)&rp);
+        ok = reply_is(c0, rp, REDIS_REPLY_STATUS, "XGROUP CREATE");
+        if (rp)
+            freeReplyObject(rp);
+        if (!ok)
+            return -1;
+    }
+    if (fill(r, c0, r->total, make_ordered))
+        return -1;
+    lat_init(&r->lat, r->total + 4 * r->o.workers + 16);
+    lat_init(&r->lat2, r->total + 4 * r->o.workers + 16);
+    res->seconds = threads_run(r, r->o.workers, ordered_main);
+    res->events = atomic_load(&r->done);
+    res->disorder = atomic_load(&r->disorder);
+    lat_pct(&r->lat, &res->p50, &res->p99);
+    lat_pct(&r->lat2, &res->ack_p50, &res->ack_p99);
+    res->missing = events_missing(r);
+    for (k = 0; k < a; k++) {
+        long p = pending(c0, r->akeys[k]);
+
+        if (p < 0) {
+            unacked = -1;
+            break;
+        }
+        unacked += p;
+    }
+    res->unacked = unacked;
+    snprintf(res->extra, sizeof res->extra,
+             ",\"workers\":%ld,\"max\":%ld,\"aggregates\":%ld,\"per_aggregate\":%ld,"
+             "\"claims\":%ld", r->o.workers, r->o.max, a, r->o.per_agg,
+             atomic_load(&r->claims));
+    return unacked >= 0 ? 0 : -1;
+}
+
+/* ---- W5: time window ---- */
+
+static int run_window(struct run *r, redisContext *c0, struct result *res)
+{
+    char start[64], end[32];
+    const char *xlen[] = {"XLEN", r->key};
+    const char *argv[] = {"XRANGE", r->key, start, end, "COUNT", "1000"};
+    uint64_t lo, hi, t0, t1, f0, f1;
+    long n, first = -1, last = -1, expect = 0, got = 0, prev = -1, pages = 0, stored = -1;
+    redisReply *rp;
+    bool more = true;
+
+    r->total = r->o.events;
+    r->ts = malloc((size_t)r->total * sizeof *r->ts);
+    if (!r->ts || r->total < 1)
+        return -1;
+    f0 = now_ns();
+    if (fill(r, c0, r->total, make_timed))
+        return -1;
+    f1 = now_ns();
+    if ((rp = command(c0, REDIS_REPLY_INTEGER, "XLEN", 2, xlen))) {
+        stored = rp->integer;
+        freeReplyObject(rp);
+    }
+    if (stored != r->total) {
+        say("stored %ld events, expected %ld", stored, r->total);
+        return -1;
+    }
+    /* The middle 10% of the span of the ids' milliseconds; ids are in
+     * event order, so the window holds the events first..last. */
+    lo = r->ts[0] + (r->ts[r->total - 1] - r->ts[0]) * 45 / 100;
+    hi = r->ts[0] + (r->ts[r->total - 1] - r->ts[0]) * 55 / 100;
+    for (n = 0; n < r->total; n++)
+        if (r->ts[n] >= lo && r->ts[n] <= hi) {
+            if (first < 0)
+                first = n;
+            last = n;
+            expect++;
+        }
+    snprintf(start, sizeof start, "%llu-0", (unsigned long long)lo);
+    snprintf(end, sizeof end, "%llu", (unsigned long long)hi);   /* up to hi-<max seq> */
+    lat_init(&r->lat, expect / PAGE + 2);
+    t0 = now_ns();
+    while (more && !stopping()) {
+        uint64_t q0 = now_ns();
+        size_t i;
+
+        if (!(rp = command(c0, REDIS_REPLY_ARRAY, "XRANGE", 6, argv))) {
+            atomic_fetch_add(&r->errors, 1);
+            break;
+        }
+        lat_add(&r->lat, ms_between(q0, now_ns()));
+        pages++;
+        for (i = 0; i < rp->elements; i++) {
+            const redisReply *e = rp->element[i], *f;
+
+            if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
+                e->element[0]->type != REDIS_REPLY_STRING ||
+                (f = e->element[1])->type != REDIS_REPLY_ARRAY || f->elements < 2 ||
+                (n = event_seq(r, f->element[1])) < 0) {
+                atomic_fetch_add(&r->errors, 1);
+                continue;
+            }
+            /* In order means each event is the one after the previous. */
+            if (n == prev)
+                atomic_fetch_add(&r->dups, 1);
+            else if (n < prev || n < first || n > last)
+                atomic_fetch_add(&r->disorder, 1);
+            else
+                got++;
+            prev = n;
+        }
+        more = rp->elements == PAGE;
+        if (more) {
+            const redisReply *id = rp->element[PAGE - 1]->element[0];
+
+            snprintf(start, sizeof start, "(%.*s", (int)id->len, id->str);
+        }
+        freeReplyObject(rp);
+    }
+    t1 = now_ns();
+    res->seconds = (double)(t1 - t0) / 1e9;
+    res->events = got + atomic_load(&r->dups) + atomic_load(&r->disorder);
+    res->expected = expect;
+    res->missing = expect > got ? expect - got : 0;
+    res->disorder = atomic_load(&r->disorder);
+    lat_pct(&r->lat, &res->p50, &res->p99);
+    snprintf(res->extra, sizeof res->extra,
+             ",\"stored\":%ld,\"window_events\":%ld,\"window_ms\":%llu,\"pages\":%ld,"
+             "\"prefill_seconds\":%.3f", stored, expect, (unsigned long long)(hi - lo),
+             pages, ms_between(f0, f1) / 1e3);
+    return 0;
+}
+
+/* ---- Command line ---- */
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: peer_redis --addr HOST:PORT --workload W1|W2|W3|W4|W5 [--events N]\n"
+            "         [--producers N] [--batch N] [--workers N] [--max N] [--aggregates A]\n"
+            "         [--per-aggregate K] [--payload-bytes 300] [--max-seconds S]\n"
+            "  --events N         W1 50000, W2 200000, W3 100000 prefilled, W5 1000000 stored\n"
+            "                     (W4 handles aggregates x per-aggregate events)\n"
+            "  --producers N      W1/W2 producer threads (32)\n"
+            "  --batch N          XADDs per pipeline (W1 1, W2 100)\n"
+            "  --workers N        W3/W4 worker threads (8)\n"
+            "  --max N            W3/W4 entries per claim (32)\n"
+            "  --aggregates A     W4 aggregates = streams (2000)\n"
+            "  --per-aggregate K  W4 versions per aggregate (25)\n"
+            "  --payload-bytes P  event JSON size (300)\n"
+            "  --max-seconds S    stop the whole run after S seconds (300)\n"
+            "Prints one JSON line; exit 0 on success, 1 on failure, 2 on usage error.\n");
+}
+
+/* Parse 'arg' as an integer in [lo, hi] into *out. */
+static int num_opt(const char *name, const char *arg, long lo, long hi, long *out)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(arg, &end, 10);
+    if (errno || end == arg || *end || v < lo || v > hi) {
+        say("--%s must be an integer in [%ld, %ld]", name, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int opts_parse(struct opts *o, int argc, char **argv)
+{
+    enum { O_ADDR = 1, O_WL, O_EV, O_PROD, O_BATCH, O_WORK, O_MAX, O_AGG, O_PER,
+           O_PAY, O_SECS, O_HELP };
+    static const struct option lo[] = {
+        {"addr", required_argument, NULL, O_ADDR},
+        {"workload", required_argument, NULL, O_WL},
+        {"events", required_argument, NULL, O_EV},
+        {"producers", required_argument, NULL, O_PROD},
+        {"batch", required_argument, NULL, O_BATCH},
+        {"workers", required_argument, NULL, O_WORK},
+        {"max", required_argument, NULL, O_MAX},
+        {"aggregates", required_argument, NULL, O_AGG},
+        {"per-aggregate", required_argument, NULL, O_PER},
+        {"payload-bytes", required_argument, NULL, O_PAY},
+        {"max-seconds", required_argument, NULL, O_SECS},
+        {"help", no_argument, NULL, O_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    long events = -1, batch = -1, port, secs;
+    const char *colon;
+    int ch;
+
+    memset(o, 0, sizeof *o);
+    o->producers = 32;
+    o->workers = 8;
+    o->max = 32;
+    o->aggregates = 2000;
+    o->per_agg = 25;
+    o->payload_bytes = 300;
+    o->max_seconds = 300;
+    while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        int rc = 0;
+
+        switch (ch) {
+        case O_ADDR:
+            colon = strrchr(optarg, ':');
+            if (!colon || colon == optarg || (size_t)(colon - optarg) >= sizeof o->host ||
+                num_opt("addr port", colon + 1, 1, 65535, &port)) {
+                say("--addr must be HOST:PORT");
+                return -1;
+            }
+            snprintf(o->host, sizeof o->host, "%.*s", (int)(colon - optarg), optarg);
+            o->port = (int)port;
+            break;
+        case O_WL:
+            if (strlen(optarg) != 2 || (optarg[0] != 'W' && optarg[0] != 'w') ||
+                optarg[1] < '1' || optarg[1] > '5') {
+                say("--workload must be one of W1 W2 W3 W4 W5");
+                return -1;
+            }
+            o->workload = optarg[1] - '0';
+            break;
+        case O_EV:    rc = num_opt("events", optarg, 1, 100000000, &events); break;
+        case O_PROD:  rc = num_opt("producers", optarg, 1, 1024, &o->producers); break;
+        case O_BATCH: rc = num_opt("batch", optarg, 1, 100000, &batch); break;
+        case O_WORK:  rc = num_opt("workers", optarg, 1, 1024, &o->workers); break;
+        case O_MAX:   rc = num_opt("max", optarg, 1, 10000, &o->max); break;
+        case O_AGG:   rc = num_opt("aggregates", optarg, 1, 10000000, &o->aggregates); break;
+        case O_PER:   rc = num_opt("per-aggregate", optarg, 1, 1000000, &o->per_agg); break;
+        case O_PAY:   rc = num_opt("payload-bytes", optarg, 0, 1000000, &o->payload_bytes); break;
+        case O_SECS:  rc = num_opt("max-seconds", optarg, 1, 86400, &secs);
+                      o->max_seconds = (double)secs;
+                      break;
+        case O_HELP:
+            usage(stdout);
+            exit(0);
+        default:
+            return -1;
+        }
+        if (rc)
+            return -1;
+    }
+    if (optind < argc || !o->port || !o->workload) {
+        say("--addr and --workload are required");
+        return -1;
+    }
+    if (events < 0)
+        events = o->workload == 1 ? 50000 : o->workload == 2 ? 200000 :
+                 o->workload == 3 ? 100000 : 1000000;
+    o->events = events;
+    o->batch = batch > 0 ? batch : o->workload == 2 ? 100 : 1;
+    if (o->aggregates * o->per_agg > 100000000) {
+        say("--aggregates x --per-aggregate is too large");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- Report ---- */
+
+/* How workload r->o.workload maps onto Redis, in one sentence. */
+static void run_note(const struct run *r, struct result *res)
+{
+    const struct opts *o = &r->o;
+
+    switch (o->workload) {
+    case 1:
+    case 2:
+        if (o->batch == 1)
+            snprintf(res->note, sizeof res->note,
+                     "%ld threads, one hiredis connection each, one synchronous "
+                     "XADD <stream> * e <json> per event (auto id) into one stream; "
+                     "latency per XADD round trip", o->producers);
+        else
+            snprintf(res->note, sizeof res->note,
+                     "%ld threads, one hiredis connection each, pipelines of %ld "
+                     "XADD <stream> * e <json> into one stream (no MULTI/EXEC: each "
+                     "XADD is durable on its own and the batch counts as acknowledged "
+                     "when its last reply arrives); latency per pipeline",
+                     o->producers, o->batch);
+        break;
+    case 3:
+        snprintf(res->note, sizeof res->note,
+                 "%ld events XADDed untimed into one stream with a consumer group "
+                 "(XGROUP CREATE ... 0); %ld threads loop XREADGROUP GROUP g <worker> "
+                 "COUNT %ld STREAMS <s> > then one XACK of all ids received; the 30 s "
+                 "lease is the pending-entries list plus XAUTOCLAIM min-idle 30000, "
+                 "tried when a worker runs dry and never triggered here (no worker "
+                 "fails); p50/p99 per XREADGROUP", o->events, o->workers, o->max);
+        break;
+    case 4:
+        snprintf(res->note, sizeof res->note,
+                 "per-key order approximated by one stream + consumer group per "
+                 "aggregate (%ld streams, %ld versions each, XADDed untimed); worker w "
+                 "of %ld owns the aggregates k %% %ld == w and claims with one "
+                 "XREADGROUP COUNT 1 over up to %ld of its streams (one head per "
+                 "aggregate), then pipelines one XACK per stream, so a version is read "
+                 "only after the previous one was acked; versions verified per "
+                 "aggregate; p50/p99 per XREADGROUP",
+                 o->aggregates, o->per_agg, o->workers, o->workers, o->max);
+        break;
+    case 5:
+        snprintf(res->note, sizeof res->note,
+                 "%ld events XADDed untimed into one stream with explicit ids "
+                 "<unix ms>-<seq> from the producer's clock (one connection, pipelines "
+                 "of %d), then the middle 10%% of the id time span read in id order "
+                 "with XRANGE <lo>-0 <hi> COUNT %d, each next page from (<last id>; "
+                 "order checked by event number; p50/p99 per page",
+                 o->events, FILL_PIPE, PAGE);
+        break;
+    }
+}
+
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
+}
+
+static void json_ms(const char *name, double v)
+{
+    if (isnan(v))
+        printf(",\"%s\":null", name);
+    else
+        printf(",\"%s\":%.3f", name, v);
+}
+
+static void report(const struct run *r, const char *version, const char *dur,
+                   const struct result *res)
+{
+    printf("{\"peer\":\"redis\",\"version\":");
+    json_str(version);
+    printf(",\"durability\":");
+    json_str(dur);
+    printf(",\"workload\":\"W%d\",\"events\":%ld,\"seconds\":%.3f,\"events_per_s\":%.1f",
+           r->o.workload, res->events, res->seconds,
+           res->seconds > 0 ? (double)res->events / res->seconds : 0.0);
+    json_ms("p50_ms", res->p50);
+    json_ms("p99_ms", res->p99);
+    printf(",\"duplicates\":%ld,\"missing\":%ld,\"order_violations\":%ld",
+           res->dups, res->missing, res->disorder);
+    if (r->o.workload == 3 || r->o.workload == 4) {
+        json_ms("ack_p50_ms", res->ack_p50);
+        json_ms("ack_p99_ms", res->ack_p99);
+        printf(",\"unacked\":%ld", res->unacked);
+    }
+    printf("%s,\"payload_bytes\":%ld,\"errors\":%ld,\"timed_out\":%s,\"runid\":\"%s\"",
+           res->extra, r->o.payload_bytes, res->errors, res->timed_out ? "true" : "false",
+           r->runid);
+    if (res->error[0]) {
+        printf(",\"error\":");
+        json_str(res->error);
+    }
+    printf(",\"note\":");
+    json_str(res->note);
+    printf("}\n");
+    fflush(stdout);
+}
+
+/* ---- Main ---- */
+
+static int run_setup(struct run *r)
+{
+    unsigned char rnd[8];
+    long k;
+    size_t i;
+
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+        uint64_t t = now_ns() ^ ((uint64_t)getpid() << 32);
+
+        memcpy(rnd, &t, sizeof rnd);
+    }
+    for (i = 0; i < sizeof rnd; i++)
+        snprintf(r->runid + 2 * i, 3, "%02x", rnd[i]);
+    snprintf(r->key, sizeof r->key, "peer-redis:%s", r->runid);
+    r->ev_head_len = (size_t)snprintf(r->ev_head, sizeof r->ev_head,
+                                      "{\"event_id\":\"rd-%s-", r->runid);
+    r->ev_mid_len = (size_t)snprintf(r->ev_mid, sizeof r->ev_mid,
+                                     "\",\"topic\":\"bench\",\"event_type\":\"bench.created\",");
+    r->ev_max = r->ev_head_len + 20 + r->ev_mid_len + sizeof EV_AGG + 22 + sizeof EV_VER +
+                22 + sizeof EV_PAYLOAD + 20 + sizeof EV_PAD + sizeof EV_END +
+                (size_t)r->o.payload_bytes;
+    if (r->o.workload == 4) {
+        if (!(r->akeys = calloc((size_t)r->o.aggregates, sizeof *r->akeys)))
+            return -1;
+        for (k = 0; k < r->o.aggregates; k++)
+            snprintf(r->akeys[k], sizeof r->akeys[k], "%.48s:a%ld", r->key, k);
+    }
+    return 0;
+}
+
+/* UNLINK this run's keys (untimed) so repeated runs do not pile up. */
+static void run_cleanup(struct run *r, redisContext *c)
+{
+    long k, n = r->o.workload == 4 ? r->o.aggregates : 1;
+
+    for (k = 0; k < n; k++) {
+        const char *argv[] = {"UNLINK", r->o.workload == 4 ? r->akeys[k] : r->key};
+
+        redisAppendCommandArgv(c, 2, argv, NULL);
+    }
+    for (k = 0; k < n; k++) {
+        redisReply *rp = NULL;
+
+        if (redisGetReply(c, (void **)&rp) != REDIS_OK)
+            break;
+        freeReplyObject(rp);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    static struct run run;
+    struct run *r = &run;
+    struct result res;
+    char version[64] = "?", dur[256] = "?";
+    redisContext *c0 = NULL;
+    int rc = -1;
+    bool ok;
+
+    if (opts_parse(&r->o, argc, argv)) {
+        usage(stderr);
+        return 2;
+    }
+    memset(&res, 0, sizeof res);
+    res.p50 = res.p99 = res.ack_p50 = res.ack_p99 = NAN;
+    res.unacked = -1;
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    deadline_ns = now_ns() + (uint64_t)(r->o.max_seconds * 1e9);
+    run_note(r, &res);
+    if (run_setup(r)) {
+        snprintf(res.error, sizeof res.error, "out of memory");
+        goto report;
+    }
+    if (!(c0 = conn_open(r))) {
+        snprintf(res.error, sizeof res.error, "cannot connect to %.200s:%d", r->o.host, r->o.port);
+        goto report;
+    }
+    if (server_describe(c0, version, sizeof version, dur, sizeof dur)) {
+        snprintf(res.error, sizeof res.error, "cannot query the server");
+        goto report;
+    }
+    switch (r->o.workload) {
+    case 1:
+    case 2: rc = run_enqueue(r, c0, &res); break;
+    case 3: rc = run_cycle(r, c0, &res); break;
+    case 4: rc = run_ordered(r, c0, &res); break;
+    case 5: rc = run_window(r, c0, &res); break;
+    }
+    if (rc && !res.error[0])
+        snprintf(res.error, sizeof res.error, "%s",
+                 atomic_load(&stop_flag) ? "stopped (--max-seconds or a signal) before "
+                 "the workload finished" : "setup or check failed (see stderr)");
+    run_cleanup(r, c0);
+report:
+    if (c0)
+        redisFree(c0);
+    res.dups += atomic_load(&r->dups);
+    res.errors = atomic_load(&r->errors);
+    res.timed_out = atomic_load(&stop_flag) != 0;
+    report(r, version, dur, &res);
+    ok = rc == 0 && !res.timed_out && res.errors == 0 && res.dups == 0 &&
+         res.missing == 0 && res.disorder == 0 && res.events == res.expected;
+    return ok ? 0 : 1;
+}
