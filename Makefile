@@ -119,7 +119,7 @@ PEER_DEBS := redis-server libhiredis-dev postgresql libpq-dev nats-server libnat
 build/peer_redis: bench/peer_redis.c | build/rel
 	$(CC) $(WARN) -O2 $(shell pkg-config --cflags hiredis) $< -o $@ $(shell pkg-config --libs hiredis) -lpthread -lm
 build/peer_postgres: bench/peer_postgres.c | build/rel
-	$(CC) $(WARN) -O2 -I$(shell pg_config --includedir 2>/dev/null) $< -o $@ -lpq -lpthread -lm
+	$(CC) $(WARN) -O2 $(shell pkg-config --cflags libpq) $< -o $@ $(shell pkg-config --libs libpq) -lpthread -lm
 build/peer_nats: bench/peer_nats.c | build/rel
 	$(CC) $(WARN) -O2 $(shell pkg-config --cflags libnats) $< -o $@ $(shell pkg-config --libs libnats) -lpthread -lm
 build/peer_beanstalkd: bench/peer_beanstalkd.c | build/rel
