@@ -16,6 +16,10 @@ as such, never silently left out.
 """
 import json, os, platform, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
 
+if len(sys.argv) > 1:
+    sys.stdout.write(__doc__)
+    sys.exit(0 if sys.argv[1] in ("-h", "--help") else 2)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.chdir(ROOT)
 SMOKE = os.environ.get("SMOKE") == "1"
