@@ -31,6 +31,8 @@ SIZES = {  # the issue's sizes; SMOKE shrinks them
 }
 OUT = os.environ.get("OUT", "bench/RESULTS.md" if not SMOKE else os.path.join(tempfile.gettempdir(), "RESULTS-smoke.md"))
 procs = []
+PEAK_RSS = {}  # system -> MiB after W1-W5
+BACKLOG_P99 = []  # (pending events, claim p99 ms), for the chart
 
 
 def free_port():
@@ -172,17 +174,17 @@ class Peer:
 
     def start_redis(self):
         self.addr = "127.0.0.1:%d" % self.port
-        start(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.tmp,
+        self.proc = start(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.tmp,
                "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no",
                "--auto-aof-rewrite-percentage", "0"], self.port)
 
     def start_nats(self):
         self.addr = "127.0.0.1:%d" % self.port
-        start(["nats-server", "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", self.tmp], self.port)
+        self.proc = start(["nats-server", "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", self.tmp], self.port)
 
     def start_beanstalkd(self):
         self.addr = "127.0.0.1:%d" % self.port
-        start(["beanstalkd", "-l", "127.0.0.1", "-p", str(self.port), "-b", self.tmp, "-f", "0"], self.port)
+        self.proc = start(["beanstalkd", "-l", "127.0.0.1", "-p", str(self.port), "-b", self.tmp, "-f", "0"], self.port)
 
     def start_postgres(self):
         bindir = sorted(d for d in os.listdir("/usr/lib/postgresql"))[-1]
@@ -196,6 +198,7 @@ class Peer:
                                        "-c", "listen_addresses=127.0.0.1", "-c", "synchronous_commit=on",
                                        "-c", "fsync=on"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(p)
+        self.proc = p
         wait_port(self.port, p)
         subprocess.run([bindir + "/createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "bench"],
                        check=True)
@@ -220,6 +223,31 @@ def rss_anon_kb(pid):
             if line.startswith("RssAnon:"):
                 return int(line.split()[1])
     return None
+
+
+def peak_rss_mib(pid):
+    """Peak RSS (VmHWM) of pid and its descendants, summed (PostgreSQL is
+    several processes); file-backed pages of mapped files count."""
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    kids.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(d))
+            except OSError:
+                pass
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo += kids.get(p, [])
+        try:
+            with open("/proc/%d/status" % p) as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
 
 
 def claim_p99(mic, group):
@@ -284,6 +312,32 @@ def scaling(mic):
         rows.append(("claim p99 with %d pending" % n, "%.3f ms" % claim_p99(mic, g)))
     base = float(rows[0][1].split()[0])
     rows.append(("p99 at the largest backlog / at the smallest", "%.2fx" % (float(rows[-1][1].split()[0]) / base)))
+    BACKLOG_P99[:] = [(n, float(r[1].split()[0])) for n, r in zip(backlogs, rows)]
+    # Blocked aggregates: an ordered group whose nb aggregates have 2 versions
+    # each, every head leased for an hour (so each successor is blocked), plus
+    # nb ready single-event aggregates; claim p99 against a group with the
+    # ready ones only.
+    nb = 500 if SMOKE else 100000  # more ready aggregates than claim_p99 rounds
+    clear = mic.fresh(ordered=True)
+    mic.loadgen(clear, nb, 4, 1000, ["--aggregates", str(nb), "--versions", "--agg-offset", "50000000"])
+    clear_p99 = claim_p99(mic, clear)
+    g = mic.fresh(ordered=True)
+    mic.loadgen(g, 2 * nb, 1, 1000, ["--aggregates", str(nb), "--versions", "--agg-offset", "60000000"])
+    leased = 0
+    while leased < nb:
+        out = subprocess.run(["curl", "-sf", "-XPOST", mic.url + "/v1/groups/%s/claim" % g, "-H",
+                              "Content-Type: application/json", "-d", '{"max":1000,"lease_ttl_s":3600}'],
+                             stdout=subprocess.PIPE, check=True).stdout
+        got = len(json.loads(out)["deliveries"])
+        if not got:
+            break
+        leased += got
+    mic.loadgen(g, nb, 4, 1000, ["--aggregates", str(nb), "--versions", "--agg-offset", "70000000"])
+    total += 4 * nb
+    blocked_p99 = claim_p99(mic, g)
+    rows.append(("claim p99, ordered group with %d ready aggregates" % nb, "%.3f ms" % clear_p99))
+    rows.append(("claim p99, the same plus %d blocked aggregates (heads leased)" % leased, "%.3f ms" % blocked_p99))
+    rows.append(("p99 blocked / none blocked", "%.2fx" % (blocked_p99 / clear_p99)))
     rss = rss_anon_kb(mic.proc.pid)
     rows.append(("micd RSS (anonymous, the map excluded) with %d events stored" % total,
                  "%.1f MiB" % (rss / 1024) if rss else "?"))
@@ -324,6 +378,8 @@ def main():
                         problems.append("%s %s: %s" % (s.name, w, e))
                         break
                 results[(s.name, w)] = runs
+        for s in systems:
+            PEAK_RSS[s.name] = peak_rss_mib(s.proc.pid)
         try:
             scale_rows = scaling(systems[0])
         except Exception as e:
@@ -333,6 +389,23 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     write(results, systems, problems, workloads, scale_rows)
     return 1 if SMOKE and problems else 0
+
+
+def TARGET_ROWS(scale_rows):
+    """The scaling targets, from the scaling rows (value strings end in a unit)."""
+    out = []
+    rows = dict(scale_rows)
+    for k, v in rows.items():
+        num = float(v.split()[0].rstrip("x")) if v[0].isdigit() else None
+        if num is None:
+            continue
+        if k.startswith("p99 at the largest"):
+            out.append(("claim p99 at the largest backlog <= 1.5x at 10k", v, "yes" if num <= 1.5 else "no"))
+        elif k.startswith("micd RSS"):
+            out.append(("%s <= 64 MiB" % k, v, "yes" if num <= 64 else "no"))
+        elif k.startswith("restart to ready"):
+            out.append(("%s <= 1 s" % k, v, "yes" if num <= 1000 else "no"))
+    return out
 
 
 def med(runs, key):
@@ -370,9 +443,29 @@ def write(results, systems, problems, workloads, scale_rows=()):
         ratio = micm[0] / best if micm and best else None
         ratios[w] = ratio
         lines.append("| %s %s | %s | %s |" % (w, label[w], " | ".join(cells), "%.2fx" % ratio if ratio else "-"))
-    lines += ["", "| system | version | durability before the ack |", "|---|---|---|"]
+    lines += ["", "Latency, median of the runs, p50 / p99 in ms (W1, W2: per request; W3, W4: per claim "
+              "request; W5 is one streamed read):", "",
+              "| workload | " + " | ".join(s.name for s in systems) + " |", "|---|" + "---|" * len(systems)]
+    for w in workloads:
+        cells = []
+        for s in systems:
+            a, b = med(results.get((s.name, w), []), "p50_ms"), med(results.get((s.name, w), []), "p99_ms")
+            cells.append("%.2f / %.2f" % (a[0], b[0]) if a and b else "-")
+        lines.append("| %s | %s |" % (w, " | ".join(cells)))
+    lines += ["", "| system | version | durability before the ack | peak RSS after W1-W5 |", "|---|---|---|---|"]
     for s in systems:
-        lines.append("| %s | %s | %s |" % (s.name, s.version or "?", s.durability or "?"))
+        lines.append("| %s | %s | %s | %s |" % (s.name, s.version or "?", s.durability or "?",
+                                              "%.0f MiB" % PEAK_RSS[s.name] if s.name in PEAK_RSS else "?"))
+    lines += ["", "Peak RSS is VmHWM summed over the server's processes; mapped store files "
+              "(MIC's LMDB map) count as they are touched, so it is not the anonymous memory of "
+              "the scaling table below."]
+    lines += ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
+    for w, goal in (("W1", 1.0), ("W2", 2.0), ("W3", 2.0), ("W4", 2.0), ("W5", 2.0)):
+        r = ratios.get(w)
+        lines.append("| %s >= %.1fx the best peer | %s | %s |" % (w, goal, "%.2fx" % r if r else "-",
+                                                            "yes" if r and r >= goal else "no"))
+    for name, value, goal in TARGET_ROWS(scale_rows):
+        lines.append("| %s | %s | %s |" % (name, value, goal))
     if scale_rows:
         lines += ["", "## MIC scaling (same run)", "", "| measure | MIC |", "|---|---|"]
         lines += ["| %s | %s |" % r for r in scale_rows]
@@ -391,9 +484,20 @@ def write(results, systems, problems, workloads, scale_rows=()):
                         "set boxwidth 0.6; set ylabel 'MIC / best peer'; set yrange [0:*];"
                         "set title 'Throughput ratio per workload (1.0 = as fast as the best peer)';"
                         "plot '%s' using 2:xtic(1) with boxes notitle, 1 with lines dt 2 notitle" % data], check=False)
+        if BACKLOG_P99:
+            data = os.path.join(tempfile.gettempdir(), "mic-backlog.dat")
+            with open(data, "w") as f:
+                for n, ms in BACKLOG_P99:
+                    f.write("%d %f\n" % (n, ms))
+            subprocess.run(["gnuplot", "-e",
+                            "set terminal png size 800,400; set output 'bench/claim-p99.png'; set logscale x;"
+                            "set xlabel 'pending events in the group'; set ylabel 'claim p99 (ms)'; set yrange [0:*];"
+                            "set title 'MIC claim p99 against the backlog (flat = O(log n))';"
+                            "plot '%s' using 1:2 with linespoints notitle" % data], check=False)
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))  # run the finally: stop what we started
     try:
         sys.exit(main())
     finally:
