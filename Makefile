@@ -13,7 +13,7 @@ RPKGS   := libcurl jansson libcrypto libnats
 DEBS    := build-essential pkg-config libmicrohttpd-dev liblmdb-dev lmdb-utils \
            libjansson-dev libssl-dev libcmocka-dev libcurl4-openssl-dev curl \
            procps libnats-dev nats-server clickhouse-server clickhouse-client \
-           prometheus
+           prometheus python3
 WARN    := -std=c11 -Wall -Wextra -Werror -Wformat=2 -g
 SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 PKGCFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -83,9 +83,14 @@ run: deps build/micd
 	mkdir -p var
 	./build/micd --listen 127.0.0.1:8080 --data ./var
 
-check: build/san/micd build/san/mic-events-replay build/san/mic $(UNIT)
+check: build/san/micd build/san/mic-events-replay build/san/mic $(UNIT) \
+       build/micd build/loadgen build/workers build/peer_nats
 	MICD=build/san/micd MIC_REPLAY=build/san/mic-events-replay MIC_CLI=build/san/mic \
 	    tests/run.sh $(UNIT)
+	@# the peer harness at tiny sizes, against MIC and a real nats-server
+	SMOKE=1 PEERS=nats OUT=build/RESULTS-smoke.md bench/peers.py > build/bench-smoke.log 2>&1 || \
+	    { cat build/bench-smoke.log; echo "bench smoke: FAILED"; exit 1; }
+	@echo "bench smoke: MIC and nats ran W1-W5 and the scaling rows (build/RESULTS-smoke.md)"
 
 test: deps
 	$(MAKE) check

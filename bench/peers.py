@@ -10,7 +10,9 @@ storage), beanstalkd (-f 0); each driven by its C driver build/peer_NAME
 (bench/peer_NAME.c).  A peer whose server or driver is missing is reported
 as such, never silently left out.
 
-    SMOKE=1   tiny sizes, 1 run (make bench-smoke; run by make test)
+    SMOKE=1   tiny sizes, 1 run; exits 1 on any problem, duplicate, missing
+              or out-of-order event (make bench-smoke; make test runs it
+              with PEERS=nats, the peer its packages already install)
     RUNS=N    runs per workload (default 3)
     PEERS=a,b only these peers
 """
@@ -99,8 +101,11 @@ class Mic:
                            "--map-max", "256G", "--max-connections", "20000",
                            "--per-ip-connections", "20000"], self.port)
         self.n = 0
-        self.version = subprocess.run(["git", "describe", "--always", "--dirty"], stdout=subprocess.PIPE,
-                                      stderr=subprocess.DEVNULL).stdout.decode().strip() or "?"
+        try:
+            self.version = subprocess.run(["git", "describe", "--always", "--dirty"], stdout=subprocess.PIPE,
+                                          stderr=subprocess.DEVNULL).stdout.decode().strip() or "?"
+        except OSError:  # no git: a tarball checkout
+            self.version = "?"
         self.durability = "fsync of the commit holding the event before the 2xx (--durability fsync)"
 
     def fresh(self, ordered=False):
@@ -387,6 +392,11 @@ def main():
     finally:
         stop_all()
         shutil.rmtree(tmp, ignore_errors=True)
+    for (name, w), runs in sorted(results.items()):
+        bad = ["%s %d" % (k, sum(r.get(k) or 0 for r in runs))
+               for k in ("duplicates", "missing", "order_violations") if any(r.get(k) for r in runs)]
+        if bad or not runs:
+            problems.append("%s %s: %s" % (name, w, ", ".join(bad) or "no run completed"))
     write(results, systems, problems, workloads, scale_rows)
     return 1 if SMOKE and problems else 0
 
