@@ -730,6 +730,21 @@ static int apply(mic_op *op, struct mic_wctx *w)
     return MIC_OK;
 }
 
+/* 1 when none of the topics 'gr' subscribes to holds an event (the backfill
+ * would walk the whole log for nothing), 0 when one does, -rc on error. */
+static int topics_empty(struct mic_wctx *w, const struct mic_group *gr)
+{
+    struct backfill b = {w, gr, NULL, 0, 0, MIC_OK};
+    uint64_t n = 0, sum = 0;
+    int rc = mic_store_topic_each(w->txn, collect_topic, &b);
+
+    for (int i = 0; !rc && i < b.nids && !sum; i++)
+        if (!(rc = mic_store_topic_events(w->txn, b.ids[i], &n)))
+            sum += n;
+    free(b.ids);
+    return rc ? -rc : sum == 0;
+}
+
 int mic_groups_create(mic_groups *g, struct mic_wctx *w, const char *name,
                       const char *json, size_t len, int selecting,
                       struct mic_group **out)
@@ -754,6 +769,13 @@ int mic_groups_create(mic_groups *g, struct mic_wctx *w, const char *name,
     rec.backfill_end = w->next_seq - 1;
     rec.backfill_next = 1;
     rec.backfilling = selecting || (gr->cfg.start != MIC_START_NEW && rec.backfill_end >= 1);
+    if (rec.backfilling && !selecting && (rc = topics_empty(w, gr)) != 0) {
+        if (rc < 0) {
+            group_free(gr);
+            return -rc;
+        }
+        rec.backfilling = 0; /* nothing stored in its topics: no log walk */
+    }
     rec.config = json;
     rec.config_len = len;
     if ((rc = mic_store_group_put(w->txn, name, nlen, &rec))) {
