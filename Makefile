@@ -121,14 +121,14 @@ PEER_DRIVERS := $(patsubst bench/peer_%.c,build/peer_%,$(wildcard bench/peer_*.c
 PEER_DEBS := redis-server libhiredis-dev postgresql libpq-dev nats-server libnats-dev beanstalkd \
              gnuplot-nox python3 curl
 
-build/peer_redis: bench/peer_redis.c | build/rel
-	$(CC) $(WARN) -O2 $(shell pkg-config --cflags hiredis) $< -o $@ $(shell pkg-config --libs hiredis) -lpthread -lm
-build/peer_postgres: bench/peer_postgres.c | build/rel
-	$(CC) $(WARN) -O2 $(shell pkg-config --cflags libpq) $< -o $@ $(shell pkg-config --libs libpq) -lpthread -lm
-build/peer_nats: bench/peer_nats.c | build/rel
-	$(CC) $(WARN) -O2 $(shell pkg-config --cflags libnats) $< -o $@ $(shell pkg-config --libs libnats) -lpthread -lm
-build/peer_beanstalkd: bench/peer_beanstalkd.c | build/rel
-	$(CC) $(WARN) -O2 $< -o $@ -lpthread -lm
+build/peer_redis: bench/peer_redis.c bench/peerlib.c bench/peerlib.h | build/rel
+	$(CC) $(WARN) -O2 $(shell pkg-config --cflags hiredis) $< bench/peerlib.c -o $@ $(shell pkg-config --libs hiredis) -lpthread -lm
+build/peer_postgres: bench/peer_postgres.c bench/peerlib.c bench/peerlib.h | build/rel
+	$(CC) $(WARN) -O2 $(shell pkg-config --cflags libpq) $< bench/peerlib.c -o $@ $(shell pkg-config --libs libpq) -lpthread -lm
+build/peer_nats: bench/peer_nats.c bench/peerlib.c bench/peerlib.h | build/rel
+	$(CC) $(WARN) -O2 $(shell pkg-config --cflags libnats) $< bench/peerlib.c -o $@ $(shell pkg-config --libs libnats) -lpthread -lm
+build/peer_beanstalkd: bench/peer_beanstalkd.c bench/peerlib.c bench/peerlib.h | build/rel
+	$(CC) $(WARN) -O2 $< bench/peerlib.c -o $@ -lpthread -lm
 
 peer-deps:
 	@missing=""; for p in $(PEER_DEBS); do \

@@ -65,11 +65,11 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -83,6 +83,8 @@
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "peerlib.h"
 
 #define PEER          "beanstalkd"
 #define PUT_TTR       30            /* seconds: the lease of a reserved job */
@@ -100,14 +102,6 @@
 
 #define DURABILITY "put and delete are answered only after their binlog record is written " \
                    "and fsync()ed (-b DIR -f 0); reservations are not logged"
-
-/* Pieces of one event body; see event_put. */
-#define EV_AGG      "\"aggregate_type\":\"bench\",\"aggregate_id\":\"a"
-#define EV_VER      "\"aggregate_version\":"
-#define EV_PAYLOAD  "\"payload\":{\"seq\":"
-#define EV_TS       ",\"ts_us\":"
-#define EV_PAD      ",\"pad\":\""
-#define EV_END      "\"}}"
 
 enum workload { W1 = 1, W2, W3, W4, W5 };
 
@@ -138,35 +132,11 @@ struct run {
     _Atomic int failed;
 };
 
-/* 1 = deadline, 2 = signal. Lock-free, so the signal handler may store it. */
-static atomic_int stop_requested;
-static atomic_int log_budget = LOG_BUDGET;
+/* One line to stderr, prefixed; quiet once LOG_BUDGET lines were said. */
+#define say(...) do { if (peer_may_log()) peer_say(__VA_ARGS__); } while (0)
 
 /* ---- Small helpers ---- */
 
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* One line to stderr, prefixed; quiet once LOG_BUDGET lines were said. */
-static void say(const char *fmt, ...)
-{
-    char line[1024];
-    va_list ap;
-
-    if (atomic_fetch_sub(&log_budget, 1) <= 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "peer_" PEER ": %s\n", line);
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
-}
 
 static uint64_t wall_us(void)
 {
@@ -176,51 +146,17 @@ static uint64_t wall_us(void)
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-static void request_stop(int why)
-{
-    int zero = 0;
-
-    atomic_compare_exchange_strong(&stop_requested, &zero, why);
-}
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    request_stop(2);
-}
-
 /* True once the run must end: a signal, the deadline, or a failure. */
 static bool stopping(struct run *r)
 {
-    if (atomic_load_explicit(&stop_requested, memory_order_relaxed))
-        return true;
-    if (now_ns() >= r->deadline_ns) {
-        request_stop(1);
-        return true;
-    }
-    return false;
+    return peer_stopping(r->deadline_ns);
 }
 
 /* Record a failure: the run ends and the exit status is 1. */
 static void fail(struct run *r)
 {
     atomic_store(&r->failed, 1);
-    request_stop(3);
-}
-
-/* Decimal digits of 'v' at 'p' (no NUL); returns how many. */
-static size_t u64_put(char *p, uint64_t v)
-{
-    char tmp[20];
-    size_t n = 0, i;
-
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (i = 0; i < n; i++)
-        p[i] = tmp[n - 1 - i];
-    return n;
+    peer_request_stop(3);
 }
 
 /* The decimal number right after 'key' in p[0..n); -1 if there is none. */
@@ -310,18 +246,9 @@ static void lat_merge(struct lat *all, struct lat *const *parts, size_t n)
 }
 
 /* Nearest-rank percentile 'p' (0..100) of sorted 'l' in ms; -1 if empty. */
-static double lat_pct(const struct lat *l, double p)
+static double lat_pct(const struct lat *l, unsigned p)
 {
-    size_t k;
-
-    if (!l->n)
-        return -1;
-    k = (size_t)((p / 100.0) * (double)l->n + 0.999999);
-    if (k < 1)
-        k = 1;
-    if (k > l->n)
-        k = l->n;
-    return l->us[k - 1] / 1000.0;
+    return l->n ? l->us[peer_rank(l->n, p)] / 1000.0 : -1;
 }
 
 /* ---- Connections and the text protocol ---- */
@@ -564,57 +491,17 @@ static int conn_watch(struct conn *c, struct run *r, const char *t)
 
 /* ---- Event bodies ---- */
 
-/* Upper bound of event_put's output. */
-static size_t event_max(const struct run *r)
-{
-    return r->ev_head_len + 20 + 64 + sizeof EV_AGG + 22 + sizeof EV_VER + 22 + sizeof EV_PAYLOAD +
-           20 + sizeof EV_TS + 20 + sizeof EV_PAD + sizeof EV_END + r->opt.payload_bytes;
-}
-
 /* Write event number 'n' as one JSON object at 'out'; returns its length,
- * at most event_max(r). Like MIC's loadgen: W4 adds aggregate_id a<k> and
+ * at most peer_event_max(). Like MIC's loadgen: W4 adds aggregate_id a<k> and
  * aggregate_version (event n is version n / A + 1 of aggregate n % A); a
  * nonzero 'ts_us' adds the wall-clock time it was made (W5). The padding
  * brings the object to about --payload-bytes. */
 static size_t event_put(const struct run *r, char *out, uint64_t n, uint64_t ts_us)
 {
-    static const char mid[] = "\",\"topic\":\"bench\",\"event_type\":\"bench.created\",";
-    char *p = out;
-    size_t used, pad;
+    long agg = r->opt.w == W4 ? (long)(n % r->opt.aggregates) : -1;
 
-    memcpy(p, r->ev_head, r->ev_head_len);
-    p += r->ev_head_len;
-    p += u64_put(p, n);
-    memcpy(p, mid, sizeof mid - 1);
-    p += sizeof mid - 1;
-    if (r->opt.w == W4) {
-        memcpy(p, EV_AGG, sizeof EV_AGG - 1);
-        p += sizeof EV_AGG - 1;
-        p += u64_put(p, n % r->opt.aggregates);
-        *p++ = '"';
-        *p++ = ',';
-        memcpy(p, EV_VER, sizeof EV_VER - 1);
-        p += sizeof EV_VER - 1;
-        p += u64_put(p, n / r->opt.aggregates + 1);
-        *p++ = ',';
-    }
-    memcpy(p, EV_PAYLOAD, sizeof EV_PAYLOAD - 1);
-    p += sizeof EV_PAYLOAD - 1;
-    p += u64_put(p, n);
-    if (ts_us) {
-        memcpy(p, EV_TS, sizeof EV_TS - 1);
-        p += sizeof EV_TS - 1;
-        p += u64_put(p, ts_us);
-    }
-    memcpy(p, EV_PAD, sizeof EV_PAD - 1);
-    p += sizeof EV_PAD - 1;
-    used = (size_t)(p - out) + sizeof EV_END - 1;
-    pad = r->opt.payload_bytes > used ? r->opt.payload_bytes - used : 0;
-    memset(p, 'x', pad);
-    p += pad;
-    memcpy(p, EV_END, sizeof EV_END - 1);
-    p += sizeof EV_END - 1;
-    return (size_t)(p - out);
+    return peer_event_put(out, r->ev_head, r->ev_head_len, n, agg,
+                          (long)(n / r->opt.aggregates + 1), ts_us, r->opt.payload_bytes);
 }
 
 /* Append "put <pri> 0 <ttr> <bytes>" and the body of event 'n'. */
@@ -623,7 +510,7 @@ static int out_put(struct conn *c, const struct run *r, uint64_t n, uint32_t pri
     char body[64 * 1024 + 1024];
     size_t len;
 
-    if (event_max(r) > sizeof body)
+    if (peer_event_max(r->ev_head_len, r->opt.payload_bytes) > sizeof body)
         return -1;
     len = event_put(r, body, n, ts_us);
     if (out_printf(c, "put %" PRIu32 " 0 %d %zu\r\n", pri, PUT_TTR, len) || out_reserve(c, len + 2))
@@ -715,7 +602,7 @@ static void *producer_main(void *arg)
             if (out_put(&c, r, n, pri, ts))
                 goto fail;
         }
-        t0 = now_ns();
+        t0 = peer_now_ns();
         if (conn_flush(&c, r))
             goto fail;
         for (i = 0; i < k; i++) {
@@ -724,7 +611,7 @@ static void *producer_main(void *arg)
             if (p->ids)
                 p->ids[ns[i]] = id;
         }
-        lat_add(&p->lat, now_ns() - t0);
+        lat_add(&p->lat, peer_now_ns() - t0);
         p->done += k;
         atomic_fetch_add_explicit(&r->acked, k, memory_order_relaxed);
     }
@@ -743,7 +630,7 @@ fail:
  * set up ps[0..n) (tube, window, group, total) and frees their latencies. */
 static double producers_run(struct run *r, struct producer *ps, unsigned n)
 {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = peer_now_ns();
     unsigned i;
 
     for (i = 0; i < n; i++) {
@@ -758,7 +645,7 @@ static double producers_run(struct run *r, struct producer *ps, unsigned n)
     for (i = 0; i < n; i++)
         if (ps[i].started)
             pthread_join(ps[i].thread, NULL);
-    return (double)(now_ns() - t0) / NS_PER_S;
+    return (double)(peer_now_ns() - t0) / NS_PER_S;
 }
 
 /* ---- Workers (W3, W4) ---- */
@@ -804,7 +691,7 @@ static int deliver(struct worker *w, const char *body, size_t len)
     struct run *r = w->r;
     uint64_t seq, agg, ver;
 
-    if (u64_after(body, len, EV_PAYLOAD, &seq) || seq >= r->opt.events) {
+    if (u64_after(body, len, PEER_EV_PAYLOAD, &seq) || seq >= r->opt.events) {
         say("reserved a job that is not one of this run's events");
         return -1;
     }
@@ -812,7 +699,7 @@ static int deliver(struct worker *w, const char *body, size_t len)
         w->duplicates++;
     if (r->opt.w != W4)
         return 0;
-    if (u64_after(body, len, EV_AGG, &agg) || u64_after(body, len, EV_VER, &ver) ||
+    if (u64_after(body, len, PEER_EV_AGG, &agg) || u64_after(body, len, PEER_EV_VER, &ver) ||
         agg >= r->opt.aggregates) {
         say("W4 job without aggregate_id/aggregate_version");
         return -1;
@@ -846,7 +733,7 @@ static void *worker_main(void *arg)
         for (i = 0; i < max; i++)
             if (out_printf(&c, "reserve-with-timeout 0\r\n"))
                 goto fail;
-        t0 = now_ns();
+        t0 = peer_now_ns();
         if (conn_flush(&c, r))
             goto fail;
         for (got = i = 0; i < max; i++) {
@@ -879,7 +766,7 @@ static void *worker_main(void *arg)
             usleep(DRAIN_WAIT_US);   /* another worker still holds jobs */
             continue;
         }
-        lat_add(&w->lat, now_ns() - t0);
+        lat_add(&w->lat, peer_now_ns() - t0);
         w->rounds++;
         for (i = 0; i < got; i++)
             if (out_printf(&c, "delete %" PRIu64 "\r\n", ids[i]))
@@ -911,7 +798,7 @@ fail:
 /* Run 'n' workers until their tubes drain; returns the seconds they took. */
 static double workers_run(struct run *r, struct worker *ws, unsigned n)
 {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = peer_now_ns();
     unsigned i;
 
     for (i = 0; i < n; i++) {
@@ -926,7 +813,7 @@ static double workers_run(struct run *r, struct worker *ws, unsigned n)
     for (i = 0; i < n; i++)
         if (ws[i].started)
             pthread_join(ws[i].thread, NULL);
-    return (double)(now_ns() - t0) / NS_PER_S;
+    return (double)(peer_now_ns() - t0) / NS_PER_S;
 }
 
 /* ---- Report ---- */
@@ -940,33 +827,21 @@ struct result {
     const char *note;
 };
 
-/* Print a JSON number in ms, or null. */
-static void print_ms(double ms)
-{
-    if (ms < 0)
-        printf("null");
-    else
-        printf("%.3f", ms);
-}
-
 /* The one JSON line on stdout. 'version' has no quotes or backslashes. */
 static void report(const struct run *r, const char *version, const struct result *res)
 {
-    static const char *const names[] = {"", "W1", "W2", "W3", "W4", "W5"};
     bool lat = !res->no_latency && res->lat.n;
+    struct peer_head h = {
+        .peer = PEER, .version = version, .durability = DURABILITY, .workload = (int)r->opt.w,
+        .events = (long long)res->events, .dups = (long long)res->duplicates,
+        .missing = (long long)res->missing, .disorder = (long long)res->disorder,
+        .seconds = res->seconds, .p50_ms = lat ? lat_pct(&res->lat, 50) : NAN,
+        .p99_ms = lat ? lat_pct(&res->lat, 99) : NAN,
+    };
 
-    printf("{\"peer\":\"" PEER "\",\"version\":\"%s\",\"durability\":\"" DURABILITY "\","
-           "\"workload\":\"%s\",\"events\":%" PRIu64 ",\"seconds\":%.3f,\"events_per_s\":%.1f,"
-           "\"p50_ms\":",
-           version, names[r->opt.w], res->events, res->seconds,
-           res->seconds > 0 ? (double)res->events / res->seconds : 0.0);
-    print_ms(lat ? lat_pct(&res->lat, 50) : -1);
-    printf(",\"p99_ms\":");
-    print_ms(lat ? lat_pct(&res->lat, 99) : -1);
-    printf(",\"duplicates\":%" PRIu64 ",\"missing\":%" PRIu64 ",\"order_violations\":%" PRIu64
-           ",\"target_events\":%" PRIu64 ",\"timed_out\":%s,\"note\":\"%s\"}\n",
-           res->duplicates, res->missing, res->disorder, r->opt.events,
-           atomic_load(&stop_requested) == 1 || atomic_load(&stop_requested) == 2 ? "true" : "false",
+    peer_head_print(&h);
+    printf(",\"target_events\":%" PRIu64 ",\"timed_out\":%s,\"note\":\"%s\"}\n", r->opt.events,
+           peer_stop_reason() == 1 || peer_stop_reason() == 2 ? "true" : "false",
            res->note);
     fflush(stdout);
 }
@@ -1090,7 +965,7 @@ static int peek_one(struct conn *c, struct run *r, uint64_t id, uint64_t *seq, u
     if (opt_u64(sp + 1, &bytes) || conn_body(c, r, (size_t)bytes, &body))
         return -1;
     if ((size_t)bytes < r->ev_head_len || memcmp(body, r->ev_head, r->ev_head_len) ||
-        u64_after(body, (size_t)bytes, EV_PAYLOAD, seq) || u64_after(body, (size_t)bytes, EV_TS, ts))
+        u64_after(body, (size_t)bytes, PEER_EV_PAYLOAD, seq) || u64_after(body, (size_t)bytes, PEER_EV_TS, ts))
         return 1;
     return 0;
 }
@@ -1163,7 +1038,7 @@ static int run_window(struct run *r, struct result *res)
     if (conn_open(&c, r))
         goto out;
 
-    t0 = now_ns();
+    t0 = peer_now_ns();
     if (find_id(&c, r, ids[0], ids[n - 1], t_lo, &id_lo) ||
         find_id(&c, r, id_lo, ids[n - 1], t_hi, &id_hi))
         goto out;
@@ -1194,7 +1069,7 @@ static int run_window(struct run *r, struct result *res)
         }
         id = upto;
     }
-    res->seconds = (double)(now_ns() - t0) / NS_PER_S;
+    res->seconds = (double)(peer_now_ns() - t0) / NS_PER_S;
     res->missing = expect > res->events - res->duplicates ? expect - (res->events - res->duplicates) : 0;
     say("window [%" PRIu64 ", %" PRIu64 ") us: ids %" PRIu64 "..%" PRIu64 ", %" PRIu64 " expected",
         t_lo, t_hi, id_lo, id_hi, expect);
@@ -1224,15 +1099,6 @@ static void usage(FILE *f)
 /* Parse argv into r->opt; returns 0, or 2 for a usage error. */
 static int parse_args(struct run *r, int argc, char **argv)
 {
-    static const struct option longs[] = {
-        {"addr", required_argument, NULL, 'a'},          {"workload", required_argument, NULL, 'w'},
-        {"events", required_argument, NULL, 'e'},        {"producers", required_argument, NULL, 'p'},
-        {"batch", required_argument, NULL, 'b'},         {"workers", required_argument, NULL, 'k'},
-        {"max", required_argument, NULL, 'm'},           {"aggregates", required_argument, NULL, 'A'},
-        {"per-aggregate", required_argument, NULL, 'K'}, {"payload-bytes", required_argument, NULL, 'P'},
-        {"max-seconds", required_argument, NULL, 's'},   {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     struct options *o = &r->opt;
     const char *addr = NULL, *colon;
     uint64_t v;
@@ -1247,25 +1113,23 @@ static int parse_args(struct run *r, int argc, char **argv)
     o->per_aggregate = 25;
     o->payload_bytes = 300;
     o->max_seconds = 300;
-    while ((ch = getopt_long(argc, argv, "", longs, NULL)) != -1) {
-        if (ch == 'h') {
+    while ((ch = getopt_long(argc, argv, "", peer_options, NULL)) != -1) {
+        if (ch == P_HELP) {
             usage(stdout);
             exit(0);
         }
         if (ch == '?')
             return 2;
-        if (ch == 'a') {
+        if (ch == P_ADDR) {
             addr = optarg;
             continue;
         }
-        if (ch == 'w') {
-            if (strlen(optarg) != 2 || (optarg[0] != 'W' && optarg[0] != 'w') || optarg[1] < '1' ||
-                optarg[1] > '5')
+        if (ch == P_WORKLOAD) {
+            if (!(o->w = (enum workload)peer_workload(optarg)))
                 return 2;
-            o->w = (enum workload)(optarg[1] - '0');
             continue;
         }
-        if (ch == 's') {
+        if (ch == P_SECONDS) {
             o->max_seconds = strtod(optarg, &end);
             if (*end || !(o->max_seconds > 0))
                 return 2;
@@ -1274,20 +1138,20 @@ static int parse_args(struct run *r, int argc, char **argv)
         if (opt_u64(optarg, &v) || v == 0)
             return 2;
         switch (ch) {
-        case 'e': o->events = v; break;
-        case 'A': o->aggregates = v; break;
-        case 'K': o->per_aggregate = v; break;
-        case 'P': o->payload_bytes = v > 60000 ? 60000 : (size_t)v; break;
+        case P_EVENTS: o->events = v; break;
+        case P_AGGREGATES: o->aggregates = v; break;
+        case P_PER_AGG: o->per_aggregate = v; break;
+        case P_PAYLOAD: o->payload_bytes = v > 60000 ? 60000 : (size_t)v; break;
         default:
             if (v > 100000)
                 return 2;
-            if (ch == 'p')
+            if (ch == P_PRODUCERS)
                 o->producers = (unsigned)v;
-            else if (ch == 'b')
+            else if (ch == P_BATCH)
                 o->batch = (unsigned)v;
-            else if (ch == 'k')
+            else if (ch == P_WORKERS)
                 o->workers = (unsigned)v;
-            else if (ch == 'm')
+            else if (ch == P_MAX)
                 o->max = (unsigned)v;
         }
     }
@@ -1330,7 +1194,7 @@ static int run_init(struct run *r)
     r->addrlen = ai->ai_addrlen;
     freeaddrinfo(ai);
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
-        uint64_t x = now_ns() ^ ((uint64_t)getpid() << 32);
+        uint64_t x = peer_now_ns() ^ ((uint64_t)getpid() << 32);
 
         memcpy(rnd, &x, sizeof rnd);
     }
@@ -1375,19 +1239,16 @@ int main(int argc, char **argv)
     static struct run run;
     struct run *r = &run;
     struct result res = {0};
-    struct sigaction sa = {.sa_handler = on_signal};
     char version[64];
     int rc;
 
+    peer_log_init("peer_" PEER, LOG_BUDGET + 1);
     if (parse_args(r, argc, argv)) {
         usage(stderr);
         return 2;
     }
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    r->deadline_ns = now_ns() + (uint64_t)(r->opt.max_seconds * NS_PER_S);
+    peer_signals(true);
+    r->deadline_ns = peer_now_ns() + (uint64_t)(r->opt.max_seconds * NS_PER_S);
     if (run_init(r) || server_version(r, version, sizeof version))
         return 1;
     say("run %s: %s, tube %s, %" PRIu64 " events", r->runid, (const char *[]){"", "W1", "W2", "W3",
@@ -1432,7 +1293,7 @@ int main(int argc, char **argv)
     }
     report(r, version, &res);
     free(res.lat.us);
-    if (rc || atomic_load(&r->failed) || atomic_load(&stop_requested) || res.events != r->opt.events ||
+    if (rc || atomic_load(&r->failed) || peer_stop_reason() || res.events != r->opt.events ||
         res.missing)
         return 1;
     return 0;

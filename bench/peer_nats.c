@@ -78,6 +78,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "peerlib.h"
+
 #define PROG "peer_nats"
 #define EXIT_FAIL 1
 #define EXIT_USAGE 2
@@ -109,6 +111,8 @@ struct opts {
 struct run {
     struct opts o;
     char url[300], version[80], runid[17];
+    char ev_head[64];               /* {"event_id":"nats-<runid>- */
+    size_t ev_head_len;
     char stream[40], prefix[40], subject[48];
     natsOptions *nopts;
     natsConnection *nc[CONN_MAX];
@@ -122,9 +126,7 @@ struct run {
     atomic_long dups, missing, disorder;
     atomic_llong end_ns;            /* when 'done' reached the target */
     long target;                    /* events the timed part must complete */
-    double *lat;                    /* milliseconds */
-    atomic_long nlat;
-    long lat_cap;
+    struct peer_lat lat;
     atomic_uchar *seen;             /* W3/W4: deliveries per seq (saturating) */
     uint32_t *last_version;         /* W4: per aggregate */
     int64_t t0, t1;                 /* the timed part */
@@ -139,14 +141,6 @@ struct worker {
 };
 
 /* ---- Errors, time, latency ---- */
-
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * NS_PER_S + ts.tv_nsec;
-}
 
 static int64_t wall_ns(void)
 {
@@ -187,39 +181,12 @@ static int stopping(struct run *r)
 {
     if (atomic_load(&r->stop))
         return 1;
-    if (mono_ns() > r->deadline) {
+    if ((int64_t)peer_now_ns() > r->deadline) {
         atomic_store(&r->timed_out, 1);
         atomic_store(&r->stop, 1);
         return 1;
     }
     return 0;
-}
-
-static void lat_add(struct run *r, int64_t start_ns)
-{
-    long i = atomic_fetch_add(&r->nlat, 1);
-
-    if (i < r->lat_cap)
-        r->lat[i] = (double)(mono_ns() - start_ns) / 1e6;
-}
-
-static int dbl_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile of the sorted a[0..n), n > 0. */
-static double pct(const double *a, long n, double p)
-{
-    long k = (long)(p / 100.0 * (double)n + 0.999999);
-
-    if (k < 1)
-        k = 1;
-    if (k > n)
-        k = n;
-    return a[k - 1];
 }
 
 /* Note the end of the timed part when 'done' reaches the target. */
@@ -228,35 +195,17 @@ static void done_add(struct run *r, long n)
     long before = atomic_fetch_add(&r->done, n);
 
     if (before < r->target && before + n >= r->target)
-        atomic_store(&r->end_ns, mono_ns());
+        atomic_store(&r->end_ns, (int64_t)peer_now_ns());
 }
 
 /* ---- Events ---- */
 
-/* Event 'n' (aggregate 'agg' version 'ver' when agg >= 0) into out[cap];
- * returns its length. */
-static int event_put(const struct run *r, char *out, size_t cap, long n, long agg, long ver)
+/* Event 'n' (aggregate 'agg' version 'ver' when agg >= 0) at 'out', at most
+ * peer_event_max(r->ev_head_len, payload_bytes) bytes; returns its length. */
+static int event_put(const struct run *r, char *out, long n, long agg, long ver)
 {
-    static const char end[] = "\"}}";
-    int len, pad;
-
-    if (agg >= 0)
-        len = snprintf(out, cap, "{\"event_id\":\"nats-%s-%ld\",\"topic\":\"bench\","
-                       "\"event_type\":\"bench.created\",\"aggregate_type\":\"bench\","
-                       "\"aggregate_id\":\"a%ld\",\"aggregate_version\":%ld,"
-                       "\"payload\":{\"seq\":%ld,\"pad\":\"", r->runid, n, agg, ver, n);
-    else
-        len = snprintf(out, cap, "{\"event_id\":\"nats-%s-%ld\",\"topic\":\"bench\","
-                       "\"event_type\":\"bench.created\",\"payload\":{\"seq\":%ld,\"pad\":\"",
-                       r->runid, n, n);
-    pad = (int)r->o.payload_bytes - len - (int)(sizeof end - 1);
-    if (pad < 0)
-        pad = 0;
-    if ((size_t)(len + pad) + sizeof end > cap)
-        pad = (int)(cap - sizeof end) - len;
-    memset(out + len, 'x', (size_t)pad);
-    memcpy(out + len + pad, end, sizeof end);
-    return len + pad + (int)(sizeof end - 1);
+    return (int)peer_event_put(out, r->ev_head, r->ev_head_len, (uint64_t)n, agg, ver, 0,
+                               (size_t)r->o.payload_bytes);
 }
 
 /* The number after "key" in data[0..len), or -1. */
@@ -472,14 +421,14 @@ static void *w1_thread(void *arg)
         int64_t t;
 
         subject_of(r, n, subj, sizeof subj, &agg, &ver);
-        len = event_put(r, buf, EVENT_MAX, n, agg, ver);
-        t = mono_ns();
+        len = event_put(r, buf, n, agg, ver);
+        t = (int64_t)peer_now_ns();
         s = js_Publish(&pa, js, subj, buf, len, &po, &jerr);
         if (s != NATS_OK) {
             nats_fail(r, "js_Publish", s, jerr);
             break;
         }
-        lat_add(r, t);
+        peer_lat_add(&r->lat, (double)((int64_t)peer_now_ns() - t) / 1e6);
         jsPubAck_Destroy(pa);
         done_add(r, 1);
     }
@@ -524,13 +473,13 @@ static void *async_thread(void *arg, long window, int timed)
     po.MaxWait = WAIT_MS;
     while (!stopping(r) && (n0 = atomic_fetch_add(&r->next, window)) < r->target) {
         long cnt = r->target - n0 < window ? r->target - n0 : window;
-        int64_t t = mono_ns();
+        int64_t t = (int64_t)peer_now_ns();
 
         for (long n = n0; n < n0 + cnt; n++) {
             int len;
 
             subject_of(r, n, subj, sizeof subj, &agg, &ver);
-            len = event_put(r, buf, EVENT_MAX, n, agg, ver);
+            len = event_put(r, buf, n, agg, ver);
             if ((s = js_PublishAsync(js, subj, buf, len, &po)) != NATS_OK) {
                 nats_fail(r, "js_PublishAsync", s, 0);
                 goto out;
@@ -543,7 +492,7 @@ static void *async_thread(void *arg, long window, int timed)
         if (atomic_load(&r->stop))
             break;
         if (timed)
-            lat_add(r, t);
+            peer_lat_add(&r->lat, (double)((int64_t)peer_now_ns() - t) / 1e6);
         done_add(r, cnt);
     }
 out:
@@ -672,7 +621,7 @@ static void *consume_thread(void *arg)
     }
     while (!stopping(r) && atomic_load(&r->done) < r->target && mine < expect) {
         natsMsgList list = {NULL, 0};
-        int64_t t = mono_ns();
+        int64_t t = (int64_t)peer_now_ns();
         long fresh = 0;
 
         s = natsSubscription_Fetch(&list, sub, (int)r->o.max, FETCH_MS, &jerr);
@@ -683,7 +632,7 @@ static void *consume_thread(void *arg)
             break;
         }
         if (list.Count > 0)
-            lat_add(r, t);
+            peer_lat_add(&r->lat, (double)((int64_t)peer_now_ns() - t) / 1e6);
         for (int i = 0; i < list.Count && s == NATS_OK; i++) {
             fresh += delivered(r, list.Msgs[i]);
             if (i < list.Count - 1)
@@ -728,9 +677,9 @@ static int run_consume(struct run *r)
         return -1;
     }
     r->target = n;
-    r->t0 = mono_ns();
+    r->t0 = (int64_t)peer_now_ns();
     threads_run(r, r->o.workers, consume_thread);
-    r->t1 = atomic_load(&r->end_ns) ? atomic_load(&r->end_ns) : mono_ns();
+    r->t1 = atomic_load(&r->end_ns) ? atomic_load(&r->end_ns) : (int64_t)peer_now_ns();
     for (long i = 0; i < n; i++)
         if (!atomic_load(&r->seen[i]))
             atomic_fetch_add(&r->missing, 1);
@@ -758,7 +707,7 @@ static int run_window(struct run *r)
     lo = st.FirstTime + span * 45 / 100;
     hi = st.FirstTime + span * 55 / 100;
 
-    r->t0 = mono_ns();
+    r->t0 = (int64_t)peer_now_ns();
     jsSubOptions_Init(&so);
     so.Stream = r->stream;
     so.Config.DeliverPolicy = js_DeliverByStartTime;
@@ -770,7 +719,7 @@ static int run_window(struct run *r)
         return nats_fail(r, "cannot create the time-window consumer", s, jerr);
     while (!done && !stopping(r)) {
         natsMsgList list = {NULL, 0};
-        int64_t t = mono_ns();
+        int64_t t = (int64_t)peer_now_ns();
         long fresh = 0;
 
         s = natsSubscription_Fetch(&list, sub, (int)r->o.batch, FETCH_MS, &jerr);
@@ -782,7 +731,7 @@ static int run_window(struct run *r)
             nats_fail(r, "natsSubscription_Fetch", s, jerr);
             break;
         }
-        lat_add(r, t);
+        peer_lat_add(&r->lat, (double)((int64_t)peer_now_ns() - t) / 1e6);
         for (int i = 0; i < list.Count && !done; i++) {
             jsMsgMetaData *md = NULL;
 
@@ -810,7 +759,7 @@ static int run_window(struct run *r)
         natsMsgList_Destroy(&list);
         done_add(r, fresh);
     }
-    r->t1 = mono_ns();
+    r->t1 = (int64_t)peer_now_ns();
     natsSubscription_Unsubscribe(sub);
     natsSubscription_Destroy(sub);
     if (atomic_load(&r->stop))
@@ -844,82 +793,60 @@ static void usage(FILE *f)
 
 static int num_arg(const char *name, const char *s, long lo, long hi, long *out)
 {
-    char *end;
-    long v;
-
-    errno = 0;
-    v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
+    if (peer_num(s, lo, hi, out)) {
         fprintf(stderr, PROG ": --%s wants an integer in [%ld, %ld], not '%s'\n", name, lo, hi, s);
         return -1;
     }
-    *out = v;
     return 0;
 }
 
 static int opts_parse(struct opts *o, int argc, char **argv)
 {
-    static const struct option longs[] = {
-        {"addr", required_argument, NULL, 'a'},
-        {"workload", required_argument, NULL, 'w'},
-        {"events", required_argument, NULL, 'e'},
-        {"producers", required_argument, NULL, 'p'},
-        {"batch", required_argument, NULL, 'b'},
-        {"workers", required_argument, NULL, 'k'},
-        {"max", required_argument, NULL, 'm'},
-        {"aggregates", required_argument, NULL, 'A'},
-        {"per-aggregate", required_argument, NULL, 'K'},
-        {"payload-bytes", required_argument, NULL, 'B'},
-        {"max-seconds", required_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     long events = -1, ms = 300;
     int c, rc = 0;
 
     memset(o, 0, sizeof *o);
     o->producers = o->batch = o->workers = o->max = o->aggregates = o->per_agg = -1;
     o->payload_bytes = 300;
-    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "", peer_options, NULL)) != -1) {
         switch (c) {
-        case 'a':
+        case P_ADDR:
             o->addr = optarg;
             break;
-        case 'w':
-            if (strlen(optarg) != 2 || optarg[0] != 'W' || optarg[1] < '1' || optarg[1] > '5') {
+        case P_WORKLOAD:
+            if (optarg[0] != 'W' || !(o->w = (enum workload)peer_workload(optarg))) {
                 fprintf(stderr, PROG ": --workload wants W1..W5, not '%s'\n", optarg);
                 return EXIT_USAGE;
             }
-            o->w = (enum workload)(optarg[1] - '0');
             break;
-        case 'e':
+        case P_EVENTS:
             rc = num_arg("events", optarg, 1, 100000000, &events);
             break;
-        case 'p':
+        case P_PRODUCERS:
             rc = num_arg("producers", optarg, 1, 1024, &o->producers);
             break;
-        case 'b':
+        case P_BATCH:
             rc = num_arg("batch", optarg, 1, 100000, &o->batch);
             break;
-        case 'k':
+        case P_WORKERS:
             rc = num_arg("workers", optarg, 1, 1024, &o->workers);
             break;
-        case 'm':
+        case P_MAX:
             rc = num_arg("max", optarg, 1, 100000, &o->max);
             break;
-        case 'A':
+        case P_AGGREGATES:
             rc = num_arg("aggregates", optarg, 1, 10000000, &o->aggregates);
             break;
-        case 'K':
+        case P_PER_AGG:
             rc = num_arg("per-aggregate", optarg, 1, 1000000, &o->per_agg);
             break;
-        case 'B':
+        case P_PAYLOAD:
             rc = num_arg("payload-bytes", optarg, 0, EVENT_MAX / 2, &o->payload_bytes);
             break;
-        case 's':
+        case P_SECONDS:
             rc = num_arg("max-seconds", optarg, 1, 86400, &ms);
             break;
-        case 'h':
+        case P_HELP:
             usage(stdout);
             return -1;
         default:
@@ -1022,32 +949,16 @@ static const char *note_of(const struct run *r)
     return note;
 }
 
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            printf("\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            printf("\\u%04x", *s);
-        else
-            putchar(*s);
-    }
-    putchar('"');
-}
-
 static void report(struct run *r)
 {
     static const char *const names[] = {"", "W1", "W2", "W3", "W4", "W5"};
-    long events = atomic_load(&r->done), nl = atomic_load(&r->nlat);
-    double secs = (double)(r->t1 - r->t0) / 1e9;
+    long events = atomic_load(&r->done);
+    double secs = (double)(r->t1 - r->t0) / 1e9, p50, p99;
 
-    if (nl > r->lat_cap)
-        nl = r->lat_cap;
     printf("{\"peer\":\"nats\",\"version\":");
-    json_str(r->version);
+    peer_json_str(stdout, r->version);
     printf(",\"durability\":");
-    json_str(DURABILITY);
+    peer_json_str(stdout, DURABILITY);
     printf(",\"workload\":\"%s\"", names[r->o.w]);
     switch (r->o.w) {
     case W1:
@@ -1069,16 +980,13 @@ static void report(struct run *r)
     }
     printf(",\"payload_bytes\":%ld,\"events\":%ld,\"seconds\":%.3f,\"events_per_s\":%.1f",
            r->o.payload_bytes, events, secs, secs > 0 ? (double)events / secs : 0.0);
-    if (nl > 0) {
-        qsort(r->lat, (size_t)nl, sizeof *r->lat, dbl_cmp);
-        printf(",\"p50_ms\":%.3f,\"p99_ms\":%.3f", pct(r->lat, nl, 50), pct(r->lat, nl, 99));
-    } else {
-        printf(",\"p50_ms\":null,\"p99_ms\":null");
-    }
+    peer_lat_pct(&r->lat, &p50, &p99);
+    peer_json_ms("p50_ms", p50);
+    peer_json_ms("p99_ms", p99);
     printf(",\"duplicates\":%ld,\"missing\":%ld,\"order_violations\":%ld,\"timed_out\":%s,\"note\":",
            atomic_load(&r->dups), atomic_load(&r->missing), atomic_load(&r->disorder),
            atomic_load(&r->timed_out) ? "true" : "false");
-    json_str(note_of(r));
+    peer_json_str(stdout, note_of(r));
     printf("}\n");
     fflush(stdout);
 }
@@ -1089,9 +997,9 @@ static int run_workload(struct run *r)
     case W1:
     case W2:
         r->target = r->o.events;
-        r->t0 = mono_ns();
+        r->t0 = (int64_t)peer_now_ns();
         threads_run(r, r->o.producers, r->o.w == W1 ? w1_thread : w2_thread);
-        r->t1 = atomic_load(&r->end_ns) ? atomic_load(&r->end_ns) : mono_ns();
+        r->t1 = atomic_load(&r->end_ns) ? atomic_load(&r->end_ns) : (int64_t)peer_now_ns();
         if (!atomic_load(&r->stop))
             stream_count(r);
         break;
@@ -1121,15 +1029,17 @@ int main(int argc, char **argv)
         return rc < 0 ? 0 : rc;
     }
     pthread_mutex_init(&r->err_lock, NULL);
-    r->deadline = mono_ns() + (int64_t)(r->o.max_seconds * 1e9);
+    r->deadline = (int64_t)peer_now_ns() + (int64_t)(r->o.max_seconds * 1e9);
     id = (unsigned long long)wall_ns() ^ ((unsigned long long)getpid() << 40);
     snprintf(r->runid, sizeof r->runid, "%016llx", id);
     snprintf(r->stream, sizeof r->stream, "BENCH_%s", r->runid);
     snprintf(r->prefix, sizeof r->prefix, "bench.%s", r->runid);
     snprintf(r->subject, sizeof r->subject, "%s.ev", r->prefix);
     snprintf(r->url, sizeof r->url, "%s%s", strncmp(r->o.addr, "nats://", 7) ? "nats://" : "", r->o.addr);
-    r->lat_cap = r->o.events + 1024;
-    if (!(r->lat = malloc((size_t)r->lat_cap * sizeof *r->lat))) {
+    r->ev_head_len = (size_t)snprintf(r->ev_head, sizeof r->ev_head, "{\"event_id\":\"nats-%s-",
+                                      r->runid);
+    peer_lat_init(&r->lat, r->o.events + 1024);
+    if (!r->lat.ms) {
         fail(r, "out of memory");
         goto out;
     }
@@ -1156,7 +1066,7 @@ out:
     if (status)
         fprintf(stderr, PROG ": %s\n", atomic_load(&r->timed_out) && !r->err[0]
                 ? "stopped by --max-seconds" : r->err[0] ? r->err : "failed");
-    free(r->lat);
+    free(r->lat.ms);
     free(r->seen);
     free(r->last_version);
     pthread_mutex_destroy(&r->err_lock);

@@ -56,12 +56,10 @@
 
 #define _GNU_SOURCE
 #include <endian.h>
-#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -74,6 +72,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "peerlib.h"
+
 #define PEER            "postgres"
 #define COPY_CHUNK      10000           /* rows per COPY (one transaction) in a prefill */
 #define COPY_FLUSH      (256 * 1024)    /* bytes buffered before PQputCopyData */
@@ -85,14 +85,6 @@
 #define NS_PER_MS       1000000ull
 #define NS_PER_S        1000000000ull
 
-/* Pieces of one event object, as bench/loadgen.c builds them. */
-#define EV_MID      "\",\"topic\":\"bench\",\"event_type\":\"bench.created\","
-#define EV_AGG      "\"aggregate_type\":\"bench\",\"aggregate_id\":\"a"
-#define EV_VER      "\"aggregate_version\":"
-#define EV_PAYLOAD  "\"payload\":{\"seq\":"
-#define EV_PAD      ",\"pad\":\""
-#define EV_END      "\"}}"
-
 enum workload { W1 = 1, W2, W3, W4, W5 };
 
 struct opts {
@@ -100,14 +92,6 @@ struct opts {
     int workload;
     long events, producers, batch, workers, max, aggregates, per_agg;
     long payload_bytes, max_seconds;
-};
-
-/* Latencies in ns; slots handed out by 'n' (may exceed 'cap': extra ones
- * are dropped). */
-struct lat {
-    uint64_t *ns;
-    size_t cap;
-    atomic_size_t n;
 };
 
 struct run {
@@ -126,7 +110,7 @@ struct run {
     atomic_long empty_claims;
     atomic_long lost_acks;          /* ack updated fewer rows than it named */
     atomic_long bytes;              /* W5: payload bytes read */
-    struct lat lat, lat2;           /* per request; lat2: acks (W3, W4) */
+    struct peer_lat lat, lat2;           /* per request; lat2: acks (W3, W4) */
     int64_t id_lo, id_hi;           /* prefilled ids (W3..W5) */
     _Atomic unsigned char *seen;    /* per id: times claimed (W3, W4) or read (W5) */
     atomic_int *agg_last;           /* W4: last version processed per aggregate */
@@ -144,75 +128,8 @@ struct worker {
     uint64_t end_ns;
 };
 
-/* 1 = deadline, 2 = signal. Lock-free, so the signal handler may store it. */
-static atomic_int stop_requested;
-static atomic_int log_budget = LOG_BUDGET;
-
 /* ---- Small helpers ---- */
 
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void say(const char *fmt, ...)
-{
-    char line[1024];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "peer_" PEER ": %s\n", line);
-}
-
-/* True while error chatter on stderr is still allowed. */
-static bool may_log(void)
-{
-    int left = atomic_fetch_sub_explicit(&log_budget, 1, memory_order_relaxed);
-
-    if (left == 1)
-        say("(further error messages suppressed)");
-    return left > 1;
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
-}
-
-static bool stopping(void)
-{
-    return atomic_load_explicit(&stop_requested, memory_order_relaxed) != 0;
-}
-
-static void request_stop(int why)
-{
-    int zero = 0;
-
-    atomic_compare_exchange_strong(&stop_requested, &zero, why);
-}
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    request_stop(2);
-}
-
-/* Decimal digits of 'v' at 'p' (no NUL); returns how many. */
-static size_t u64_put(char *p, uint64_t v)
-{
-    char tmp[20];
-    size_t n = 0, i;
-
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (i = 0; i < n; i++)
-        p[i] = tmp[n - 1 - i];
-    return n;
-}
 
 static int64_t get_i64(const PGresult *res, int row, int col)
 {
@@ -230,61 +147,6 @@ static int32_t get_i32(const PGresult *res, int row, int col)
     return (int32_t)be32toh(v);
 }
 
-static void lat_init(struct lat *l, size_t cap)
-{
-    l->ns = calloc(cap ? cap : 1, sizeof *l->ns);
-    l->cap = l->ns ? cap : 0;
-    atomic_init(&l->n, 0);
-}
-
-static void lat_add(struct lat *l, uint64_t ns)
-{
-    size_t i = atomic_fetch_add_explicit(&l->n, 1, memory_order_relaxed);
-
-    if (i < l->cap)
-        l->ns[i] = ns;
-}
-
-static int u64_cmp(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-    return x < y ? -1 : x > y;
-}
-
-/* Sort 'l' and write its nearest-rank p50 and p99 in ms, or null, to f. */
-static void lat_print(FILE *f, const char *p50, const char *p99, struct lat *l)
-{
-    size_t n = atomic_load(&l->n);
-
-    if (n > l->cap)
-        n = l->cap;
-    if (n == 0) {
-        fprintf(f, ",\"%s\":null,\"%s\":null", p50, p99);
-        return;
-    }
-    qsort(l->ns, n, sizeof *l->ns, u64_cmp);
-    fprintf(f, ",\"%s\":%.3f,\"%s\":%.3f", p50, (double)l->ns[(n * 50 + 99) / 100 - 1] / 1e6,
-            p99, (double)l->ns[(n * 99 + 99) / 100 - 1] / 1e6);
-}
-
-/* Write 's' as a JSON string. */
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-
-        if (ch == '"' || ch == '\\')
-            fprintf(f, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(f, "\\u%04x", ch);
-        else
-            fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
 /* ---- Events ---- */
 
 /* The JSON of event 'n' at 'out' (no NUL), about --payload-bytes long;
@@ -292,37 +154,8 @@ static void json_str(FILE *f, const char *s)
  * r->ev_max. */
 static size_t event_put(const struct run *r, char *out, uint64_t n, long agg, long ver)
 {
-    char *p = out;
-    size_t used, pad;
-
-    memcpy(p, r->ev_head, r->ev_head_len);
-    p += r->ev_head_len;
-    p += u64_put(p, n);
-    memcpy(p, EV_MID, sizeof EV_MID - 1);
-    p += sizeof EV_MID - 1;
-    if (agg >= 0) {
-        memcpy(p, EV_AGG, sizeof EV_AGG - 1);
-        p += sizeof EV_AGG - 1;
-        p += u64_put(p, (uint64_t)agg);
-        *p++ = '"';
-        *p++ = ',';
-        memcpy(p, EV_VER, sizeof EV_VER - 1);
-        p += sizeof EV_VER - 1;
-        p += u64_put(p, (uint64_t)ver);
-        *p++ = ',';
-    }
-    memcpy(p, EV_PAYLOAD, sizeof EV_PAYLOAD - 1);
-    p += sizeof EV_PAYLOAD - 1;
-    p += u64_put(p, n);
-    memcpy(p, EV_PAD, sizeof EV_PAD - 1);
-    p += sizeof EV_PAD - 1;
-    used = (size_t)(p - out) + sizeof EV_END - 1;
-    pad = (size_t)r->o.payload_bytes > used ? (size_t)r->o.payload_bytes - used : 0;
-    memset(p, 'x', pad);
-    p += pad;
-    memcpy(p, EV_END, sizeof EV_END - 1);
-    p += sizeof EV_END - 1;
-    return (size_t)(p - out);
+    return peer_event_put(out, r->ev_head, r->ev_head_len, n, agg, ver, 0,
+                          (size_t)r->o.payload_bytes);
 }
 
 /* ---- Connections ---- */
@@ -335,7 +168,7 @@ static int db_exec(PGconn *c, const char *sql)
     int rc = 0;
 
     if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
-        say("%.80s...: %s", sql, PQerrorMessage(c));
+        peer_say("%.80s...: %s", sql, PQerrorMessage(c));
         rc = -1;
     }
     PQclear(res);
@@ -365,7 +198,7 @@ static int db_value(PGconn *c, const char *sql, char *out, size_t cap)
         snprintf(out, cap, "%s", PQgetvalue(res, 0, 0));
         rc = 0;
     } else {
-        say("%s: %s", sql, PQerrorMessage(c));
+        peer_say("%s: %s", sql, PQerrorMessage(c));
     }
     PQclear(res);
     return rc;
@@ -377,7 +210,7 @@ static int db_prepare(PGconn *c, const char *name, const char *sql)
     int rc = 0;
 
     if (PQresultStatus(res) != PGRES_COMMAND_OK) {
-        say("prepare %s: %s", name, PQerrorMessage(c));
+        peer_say("prepare %s: %s", name, PQerrorMessage(c));
         rc = -1;
     }
     PQclear(res);
@@ -389,7 +222,7 @@ static PGconn *db_open(const char *addr)
     PGconn *c = PQconnectdb(addr);
 
     if (PQstatus(c) != CONNECTION_OK) {
-        say("connect: %s", PQerrorMessage(c));
+        peer_say("connect: %s", PQerrorMessage(c));
         PQfinish(c);
         return NULL;
     }
@@ -461,18 +294,18 @@ static int worker_prepare(struct run *r, PGconn *c)
  * (then it is our own cancel). */
 static void worker_fail(struct worker *w, const char *what)
 {
-    if (stopping())
+    if (peer_stop_reason())
         return;
     atomic_fetch_add(&w->r->errors, 1);
-    if (may_log())
-        say("%s: %s", what, PQerrorMessage(w->c));
+    if (peer_may_log())
+        peer_say("%s: %s", what, PQerrorMessage(w->c));
 }
 
 static void worker_done(struct worker *w)
 {
     struct run *r = w->r;
 
-    w->end_ns = now_ns();
+    w->end_ns = peer_now_ns();
     pthread_mutex_lock(&r->mu);
     r->left--;
     pthread_cond_signal(&r->cv);
@@ -491,12 +324,12 @@ static int phase_run(struct run *r, struct worker *ws, int n, void *(*fn)(void *
     char err[256];
 
     r->left = n;
-    t0 = now_ns();
+    t0 = peer_now_ns();
     for (i = 0; i < n; i++) {
         ws[i].end_ns = t0;
         if (pthread_create(&ws[i].th, NULL, fn, &ws[i])) {
-            say("pthread_create failed");
-            request_stop(1);
+            peer_say("pthread_create failed");
+            peer_request_stop(1);
             rc = -1;
             break;
         }
@@ -506,16 +339,16 @@ static int phase_run(struct run *r, struct worker *ws, int n, void *(*fn)(void *
     r->left -= n - started;
     while (r->left > 0) {
         struct timespec ts;
-        uint64_t wake = now_ns() + WAIT_SLICE_MS * NS_PER_MS;
+        uint64_t wake = peer_now_ns() + WAIT_SLICE_MS * NS_PER_MS;
 
         ts.tv_sec = (time_t)(wake / NS_PER_S);
         ts.tv_nsec = (long)(wake % NS_PER_S);
         pthread_cond_timedwait(&r->cv, &r->mu, &ts);
         if (r->left == 0)
             break;
-        if (now_ns() >= r->deadline_ns)
-            request_stop(1);
-        if (stopping()) {
+        if (peer_now_ns() >= r->deadline_ns)
+            peer_request_stop(1);
+        if (peer_stop_reason()) {
             pthread_mutex_unlock(&r->mu);
             for (i = 0; i < started; i++)
                 PQcancel(ws[i].cancel, err, sizeof err);
@@ -551,7 +384,7 @@ static void *prefill_main(void *arg)
         goto out;
     }
     snprintf(sql, sizeof sql, "COPY %s (aggregate_id, version, payload) FROM STDIN", r->table);
-    while (n < r->target && !stopping()) {
+    while (n < r->target && !peer_stop_reason()) {
         res = PQexec(w->c, sql);
         if (PQresultStatus(res) != PGRES_COPY_IN) {
             PQclear(res);
@@ -568,9 +401,9 @@ static void *prefill_main(void *arg)
                 agg = n % r->o.aggregates;
                 ver = n / r->o.aggregates + 1;
                 *p++ = 'a';
-                p += u64_put(p, (uint64_t)agg);
+                p += peer_u64_put(p, (uint64_t)agg);
                 *p++ = '\t';
-                p += u64_put(p, (uint64_t)ver);
+                p += peer_u64_put(p, (uint64_t)ver);
                 *p++ = '\t';
             } else {
                 agg = ver = -1;
@@ -602,7 +435,7 @@ static void *prefill_main(void *arg)
         while ((res = PQgetResult(w->c)))
             PQclear(res);
     }
-    if (!stopping() && db_execf(w->c, "VACUUM (ANALYZE) %s", r->table))
+    if (!peer_stop_reason() && db_execf(w->c, "VACUUM (ANALYZE) %s", r->table))
         atomic_fetch_add(&r->errors, 1);
 out:
     free(buf);
@@ -628,7 +461,7 @@ static void *insert_main(void *arg)
         atomic_fetch_add(&r->errors, 1);
         goto out;
     }
-    while (!stopping()) {
+    while (!peer_stop_reason()) {
         n0 = atomic_fetch_add(&r->next, b);
         if (n0 >= r->target)
             break;
@@ -639,7 +472,7 @@ static void *insert_main(void *arg)
             p[event_put(r, p, (uint64_t)(n0 + i), -1, -1)] = '\0';
             vals[i] = p;
         }
-        t = now_ns();
+        t = peer_now_ns();
         if (k == b) {
             res = PQexecPrepared(w->c, "ins", (int)k, vals, NULL, NULL, 0);
         } else {
@@ -657,7 +490,7 @@ static void *insert_main(void *arg)
             break;
         }
         PQclear(res);
-        lat_add(&r->lat, now_ns() - t);
+        peer_lat_add(&r->lat, (double)(peer_now_ns() - t) / 1e6);
         atomic_fetch_add(&r->done, k);
     }
 out:
@@ -687,9 +520,9 @@ static void *claim_main(void *arg)
         goto out;
     }
     snprintf(maxs, sizeof maxs, "%ld", r->o.max);
-    while (!stopping() && (!ordered || atomic_load(&r->done) < r->target)) {
+    while (!peer_stop_reason() && (!ordered || atomic_load(&r->done) < r->target)) {
         param[0] = maxs;
-        t = now_ns();
+        t = peer_now_ns();
         res = PQexecPrepared(w->c, "claim", 1, param, NULL, NULL, 1);
         if (PQresultStatus(res) != PGRES_TUPLES_OK) {
             PQclear(res);
@@ -704,15 +537,15 @@ static void *claim_main(void *arg)
             usleep(EMPTY_POLL_US);
             continue;
         }
-        lat_add(&r->lat, now_ns() - t);
+        peer_lat_add(&r->lat, (double)(peer_now_ns() - t) / 1e6);
         p = ids;
         *p++ = '{';
         for (i = 0; i < n; i++) {
             int64_t id = get_i64(res, i, 0);
 
             if (id < r->id_lo || id > r->id_hi) {
-                if (may_log())
-                    say("claimed id %" PRId64 " outside the prefill", id);
+                if (peer_may_log())
+                    peer_say("claimed id %" PRId64 " outside the prefill", id);
                 atomic_fetch_add(&r->errors, 1);
                 continue;
             }
@@ -727,8 +560,8 @@ static void *claim_main(void *arg)
                 if (agg < 0 || agg >= r->o.aggregates ||
                     atomic_exchange(&r->agg_last[agg], ver) != ver - 1) {
                     atomic_fetch_add(&r->violations, 1);
-                    if (may_log())
-                        say("order: a%ld version %d out of turn", agg, ver);
+                    if (peer_may_log())
+                        peer_say("order: a%ld version %d out of turn", agg, ver);
                 }
             }
             if (p > ids + 1)
@@ -740,14 +573,14 @@ static void *claim_main(void *arg)
         PQclear(res);
 
         param[0] = ids;
-        t = now_ns();
+        t = peer_now_ns();
         res = PQexecPrepared(w->c, "ack", 1, param, NULL, NULL, 0);
         if (PQresultStatus(res) != PGRES_COMMAND_OK) {
             PQclear(res);
             worker_fail(w, "ack");
             break;
         }
-        lat_add(&r->lat2, now_ns() - t);
+        peer_lat_add(&r->lat2, (double)(peer_now_ns() - t) / 1e6);
         i = atoi(PQcmdTuples(res));
         PQclear(res);
         atomic_fetch_add(&r->done, i);
@@ -784,15 +617,15 @@ static void *read_main(void *arg)
     if (db_exec(w->c, sql))
         goto fail;
     snprintf(sql, sizeof sql, "FETCH %d FROM win", FETCH_ROWS);
-    while (!stopping()) {
-        t = now_ns();
+    while (!peer_stop_reason()) {
+        t = peer_now_ns();
         res = PQexecParams(w->c, sql, 0, NULL, NULL, NULL, NULL, 1);
         if (PQresultStatus(res) != PGRES_TUPLES_OK) {
             PQclear(res);
             worker_fail(w, "FETCH");
             goto out;
         }
-        lat_add(&r->lat, now_ns() - t);
+        peer_lat_add(&r->lat, (double)(peer_now_ns() - t) / 1e6);
         n = PQntuples(res);
         for (i = 0; i < n; i++) {
             int64_t id = get_i64(res, i, 0), ts = get_i64(res, i, 1);
@@ -842,38 +675,9 @@ static void usage(FILE *f)
             "  --payload-bytes event JSON size (300);  --max-seconds  whole run (300)\n");
 }
 
-static int num_arg(const char *s, long lo, long hi, long *out)
-{
-    char *e;
-    long v;
-
-    errno = 0;
-    v = strtol(s, &e, 10);
-    if (errno || e == s || *e || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 /* Fill 'o' from argv; 0, or 2 on a usage error, or -1 after --help. */
 static int opts_parse(struct opts *o, int argc, char **argv)
 {
-    enum { O_ADDR = 1, O_WL, O_EV, O_PROD, O_BATCH, O_WORK, O_MAX, O_AGG, O_PER, O_PAY, O_SEC, O_HELP };
-    static const struct option longopts[] = {
-        { "addr", required_argument, NULL, O_ADDR },
-        { "workload", required_argument, NULL, O_WL },
-        { "events", required_argument, NULL, O_EV },
-        { "producers", required_argument, NULL, O_PROD },
-        { "batch", required_argument, NULL, O_BATCH },
-        { "workers", required_argument, NULL, O_WORK },
-        { "max", required_argument, NULL, O_MAX },
-        { "aggregates", required_argument, NULL, O_AGG },
-        { "per-aggregate", required_argument, NULL, O_PER },
-        { "payload-bytes", required_argument, NULL, O_PAY },
-        { "max-seconds", required_argument, NULL, O_SEC },
-        { "help", no_argument, NULL, O_HELP },
-        { NULL, 0, NULL, 0 },
-    };
     int ch;
     long *dst, lo, hi;
 
@@ -887,39 +691,37 @@ static int opts_parse(struct opts *o, int argc, char **argv)
     o->payload_bytes = 300;
     o->max_seconds = 300;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "", peer_options, NULL)) != -1) {
         lo = 1;
         switch (ch) {
-        case O_ADDR:
+        case P_ADDR:
             o->addr = optarg;
             continue;
-        case O_WL:
-            if (strlen(optarg) != 2 || (optarg[0] != 'W' && optarg[0] != 'w') ||
-                optarg[1] < '1' || optarg[1] > '5') {
-                say("--workload must be W1..W5");
+        case P_WORKLOAD:
+            if (!(o->workload = peer_workload(optarg))) {
+                peer_say("--workload must be W1..W5");
                 return 2;
             }
-            o->workload = optarg[1] - '0';
             continue;
-        case O_HELP:
+        case P_HELP:
             usage(stdout);
             return -1;
-        case O_EV: dst = &o->events; hi = 100000000; break;
-        case O_PROD: dst = &o->producers; hi = 90; break;
-        case O_BATCH: dst = &o->batch; hi = 10000; break;
-        case O_WORK: dst = &o->workers; hi = 90; break;
-        case O_MAX: dst = &o->max; hi = 10000; break;
-        case O_AGG: dst = &o->aggregates; hi = 10000000; break;
-        case O_PER: dst = &o->per_agg; hi = 1000000; break;
-        case O_PAY: dst = &o->payload_bytes; lo = 64; hi = 1 << 20; break;
-        case O_SEC: dst = &o->max_seconds; hi = 86400; break;
+        case P_EVENTS: dst = &o->events; hi = 100000000; break;
+        case P_PRODUCERS: dst = &o->producers; hi = 90; break;
+        case P_BATCH: dst = &o->batch; hi = 10000; break;
+        case P_WORKERS: dst = &o->workers; hi = 90; break;
+        case P_MAX: dst = &o->max; hi = 10000; break;
+        case P_AGGREGATES: dst = &o->aggregates; hi = 10000000; break;
+        case P_PER_AGG: dst = &o->per_agg; hi = 1000000; break;
+        case P_PAYLOAD: dst = &o->payload_bytes; lo = 64; hi = 1 << 20; break;
+        case P_SECONDS: dst = &o->max_seconds; hi = 86400; break;
         default:
-            say("unknown or incomplete option: %s", argv[optind - 1]);
+            peer_say("unknown or incomplete option: %s", argv[optind - 1]);
             usage(stderr);
             return 2;
         }
-        if (num_arg(optarg, lo, hi, dst)) {
-            say("bad value for %s: %s (%ld..%ld)", argv[optind - 2], optarg, lo, hi);
+        if (peer_num(optarg, lo, hi, dst)) {
+            peer_say("bad value for %s: %s (%ld..%ld)", argv[optind - 2], optarg, lo, hi);
             return 2;
         }
     }
@@ -934,7 +736,7 @@ static int opts_parse(struct opts *o, int argc, char **argv)
     }
     if (o->workload == W4) {
         if (o->aggregates * o->per_agg > 100000000) {
-            say("--aggregates x --per-aggregate is too large");
+            peer_say("--aggregates x --per-aggregate is too large");
             return 2;
         }
         o->events = o->aggregates * o->per_agg;
@@ -986,7 +788,7 @@ static int db_longs(PGconn *c, const char *sql, long long *v, int n)
             v[i] = PQgetisnull(res, 0, i) ? 0 : strtoll(PQgetvalue(res, 0, i), NULL, 10);
         rc = 0;
     } else {
-        say("%.80s: %s", sql, PQerrorMessage(c));
+        peer_say("%.80s: %s", sql, PQerrorMessage(c));
     }
     PQclear(res);
     return rc;
@@ -1003,7 +805,7 @@ static int after_prefill(struct run *r, PGconn *c)
     if (db_longs(c, sql, v, 3))
         return -1;
     if (v[2] != r->target || v[1] - v[0] + 1 != v[2]) {
-        say("prefill stored %lld rows, ids %lld..%lld, wanted %ld", v[2], v[0], v[1], r->target);
+        peer_say("prefill stored %lld rows, ids %lld..%lld, wanted %ld", v[2], v[0], v[1], r->target);
         return -1;
     }
     r->id_lo = v[0];
@@ -1020,7 +822,7 @@ static int after_prefill(struct run *r, PGconn *c)
              "(SELECT min(created_at) lo, max(created_at) hi FROM %s) s", r->table);
     res = PQexec(c, sql);
     if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
-        say("window: %s", PQerrorMessage(c));
+        peer_say("window: %s", PQerrorMessage(c));
         PQclear(res);
         return -1;
     }
@@ -1060,12 +862,12 @@ static int verify(struct run *r, PGconn *c, long long *dups, long long *missing)
         *missing = v[0];
         for (i = 0; i <= r->id_hi - r->id_lo; i++)
             unseen += atomic_load(&r->seen[i]) == 0;
-        if (!stopping() && (unseen + v[1] != v[0] || atomic_load(&r->lost_acks))) {
-            say("table has %lld rows not done (%lld leased), client never claimed %lld, "
+        if (!peer_stop_reason() && (unseen + v[1] != v[0] || atomic_load(&r->lost_acks))) {
+            peer_say("table has %lld rows not done (%lld leased), client never claimed %lld, "
                 "%ld acks lost", v[0], v[1], unseen, atomic_load(&r->lost_acks));
             return -1;
         }
-        if (r->o.workload == W4 && !stopping()) {
+        if (r->o.workload == W4 && !peer_stop_reason()) {
             for (i = 0; i < r->o.aggregates; i++)
                 if (atomic_load(&r->agg_last[i]) != r->o.per_agg)
                     atomic_fetch_add(&r->violations, 1);
@@ -1138,19 +940,19 @@ int main(int argc, char **argv)
     pthread_condattr_t ca;
     unsigned char rnd[8];
     char version[160], dura[320], notebuf[1024];
-    double secs = 0, pre_secs = 0;
+    struct peer_head head = { .peer = PEER, .version = version, .durability = dura };
+    double secs = 0, pre_secs = 0, ack_p50, ack_p99;
     long long dups = 0, missing = 0;
     long nconn = 0, i, done, errors;
     int rc, failed = 0;
     bool created = false;
 
+    peer_log_init("peer_" PEER, LOG_BUDGET);
     if ((rc = opts_parse(&r->o, argc, argv)))
         return rc < 0 ? 0 : rc;
-    r->deadline_ns = now_ns() + (uint64_t)r->o.max_seconds * NS_PER_S;
+    r->deadline_ns = peer_now_ns() + (uint64_t)r->o.max_seconds * NS_PER_S;
     r->target = r->o.events;
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    signal(SIGPIPE, SIG_IGN);
+    peer_signals(false);
     pthread_mutex_init(&r->mu, NULL);
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -1158,7 +960,7 @@ int main(int argc, char **argv)
     pthread_condattr_destroy(&ca);
 
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
-        uint64_t x = now_ns() ^ ((uint64_t)getpid() << 32);
+        uint64_t x = peer_now_ns() ^ ((uint64_t)getpid() << 32);
 
         memcpy(rnd, &x, sizeof rnd);
     }
@@ -1166,8 +968,7 @@ int main(int argc, char **argv)
         snprintf(r->runid + 2 * i, 3, "%02x", rnd[i]);
     snprintf(r->table, sizeof r->table, "outbox_%.16s", r->runid);
     r->ev_head_len = (size_t)snprintf(r->ev_head, sizeof r->ev_head, "{\"event_id\":\"pg-%s-", r->runid);
-    r->ev_max = r->ev_head_len + sizeof EV_MID + sizeof EV_AGG + sizeof EV_VER + sizeof EV_PAYLOAD +
-                sizeof EV_PAD + sizeof EV_END + 3 * 20 + 8 + (size_t)r->o.payload_bytes;
+    r->ev_max = peer_event_max(r->ev_head_len, (size_t)r->o.payload_bytes);
 
     if (!(admin = db_open(r->o.addr)))
         return 1;
@@ -1188,10 +989,10 @@ int main(int argc, char **argv)
         PQfinish(loader.c);
         loader.cancel = NULL;
         loader.c = NULL;
-        say("prefill of %ld rows: %.1f s", r->target, pre_secs);
-        if (atomic_load(&r->errors) || (!stopping() && after_prefill(r, admin)))
+        peer_say("prefill of %ld rows: %.1f s", r->target, pre_secs);
+        if (atomic_load(&r->errors) || (!peer_stop_reason() && after_prefill(r, admin)))
             goto fail;
-        if (stopping())
+        if (peer_stop_reason())
             goto report; /* --max-seconds or a signal during the prefill */
     }
 
@@ -1204,9 +1005,9 @@ int main(int argc, char **argv)
             worker_prepare(r, ws[i].c))
             goto fail;
     }
-    lat_init(&r->lat, (size_t)r->o.events + 16);
-    lat_init(&r->lat2, r->o.workload == W3 || r->o.workload == W4 ? (size_t)r->o.events + 16 : 0);
-    if (!r->lat.ns || !r->lat2.ns)
+    peer_lat_init(&r->lat, r->o.events + 16);
+    peer_lat_init(&r->lat2, r->o.workload == W3 || r->o.workload == W4 ? r->o.events + 16 : 0);
+    if (!r->lat.ms || !r->lat2.ms)
         goto fail;
 
     if (phase_run(r, ws, (int)nconn,
@@ -1225,34 +1026,36 @@ int main(int argc, char **argv)
 report:
     done = atomic_load(&r->done);
     errors = atomic_load(&r->errors);
-    printf("{\"peer\":\"" PEER "\",\"version\":");
-    json_str(stdout, version);
-    printf(",\"durability\":");
-    json_str(stdout, dura);
-    printf(",\"workload\":\"W%d\",\"events\":%ld,\"seconds\":%.3f,\"events_per_s\":%.1f",
-           r->o.workload, done, secs, secs > 0 ? (double)done / secs : 0.0);
-    lat_print(stdout, "p50_ms", "p99_ms", &r->lat);
-    printf(",\"duplicates\":%lld,\"missing\":%lld,\"order_violations\":%ld,\"note\":",
-           dups, missing, atomic_load(&r->violations));
-    json_str(stdout, note(r, notebuf, sizeof notebuf));
+    peer_lat_pct(&r->lat, &head.p50_ms, &head.p99_ms);
+    head.workload = r->o.workload;
+    head.events = done;
+    head.seconds = secs;
+    head.dups = dups;
+    head.missing = missing;
+    head.disorder = atomic_load(&r->violations);
+    peer_head_print(&head);
+    printf(",\"note\":");
+    peer_json_str(stdout, note(r, notebuf, sizeof notebuf));
     printf(",\"target_events\":%ld,\"connections\":%ld,\"payload_bytes\":%ld,\"errors\":%ld,"
            "\"timed_out\":%s,\"table\":\"%s\"",
-           r->target, nconn, r->o.payload_bytes, errors, stopping() ? "true" : "false", r->table);
+           r->target, nconn, r->o.payload_bytes, errors, peer_stop_reason() ? "true" : "false", r->table);
     if (r->o.workload == W2)
         printf(",\"batch\":%ld", r->o.batch);
     if (r->o.workload == W3 || r->o.workload == W4) {
-        lat_print(stdout, "ack_p50_ms", "ack_p99_ms", &r->lat2);
-        printf(",\"claims\":%zu,\"empty_claims\":%ld,\"max\":%ld",
+        peer_lat_pct(&r->lat2, &ack_p50, &ack_p99);
+        peer_json_ms("ack_p50_ms", ack_p50);
+        peer_json_ms("ack_p99_ms", ack_p99);
+        printf(",\"claims\":%ld,\"empty_claims\":%ld,\"max\":%ld",
                atomic_load(&r->lat.n), atomic_load(&r->empty_claims), r->o.max);
     }
     if (r->o.workload == W5)
-        printf(",\"fetches\":%zu,\"payload_bytes_read\":%ld,\"window_rows\":%ld",
+        printf(",\"fetches\":%ld,\"payload_bytes_read\":%ld,\"window_rows\":%ld",
                atomic_load(&r->lat.n), atomic_load(&r->bytes), r->win_lo ? r->target : 0L);
     if (r->o.workload >= W3)
         printf(",\"prefill_seconds\":%.1f", pre_secs);
     printf("}\n");
     fflush(stdout);
-    if (failed || errors || dups || missing || atomic_load(&r->violations) || stopping() ||
+    if (failed || errors || dups || missing || atomic_load(&r->violations) || peer_stop_reason() ||
         done != r->target)
         failed = 1;
     goto out;
@@ -1277,7 +1080,7 @@ out:
     free(ws);
     free(r->seen);
     free(r->agg_last);
-    free(r->lat.ns);
-    free(r->lat2.ns);
+    free(r->lat.ms);
+    free(r->lat2.ms);
     return failed;
 }

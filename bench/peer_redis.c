@@ -58,13 +58,10 @@
  * event or order violation; 1 otherwise; 2 on a usage error.
  */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <getopt.h>
 #include <hiredis/hiredis.h>
 #include <math.h>
 #include <pthread.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -76,19 +73,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "peerlib.h"
+
 #define FILL_PIPE      1000     /* XADDs per pipeline when prefilling */
 #define PAGE           1000     /* XRANGE page size in W5 */
 #define LEASE_MS       "30000"  /* the issue's 30 s lease, as XAUTOCLAIM min-idle */
 #define CONNECT_S      5
 #define IO_TIMEOUT_S   30       /* a reply slower than this is an error */
 #define KEY_MAX        96
-#define NS_PER_S       1000000000ull
-
-#define EV_AGG      "\"aggregate_type\":\"bench\",\"aggregate_id\":\"a"
-#define EV_VER      "\"aggregate_version\":"
-#define EV_PAYLOAD  "\"payload\":{\"seq\":"
-#define EV_PAD      ",\"pad\":\""
-#define EV_END      "\"}}"
 
 /* ---- Command line ---- */
 
@@ -102,21 +94,13 @@ struct opts {
 
 /* ---- Run state ---- */
 
-/* Latencies in ms; slot i is written by whoever drew i from n. */
-struct lat {
-    double *v;
-    long cap;
-    atomic_long n;
-};
-
 struct run {
     struct opts o;
     char runid[17];
     char key[KEY_MAX];          /* the stream (W1, W2, W3, W5) or key prefix (W4) */
     char (*akeys)[KEY_MAX];     /* W4: one stream per aggregate */
-    size_t ev_head_len, ev_mid_len, ev_max;
+    size_t ev_head_len, ev_max;
     char ev_head[64];           /* {"event_id":"rd-<runid>- */
-    char ev_mid[96];            /* ","topic":"bench","event_type":"bench.created", */
     long total;                 /* events the workload handles */
     atomic_long next;           /* work dispenser */
     atomic_long done, errors, dups, disorder, claims;
@@ -124,7 +108,7 @@ struct run {
     long *last_version;         /* W4: per aggregate, written by its owner only */
     uint64_t *ts;               /* W5: id milliseconds of event n */
     uint64_t w5_ms, w5_seq;     /* W5: last id handed out */
-    struct lat lat, lat2;       /* request latency; W3/W4 also ack latency */
+    struct peer_lat lat, lat2;       /* request latency; W3/W4 also ack latency */
     pthread_barrier_t go;
 };
 
@@ -143,31 +127,10 @@ struct result {
     char error[256];
 };
 
-static atomic_int stop_flag;
 static uint64_t deadline_ns;
 
 /* ---- Small helpers ---- */
 
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static void say(const char *fmt, ...)
-{
-    char line[1024];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "peer_redis: %s\n", line);
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
-}
 
 static uint64_t realtime_ms(void)
 {
@@ -182,39 +145,6 @@ static double ms_between(uint64_t a, uint64_t b)
     return (double)(b - a) / 1e6;
 }
 
-/* True once the deadline passed or a signal arrived; latches. */
-static bool stopping(void)
-{
-    if (atomic_load_explicit(&stop_flag, memory_order_relaxed))
-        return true;
-    if (now_ns() >= deadline_ns) {
-        atomic_store(&stop_flag, 1);
-        return true;
-    }
-    return false;
-}
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    atomic_store(&stop_flag, 2);
-}
-
-/* Decimal digits of 'v' at 'p' (no NUL); returns how many. */
-static size_t u64_put(char *p, uint64_t v)
-{
-    char tmp[20];
-    size_t n = 0, i;
-
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (i = 0; i < n; i++)
-        p[i] = tmp[n - 1 - i];
-    return n;
-}
-
 /* The decimal number at p; -1 when there is none. */
 static long dec_at(const char *p)
 {
@@ -227,45 +157,6 @@ static long dec_at(const char *p)
     return v;
 }
 
-static void lat_init(struct lat *l, long cap)
-{
-    l->cap = cap > 0 ? cap : 1;
-    l->v = malloc((size_t)l->cap * sizeof *l->v);
-    atomic_init(&l->n, 0);
-}
-
-static void lat_add(struct lat *l, double ms)
-{
-    long i = atomic_fetch_add_explicit(&l->n, 1, memory_order_relaxed);
-
-    if (i < l->cap)
-        l->v[i] = ms;
-}
-
-static int dbl_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentiles p50 and p99 of 'l' (sorted in place); NAN when
- * it is empty. */
-static void lat_pct(struct lat *l, double *p50, double *p99)
-{
-    long n = atomic_load(&l->n);
-
-    if (n > l->cap)
-        n = l->cap;
-    if (!l->v || n == 0) {
-        *p50 = *p99 = NAN;
-        return;
-    }
-    qsort(l->v, (size_t)n, sizeof *l->v, dbl_cmp);
-    *p50 = l->v[(long)ceil(0.50 * (double)n) - 1];
-    *p99 = l->v[(long)ceil(0.99 * (double)n) - 1];
-}
-
 /* ---- Events ---- */
 
 /* Event n as JSON at 'out' (at most r->ev_max bytes, no NUL); with agg >= 0
@@ -273,37 +164,8 @@ static void lat_pct(struct lat *l, double *p50, double *p99)
  * its length.  The same shape as bench/loadgen.c's event_put. */
 static size_t event_put(const struct run *r, char *out, uint64_t n, long agg, long ver)
 {
-    char *p = out;
-    size_t used, pad;
-
-    memcpy(p, r->ev_head, r->ev_head_len);
-    p += r->ev_head_len;
-    p += u64_put(p, n);
-    memcpy(p, r->ev_mid, r->ev_mid_len);
-    p += r->ev_mid_len;
-    if (agg >= 0) {
-        memcpy(p, EV_AGG, sizeof EV_AGG - 1);
-        p += sizeof EV_AGG - 1;
-        p += u64_put(p, (uint64_t)agg);
-        *p++ = '"';
-        *p++ = ',';
-        memcpy(p, EV_VER, sizeof EV_VER - 1);
-        p += sizeof EV_VER - 1;
-        p += u64_put(p, (uint64_t)ver);
-        *p++ = ',';
-    }
-    memcpy(p, EV_PAYLOAD, sizeof EV_PAYLOAD - 1);
-    p += sizeof EV_PAYLOAD - 1;
-    p += u64_put(p, n);
-    memcpy(p, EV_PAD, sizeof EV_PAD - 1);
-    p += sizeof EV_PAD - 1;
-    used = (size_t)(p - out) + sizeof EV_END - 1;
-    pad = (size_t)r->o.payload_bytes > used ? (size_t)r->o.payload_bytes - used : 0;
-    memset(p, 'x', pad);
-    p += pad;
-    memcpy(p, EV_END, sizeof EV_END - 1);
-    p += sizeof EV_END - 1;
-    return (size_t)(p - out);
+    return peer_event_put(out, r->ev_head, r->ev_head_len, n, agg, ver, 0,
+                          (size_t)r->o.payload_bytes);
 }
 
 /* The event number in a stored event, -1 if it is not one of this run's. */
@@ -345,7 +207,7 @@ static redisContext *conn_open(const struct run *r)
     redisContext *c = redisConnectWithTimeout(r->o.host, r->o.port, ct);
 
     if (!c || c->err) {
-        say("connect %s:%d: %s", r->o.host, r->o.port, c ? c->errstr : "out of memory");
+        peer_say("connect %s:%d: %s", r->o.host, r->o.port, c ? c->errstr : "out of memory");
         if (c)
             redisFree(c);
         return NULL;
@@ -359,15 +221,15 @@ static redisContext *conn_open(const struct run *r)
 static bool reply_is(redisContext *c, const redisReply *rp, int type, const char *what)
 {
     if (!rp) {
-        say("%s: %s", what, c->errstr[0] ? c->errstr : "no reply");
+        peer_say("%s: %s", what, c->errstr[0] ? c->errstr : "no reply");
         return false;
     }
     if (rp->type == REDIS_REPLY_ERROR) {
-        say("%s: %s", what, rp->str);
+        peer_say("%s: %s", what, rp->str);
         return false;
     }
     if (rp->type != type) {
-        say("%s: unexpected reply type %d", what, rp->type);
+        peer_say("%s: unexpected reply type %d", what, rp->type);
         return false;
     }
     return true;
@@ -441,7 +303,7 @@ static int fill(struct run *r, redisContext *c, long count, fill_make make)
 {
     struct fill_item *it = calloc(FILL_PIPE, sizeof *it);
     char *evbuf = malloc((size_t)FILL_PIPE * r->ev_max);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = peer_now_ns();
     long i = 0, j, m;
     int rc = -1;
 
@@ -450,7 +312,7 @@ static int fill(struct run *r, redisContext *c, long count, fill_make make)
     for (j = 0; j < FILL_PIPE; j++)
         it[j].ev = evbuf + (size_t)j * r->ev_max;
     while (i < count) {
-        if (stopping())
+        if (peer_stopping(deadline_ns))
             goto out;
         m = count - i < FILL_PIPE ? count - i : FILL_PIPE;
         for (j = 0; j < m; j++) {
@@ -477,7 +339,7 @@ static int fill(struct run *r, redisContext *c, long count, fill_make make)
         }
         i += m;
     }
-    say("prefilled %ld events in %.1f s", count, ms_between(t0, now_ns()) / 1e3);
+    peer_say("prefilled %ld events in %.1f s", count, ms_between(t0, peer_now_ns()) / 1e3);
     rc = 0;
 out:
     free(evbuf);
@@ -543,15 +405,15 @@ static double threads_run(struct run *r, long n, void *(*fn)(void *))
         w[i].r = r;
         w[i].id = i;
         if (pthread_create(&w[i].th, NULL, fn, &w[i])) {
-            say("pthread_create failed");
+            peer_say("pthread_create failed");
             exit(1);
         }
     }
     pthread_barrier_wait(&r->go);
-    t0 = now_ns();
+    t0 = peer_now_ns();
     for (i = 0; i < n; i++)
         pthread_join(w[i].th, NULL);
-    t1 = now_ns();
+    t1 = peer_now_ns();
     pthread_barrier_destroy(&r->go);
     free(w);
     return (double)(t1 - t0) / 1e9;
@@ -582,12 +444,12 @@ static void *producer_main(void *arg)
 
     if (!c || !buf)
         goto out;
-    while (!stopping()) {
+    while (!peer_stopping(deadline_ns)) {
         first = atomic_fetch_add(&r->next, batch);
         if (first >= r->total)
             break;
         m = r->total - first < batch ? r->total - first : batch;
-        t0 = now_ns();
+        t0 = peer_now_ns();
         for (j = 0; j < m; j++) {
             char *ev = buf + (size_t)j * r->ev_max;
             const char *argv[5] = {"XADD", r->key, "*", "e", ev};
@@ -607,7 +469,7 @@ static void *producer_main(void *arg)
             else
                 break;          /* the connection is gone */
         }
-        lat_add(&r->lat, ms_between(t0, now_ns()));
+        peer_lat_add(&r->lat, ms_between(t0, peer_now_ns()));
         atomic_fetch_add(&r->done, ok);
         if (ok < m) {
             atomic_fetch_add(&r->errors, m - ok);
@@ -628,10 +490,10 @@ static int run_enqueue(struct run *r, redisContext *c0, struct result *res)
     long stored = -1;
 
     r->total = res->expected = r->o.events;
-    lat_init(&r->lat, r->total / r->o.batch + 1);
+    peer_lat_init(&r->lat, r->total / r->o.batch + 1);
     res->seconds = threads_run(r, r->o.producers, producer_main);
     res->events = atomic_load(&r->done);
-    lat_pct(&r->lat, &res->p50, &res->p99);
+    peer_lat_pct(&r->lat, &res->p50, &res->p99);
     if ((rp = command(c0, REDIS_REPLY_INTEGER, "XLEN", 2, xlen))) {
         stored = rp->integer;
         freeReplyObject(rp);
@@ -689,17 +551,17 @@ static void *cycle_main(void *arg)
     snprintf(count, sizeof count, "%ld", max);
     if (!c || !ids || !idl)
         goto out;
-    while (!stopping()) {
+    while (!peer_stopping(deadline_ns)) {
         const char *rd[] = {"XREADGROUP", "GROUP", "g", consumer, "COUNT", count,
                             "STREAMS", r->key, ">"};
         const char *ac[] = {"XAUTOCLAIM", r->key, "g", consumer, LEASE_MS, "0-0",
                             "COUNT", count};
         redisReply *rp;
-        uint64_t t0 = now_ns(), t1;
+        uint64_t t0 = peer_now_ns(), t1;
         size_t k;
 
         rp = redisCommandArgv(c, 9, rd, NULL);
-        t1 = now_ns();
+        t1 = peer_now_ns();
         if (!rp || rp->type == REDIS_REPLY_ERROR ||
             (rp->type != REDIS_REPLY_NIL && rp->type != REDIS_REPLY_ARRAY)) {
             reply_is(c, rp, REDIS_REPLY_ARRAY, "XREADGROUP");
@@ -710,7 +572,7 @@ static void *cycle_main(void *arg)
         }
         n = 0;
         if (rp->type == REDIS_REPLY_ARRAY) {
-            lat_add(&r->lat, ms_between(t0, t1));
+            peer_lat_add(&r->lat, ms_between(t0, t1));
             atomic_fetch_add(&r->claims, 1);
             for (k = 0; k < rp->elements; k++) {
                 const redisReply *s = rp->element[k];
@@ -744,9 +606,9 @@ static void *cycle_main(void *arg)
             idl[1] = strlen(r->key);
             ids[2] = "g";
             idl[2] = 1;
-            t0 = now_ns();
+            t0 = peer_now_ns();
             ack = redisCommandArgv(c, (int)n + 3, ids, idl);
-            lat_add(&r->lat2, ms_between(t0, now_ns()));
+            peer_lat_add(&r->lat2, ms_between(t0, peer_now_ns()));
             if (reply_is(c, ack, REDIS_REPLY_INTEGER, "XACK")) {
                 atomic_fetch_add(&r->done, ack->integer);
                 if (ack->integer != n)
@@ -798,12 +660,12 @@ static int run_cycle(struct run *r, redisContext *c0, struct result *res)
     freeReplyObject(rp);
     if (fill(r, c0, r->total, make_plain))
         return -1;
-    lat_init(&r->lat, r->total + 4 * r->o.workers + 16);
-    lat_init(&r->lat2, r->total + 4 * r->o.workers + 16);
+    peer_lat_init(&r->lat, r->total + 4 * r->o.workers + 16);
+    peer_lat_init(&r->lat2, r->total + 4 * r->o.workers + 16);
     res->seconds = threads_run(r, r->o.workers, cycle_main);
     res->events = atomic_load(&r->done);
-    lat_pct(&r->lat, &res->p50, &res->p99);
-    lat_pct(&r->lat2, &res->ack_p50, &res->ack_p99);
+    peer_lat_pct(&r->lat, &res->p50, &res->p99);
+    peer_lat_pct(&r->lat2, &res->ack_p50, &res->ack_p99);
     res->missing = events_missing(r);
     res->unacked = pending(c0, r->key);
     snprintf(res->extra, sizeof res->extra,
@@ -835,8 +697,8 @@ static void ordered_check(struct run *r, long k, const redisReply *v)
     event_seen(r, event_seq(r, v));
     if (!v || v->type != REDIS_REPLY_STRING ||
         !(p = strstr(v->str, "\"aggregate_id\":\"a")) ||
-        (agg = dec_at(p + 17)) < 0 || !(p = strstr(v->str, EV_VER)) ||
-        (ver = dec_at(p + sizeof EV_VER - 1)) < 0) {
+        (agg = dec_at(p + 17)) < 0 || !(p = strstr(v->str, PEER_EV_VER)) ||
+        (ver = dec_at(p + sizeof PEER_EV_VER - 1)) < 0) {
         atomic_fetch_add(&r->errors, 1);
         return;
     }
@@ -870,7 +732,7 @@ static void *ordered_main(void *arg)
     argv[4] = "COUNT";
     argv[5] = "1";
     argv[6] = "STREAMS";
-    while (nact > 0 && !stopping()) {
+    while (nact > 0 && !peer_stopping(deadline_ns)) {
         redisReply *rp;
         uint64_t t0, t1;
         size_t s;
@@ -884,9 +746,9 @@ static void *ordered_main(void *arg)
             argv[7 + j] = r->akeys[act[j]];
             argv[7 + m + j] = ">";
         }
-        t0 = now_ns();
+        t0 = peer_now_ns();
         rp = redisCommandArgv(c, (int)(7 + 2 * m), argv, NULL);
-        t1 = now_ns();
+        t1 = peer_now_ns();
         if (!rp || rp->type == REDIS_REPLY_ERROR ||
             (rp->type != REDIS_REPLY_NIL && rp->type != REDIS_REPLY_ARRAY)) {
             reply_is(c, rp, REDIS_REPLY_ARRAY, "XREADGROUP");
@@ -897,7 +759,7 @@ static void *ordered_main(void *arg)
         }
         got = 0;
         if (rp->type == REDIS_REPLY_ARRAY) {
-            lat_add(&r->lat, ms_between(t0, t1));
+            peer_lat_add(&r->lat, ms_between(t0, t1));
             atomic_fetch_add(&r->claims, 1);
             /* Each stream in the reply has exactly one entry (COUNT 1):
              * check it and pipeline its XACK. */
@@ -934,7 +796,7 @@ static void *ordered_main(void *arg)
             }
         }
         freeReplyObject(rp);
-        t0 = now_ns();
+        t0 = peer_now_ns();
         for (j = 0; j < got; j++) {
             redisReply *ack = NULL;
 
@@ -948,7 +810,7 @@ static void *ordered_main(void *arg)
             freeReplyObject(ack);
         }
         if (got)
-            lat_add(&r->lat2, ms_between(t0, now_ns()));
+            peer_lat_add(&r->lat2, ms_between(t0, peer_now_ns()));
         /* A stream absent from the reply has nothing left (the prefill is
          * over): drop it.  The others go to the back of the round robin. */
         for (j = m; j < nact; j++)
@@ -997,13 +859,13 @@ static int run_ordered(struct run *r, redisContext *c0, struct result *res)
     }
     if (fill(r, c0, r->total, make_ordered))
         return -1;
-    lat_init(&r->lat, r->total + 4 * r->o.workers + 16);
-    lat_init(&r->lat2, r->total + 4 * r->o.workers + 16);
+    peer_lat_init(&r->lat, r->total + 4 * r->o.workers + 16);
+    peer_lat_init(&r->lat2, r->total + 4 * r->o.workers + 16);
     res->seconds = threads_run(r, r->o.workers, ordered_main);
     res->events = atomic_load(&r->done);
     res->disorder = atomic_load(&r->disorder);
-    lat_pct(&r->lat, &res->p50, &res->p99);
-    lat_pct(&r->lat2, &res->ack_p50, &res->ack_p99);
+    peer_lat_pct(&r->lat, &res->p50, &res->p99);
+    peer_lat_pct(&r->lat2, &res->ack_p50, &res->ack_p99);
     res->missing = events_missing(r);
     for (k = 0; k < a; k++) {
         long p = pending(c0, r->akeys[k]);
@@ -1038,16 +900,16 @@ static int run_window(struct run *r, redisContext *c0, struct result *res)
     r->ts = malloc((size_t)r->total * sizeof *r->ts);
     if (!r->ts || r->total < 1)
         return -1;
-    f0 = now_ns();
+    f0 = peer_now_ns();
     if (fill(r, c0, r->total, make_timed))
         return -1;
-    f1 = now_ns();
+    f1 = peer_now_ns();
     if ((rp = command(c0, REDIS_REPLY_INTEGER, "XLEN", 2, xlen))) {
         stored = rp->integer;
         freeReplyObject(rp);
     }
     if (stored != r->total) {
-        say("stored %ld events, expected %ld", stored, r->total);
+        peer_say("stored %ld events, expected %ld", stored, r->total);
         return -1;
     }
     /* The middle 10% of the span of the ids' milliseconds; ids are in
@@ -1063,17 +925,17 @@ static int run_window(struct run *r, redisContext *c0, struct result *res)
         }
     snprintf(start, sizeof start, "%llu-0", (unsigned long long)lo);
     snprintf(end, sizeof end, "%llu", (unsigned long long)hi);   /* up to hi-<max seq> */
-    lat_init(&r->lat, expect / PAGE + 2);
-    t0 = now_ns();
-    while (more && !stopping()) {
-        uint64_t q0 = now_ns();
+    peer_lat_init(&r->lat, expect / PAGE + 2);
+    t0 = peer_now_ns();
+    while (more && !peer_stopping(deadline_ns)) {
+        uint64_t q0 = peer_now_ns();
         size_t i;
 
         if (!(rp = command(c0, REDIS_REPLY_ARRAY, "XRANGE", 6, argv))) {
             atomic_fetch_add(&r->errors, 1);
             break;
         }
-        lat_add(&r->lat, ms_between(q0, now_ns()));
+        peer_lat_add(&r->lat, ms_between(q0, peer_now_ns()));
         pages++;
         for (i = 0; i < rp->elements; i++) {
             const redisReply *e = rp->element[i], *f;
@@ -1102,13 +964,13 @@ static int run_window(struct run *r, redisContext *c0, struct result *res)
         }
         freeReplyObject(rp);
     }
-    t1 = now_ns();
+    t1 = peer_now_ns();
     res->seconds = (double)(t1 - t0) / 1e9;
     res->events = got + atomic_load(&r->dups) + atomic_load(&r->disorder);
     res->expected = expect;
     res->missing = expect > got ? expect - got : 0;
     res->disorder = atomic_load(&r->disorder);
-    lat_pct(&r->lat, &res->p50, &res->p99);
+    peer_lat_pct(&r->lat, &res->p50, &res->p99);
     snprintf(res->extra, sizeof res->extra,
              ",\"stored\":%ld,\"window_events\":%ld,\"window_ms\":%llu,\"pages\":%ld,"
              "\"prefill_seconds\":%.3f", stored, expect, (unsigned long long)(hi - lo),
@@ -1140,38 +1002,15 @@ static void usage(FILE *f)
 /* Parse 'arg' as an integer in [lo, hi] into *out. */
 static int num_opt(const char *name, const char *arg, long lo, long hi, long *out)
 {
-    char *end;
-    long v;
-
-    errno = 0;
-    v = strtol(arg, &end, 10);
-    if (errno || end == arg || *end || v < lo || v > hi) {
-        say("--%s must be an integer in [%ld, %ld]", name, lo, hi);
+    if (peer_num(arg, lo, hi, out)) {
+        peer_say("--%s must be an integer in [%ld, %ld]", name, lo, hi);
         return -1;
     }
-    *out = v;
     return 0;
 }
 
 static int opts_parse(struct opts *o, int argc, char **argv)
 {
-    enum { O_ADDR = 1, O_WL, O_EV, O_PROD, O_BATCH, O_WORK, O_MAX, O_AGG, O_PER,
-           O_PAY, O_SECS, O_HELP };
-    static const struct option lo[] = {
-        {"addr", required_argument, NULL, O_ADDR},
-        {"workload", required_argument, NULL, O_WL},
-        {"events", required_argument, NULL, O_EV},
-        {"producers", required_argument, NULL, O_PROD},
-        {"batch", required_argument, NULL, O_BATCH},
-        {"workers", required_argument, NULL, O_WORK},
-        {"max", required_argument, NULL, O_MAX},
-        {"aggregates", required_argument, NULL, O_AGG},
-        {"per-aggregate", required_argument, NULL, O_PER},
-        {"payload-bytes", required_argument, NULL, O_PAY},
-        {"max-seconds", required_argument, NULL, O_SECS},
-        {"help", no_argument, NULL, O_HELP},
-        {NULL, 0, NULL, 0},
-    };
     long events = -1, batch = -1, port, secs;
     const char *colon;
     int ch;
@@ -1184,40 +1023,38 @@ static int opts_parse(struct opts *o, int argc, char **argv)
     o->per_agg = 25;
     o->payload_bytes = 300;
     o->max_seconds = 300;
-    while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "", peer_options, NULL)) != -1) {
         int rc = 0;
 
         switch (ch) {
-        case O_ADDR:
+        case P_ADDR:
             colon = strrchr(optarg, ':');
             if (!colon || colon == optarg || (size_t)(colon - optarg) >= sizeof o->host ||
                 num_opt("addr port", colon + 1, 1, 65535, &port)) {
-                say("--addr must be HOST:PORT");
+                peer_say("--addr must be HOST:PORT");
                 return -1;
             }
             snprintf(o->host, sizeof o->host, "%.*s", (int)(colon - optarg), optarg);
             o->port = (int)port;
             break;
-        case O_WL:
-            if (strlen(optarg) != 2 || (optarg[0] != 'W' && optarg[0] != 'w') ||
-                optarg[1] < '1' || optarg[1] > '5') {
-                say("--workload must be one of W1 W2 W3 W4 W5");
+        case P_WORKLOAD:
+            if (!(o->workload = peer_workload(optarg))) {
+                peer_say("--workload must be one of W1 W2 W3 W4 W5");
                 return -1;
             }
-            o->workload = optarg[1] - '0';
             break;
-        case O_EV:    rc = num_opt("events", optarg, 1, 100000000, &events); break;
-        case O_PROD:  rc = num_opt("producers", optarg, 1, 1024, &o->producers); break;
-        case O_BATCH: rc = num_opt("batch", optarg, 1, 100000, &batch); break;
-        case O_WORK:  rc = num_opt("workers", optarg, 1, 1024, &o->workers); break;
-        case O_MAX:   rc = num_opt("max", optarg, 1, 10000, &o->max); break;
-        case O_AGG:   rc = num_opt("aggregates", optarg, 1, 10000000, &o->aggregates); break;
-        case O_PER:   rc = num_opt("per-aggregate", optarg, 1, 1000000, &o->per_agg); break;
-        case O_PAY:   rc = num_opt("payload-bytes", optarg, 0, 1000000, &o->payload_bytes); break;
-        case O_SECS:  rc = num_opt("max-seconds", optarg, 1, 86400, &secs);
-                      o->max_seconds = (double)secs;
-                      break;
-        case O_HELP:
+        case P_EVENTS:     rc = num_opt("events", optarg, 1, 100000000, &events); break;
+        case P_PRODUCERS:  rc = num_opt("producers", optarg, 1, 1024, &o->producers); break;
+        case P_BATCH:      rc = num_opt("batch", optarg, 1, 100000, &batch); break;
+        case P_WORKERS:    rc = num_opt("workers", optarg, 1, 1024, &o->workers); break;
+        case P_MAX:        rc = num_opt("max", optarg, 1, 10000, &o->max); break;
+        case P_AGGREGATES: rc = num_opt("aggregates", optarg, 1, 10000000, &o->aggregates); break;
+        case P_PER_AGG:    rc = num_opt("per-aggregate", optarg, 1, 1000000, &o->per_agg); break;
+        case P_PAYLOAD:    rc = num_opt("payload-bytes", optarg, 0, 1000000, &o->payload_bytes); break;
+        case P_SECONDS:    rc = num_opt("max-seconds", optarg, 1, 86400, &secs);
+                           o->max_seconds = (double)secs;
+                           break;
+        case P_HELP:
             usage(stdout);
             exit(0);
         default:
@@ -1227,7 +1064,7 @@ static int opts_parse(struct opts *o, int argc, char **argv)
             return -1;
     }
     if (optind < argc || !o->port || !o->workload) {
-        say("--addr and --workload are required");
+        peer_say("--addr and --workload are required");
         return -1;
     }
     if (events < 0)
@@ -1236,7 +1073,7 @@ static int opts_parse(struct opts *o, int argc, char **argv)
     o->events = events;
     o->batch = batch > 0 ? batch : o->workload == 2 ? 100 : 1;
     if (o->aggregates * o->per_agg > 100000000) {
-        say("--aggregates x --per-aggregate is too large");
+        peer_say("--aggregates x --per-aggregate is too large");
         return -1;
     }
     return 0;
@@ -1297,47 +1134,20 @@ static void run_note(const struct run *r, struct result *res)
     }
 }
 
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-
-        if (ch == '"' || ch == '\\')
-            printf("\\%c", ch);
-        else if (ch < 0x20)
-            printf("\\u%04x", ch);
-        else
-            putchar(ch);
-    }
-    putchar('"');
-}
-
-static void json_ms(const char *name, double v)
-{
-    if (isnan(v))
-        printf(",\"%s\":null", name);
-    else
-        printf(",\"%s\":%.3f", name, v);
-}
-
 static void report(const struct run *r, const char *version, const char *dur,
                    const struct result *res)
 {
-    printf("{\"peer\":\"redis\",\"version\":");
-    json_str(version);
-    printf(",\"durability\":");
-    json_str(dur);
-    printf(",\"workload\":\"W%d\",\"events\":%ld,\"seconds\":%.3f,\"events_per_s\":%.1f",
-           r->o.workload, res->events, res->seconds,
-           res->seconds > 0 ? (double)res->events / res->seconds : 0.0);
-    json_ms("p50_ms", res->p50);
-    json_ms("p99_ms", res->p99);
-    printf(",\"duplicates\":%ld,\"missing\":%ld,\"order_violations\":%ld",
-           res->dups, res->missing, res->disorder);
+    struct peer_head h = {
+        .peer = "redis", .version = version, .durability = dur, .workload = r->o.workload,
+        .events = res->events, .dups = res->dups, .missing = res->missing,
+        .disorder = res->disorder, .seconds = res->seconds, .p50_ms = res->p50,
+        .p99_ms = res->p99,
+    };
+
+    peer_head_print(&h);
     if (r->o.workload == 3 || r->o.workload == 4) {
-        json_ms("ack_p50_ms", res->ack_p50);
-        json_ms("ack_p99_ms", res->ack_p99);
+        peer_json_ms("ack_p50_ms", res->ack_p50);
+        peer_json_ms("ack_p99_ms", res->ack_p99);
         printf(",\"unacked\":%ld", res->unacked);
     }
     printf("%s,\"payload_bytes\":%ld,\"errors\":%ld,\"timed_out\":%s,\"runid\":\"%s\"",
@@ -1345,10 +1155,10 @@ static void report(const struct run *r, const char *version, const char *dur,
            r->runid);
     if (res->error[0]) {
         printf(",\"error\":");
-        json_str(res->error);
+        peer_json_str(stdout, res->error);
     }
     printf(",\"note\":");
-    json_str(res->note);
+    peer_json_str(stdout, res->note);
     printf("}\n");
     fflush(stdout);
 }
@@ -1362,7 +1172,7 @@ static int run_setup(struct run *r)
     size_t i;
 
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
-        uint64_t t = now_ns() ^ ((uint64_t)getpid() << 32);
+        uint64_t t = peer_now_ns() ^ ((uint64_t)getpid() << 32);
 
         memcpy(rnd, &t, sizeof rnd);
     }
@@ -1371,11 +1181,7 @@ static int run_setup(struct run *r)
     snprintf(r->key, sizeof r->key, "peer-redis:%s", r->runid);
     r->ev_head_len = (size_t)snprintf(r->ev_head, sizeof r->ev_head,
                                       "{\"event_id\":\"rd-%s-", r->runid);
-    r->ev_mid_len = (size_t)snprintf(r->ev_mid, sizeof r->ev_mid,
-                                     "\",\"topic\":\"bench\",\"event_type\":\"bench.created\",");
-    r->ev_max = r->ev_head_len + 20 + r->ev_mid_len + sizeof EV_AGG + 22 + sizeof EV_VER +
-                22 + sizeof EV_PAYLOAD + 20 + sizeof EV_PAD + sizeof EV_END +
-                (size_t)r->o.payload_bytes;
+    r->ev_max = peer_event_max(r->ev_head_len, (size_t)r->o.payload_bytes);
     if (r->o.workload == 4) {
         if (!(r->akeys = calloc((size_t)r->o.aggregates, sizeof *r->akeys)))
             return -1;
@@ -1414,6 +1220,7 @@ int main(int argc, char **argv)
     int rc = -1;
     bool ok;
 
+    peer_log_init("peer_redis", 0);
     if (opts_parse(&r->o, argc, argv)) {
         usage(stderr);
         return 2;
@@ -1421,10 +1228,8 @@ int main(int argc, char **argv)
     memset(&res, 0, sizeof res);
     res.p50 = res.p99 = res.ack_p50 = res.ack_p99 = NAN;
     res.unacked = -1;
-    signal(SIGPIPE, SIG_IGN);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    deadline_ns = now_ns() + (uint64_t)(r->o.max_seconds * 1e9);
+    peer_signals(false);
+    deadline_ns = peer_now_ns() + (uint64_t)(r->o.max_seconds * 1e9);
     run_note(r, &res);
     if (run_setup(r)) {
         snprintf(res.error, sizeof res.error, "out of memory");
@@ -1447,7 +1252,7 @@ int main(int argc, char **argv)
     }
     if (rc && !res.error[0])
         snprintf(res.error, sizeof res.error, "%s",
-                 atomic_load(&stop_flag) ? "stopped (--max-seconds or a signal) before "
+                 peer_stop_reason() ? "stopped (--max-seconds or a signal) before "
                  "the workload finished" : "setup or check failed (see stderr)");
     run_cleanup(r, c0);
 report:
@@ -1455,7 +1260,7 @@ report:
         redisFree(c0);
     res.dups += atomic_load(&r->dups);
     res.errors = atomic_load(&r->errors);
-    res.timed_out = atomic_load(&stop_flag) != 0;
+    res.timed_out = peer_stop_reason() != 0;
     report(r, version, dur, &res);
     ok = rc == 0 && !res.timed_out && res.errors == 0 && res.dups == 0 &&
          res.missing == 0 && res.disorder == 0 && res.events == res.expected;
