@@ -79,6 +79,8 @@ build/loadgen: bench/loadgen.c | build/rel
 	$(CC) $(WARN) -O2 -D_GNU_SOURCE $< -o $@ -lpthread -lm
 build/workers: bench/workers.c | build/rel
 	$(CC) $(WARN) -O2 $< -o $@ -lpthread
+build/rangeread: bench/rangeread.c | build/rel
+	$(CC) $(WARN) -O2 $(shell pkg-config --cflags libcurl) $< -o $@ $(shell pkg-config --libs libcurl)
 build/bench_parse: bench/bench_parse.c $(REL_OBJ)
 	$(CC) $(WARN) -O2 $(PKGCFLAGS) -Iserver $< $(REL_OBJ) -o $@ $(PKGLIBS)
 
@@ -87,7 +89,7 @@ run: deps build/micd
 	./build/micd --listen 127.0.0.1:8080 --data ./var
 
 check: build/san/micd build/san/mic-events-replay build/san/mic $(UNIT) \
-       build/micd build/loadgen build/workers build/peer_nats
+       build/micd build/loadgen build/workers build/rangeread build/peer_nats
 	MICD=build/san/micd MIC_REPLAY=build/san/mic-events-replay MIC_CLI=build/san/mic \
 	    tests/run.sh $(UNIT)
 	@# the peer harness at tiny sizes, against MIC and a real nats-server
@@ -100,7 +102,7 @@ test: deps
 
 BENCH_DEBS := redis-server redis-tools python3
 
-bench: deps build/micd build/loadgen build/workers build/bench_parse
+bench: deps build/micd build/loadgen build/workers build/rangeread build/bench_parse
 	@missing=""; for p in $(BENCH_DEBS); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
@@ -117,7 +119,7 @@ bench-claims: deps build/micd build/loadgen build/workers
 bench-ordered: deps build/micd build/loadgen build/workers
 	bench/ordered.sh
 
-bench-range: deps build/micd build/loadgen
+bench-range: deps build/micd build/loadgen build/rangeread
 	bench/range.sh
 
 PEER_DRIVERS := $(patsubst bench/peer_%.c,build/peer_%,$(wildcard bench/peer_*.c))
@@ -141,12 +143,12 @@ peer-deps:
 	  --no-install-recommends $$missing >/dev/null; fi
 
 # MIC and its peers side by side (bench/peers.py writes bench/RESULTS.md).
-bench-peers: deps peer-deps build/micd build/loadgen build/workers
+bench-peers: deps peer-deps build/micd build/loadgen build/workers build/rangeread
 	$(MAKE) $(PEER_DRIVERS)
 	bench/peers.py
 
 # The same harness at tiny sizes, so it cannot rot.
-bench-smoke: deps peer-deps build/micd build/loadgen build/workers
+bench-smoke: deps peer-deps build/micd build/loadgen build/workers build/rangeread
 	$(MAKE) $(PEER_DRIVERS)
 	SMOKE=1 bench/peers.py
 
