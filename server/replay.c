@@ -4,10 +4,10 @@
  * event_id) -> seq, so a range is one seek and then a walk in
  * (created_at, event_id) order; bounds are inclusive.  A page's cursor is
  * "<created_at µs>:<event_id>" of its last event.  The NDJSON stream keeps
- * only its position and at most one chunk (CHUNK bytes, or one event if it
- * is larger) in memory, and opens a short read transaction per chunk, so a
- * range of any size streams in constant memory without holding a snapshot
- * (or a map resize) for its whole duration. */
+ * only its position in memory (plus one event when it is larger than the
+ * HTTP library's buffer) and fills each buffer the library hands it in a
+ * short read transaction, so a range of any size streams in constant memory
+ * without holding a snapshot (or a map resize) for its whole duration. */
 #define _POSIX_C_SOURCE 200809L
 #include "replay.h"
 
@@ -23,8 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define CHUNK (256 * 1024)
 
 struct range {
     uint32_t topic_id;
@@ -181,69 +179,77 @@ int mic_range_open(mic_store *s, const char *topic, const char *from,
 struct fill {
     mic_txn *t;
     mic_range *r;
+    char *buf;          /* the caller's buffer: events go straight in */
+    size_t max, len;
     int rc, full;
 };
 
-static int fill_one(void *arg, int64_t at, const char *id, size_t idlen, uint64_t seq)
+static void advance(mic_range *r, int64_t at, const char *id, size_t idlen)
 {
-    struct fill *f = arg;
-    struct mic_range *r = f->r;
-    struct mic_rec rec;
-
-    if (r->pending.len >= CHUNK) {
-        f->full = 1;
-        return 1;
-    }
-    if ((f->rc = mic_store_log_get(f->t, seq, &rec)))
-        return 1;
-    mic_buf_add(&r->pending, rec.json, rec.json_len);
-    mic_buf_add(&r->pending, "\n", 1);
     r->q.from_us = at;
     memcpy(r->q.from_id, id, idlen);
     r->q.from_idlen = idlen;
     r->q.exclusive = 1;
+}
+
+static int fill_one(void *arg, int64_t at, const char *id, size_t idlen, uint64_t seq)
+{
+    struct fill *f = arg;
+    struct mic_rec rec;
+
+    if ((f->rc = mic_store_log_get(f->t, seq, &rec)))
+        return 1;
+    if (rec.json_len + 1 > f->max - f->len) {
+        if (f->len) {           /* no room left: the next read starts here */
+            f->full = 1;
+            return 1;
+        }
+        /* One event larger than the whole buffer: hand it out piecewise. */
+        mic_buf_add(&f->r->pending, rec.json, rec.json_len);
+        mic_buf_add(&f->r->pending, "\n", 1);
+        advance(f->r, at, id, idlen);
+        f->full = 1;
+        return 1;
+    }
+    memcpy(f->buf + f->len, rec.json, rec.json_len);
+    f->buf[f->len + rec.json_len] = '\n';
+    f->len += rec.json_len + 1;
+    advance(f->r, at, id, idlen);
     return 0;
 }
 
-/* Read the next chunk of events into r->pending. */
-static int refill(mic_range *r)
+ssize_t mic_range_read(mic_range *r, char *buf, size_t max)
 {
-    struct fill f = {NULL, r, MIC_OK, 0};
+    struct fill f = {NULL, r, buf, max, 0, MIC_OK, 0};
     int rc;
 
-    r->pending.len = 0;
-    r->off = 0;
+    if (r->off < r->pending.len) {      /* the rest of an oversized event */
+        size_t n = r->pending.len - r->off;
+
+        if (n > max)
+            n = max;
+        memcpy(buf, r->pending.p + r->off, n);
+        r->off += n;
+        return (ssize_t)n;
+    }
+    r->pending.len = r->off = 0;
+    if (r->done || max == 0)
+        return 0;
     if ((rc = mic_txn_begin(r->s, 0, &f.t)))
-        return rc;
+        return -1;
     rc = mic_store_time_scan(f.t, r->q.topic_id, r->q.from_us, r->q.from_id,
                              r->q.from_idlen, r->q.exclusive, r->q.to_us, 1 << 30,
                              fill_one, &f);
     mic_txn_abort(f.t);
     if (rc == 1)
         rc = f.rc;
-    if (rc)
-        return rc;
+    if (rc || r->pending.oom)
+        return -1;
     if (!f.full)
         r->done = 1;
-    return r->pending.oom ? MIC_ENOMEM : MIC_OK;
-}
-
-ssize_t mic_range_read(mic_range *r, char *buf, size_t max)
-{
-    size_t n;
-
-    while (r->off == r->pending.len) {
-        if (r->done)
-            return 0;
-        if (refill(r))
-            return -1;
-    }
-    n = r->pending.len - r->off;
-    if (n > max)
-        n = max;
-    memcpy(buf, r->pending.p + r->off, n);
-    r->off += n;
-    return (ssize_t)n;
+    if (f.len)
+        return (ssize_t)f.len;
+    return r->pending.len ? mic_range_read(r, buf, max) : 0;
 }
 
 void mic_range_close(mic_range *r)

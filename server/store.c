@@ -61,6 +61,8 @@ struct mic_txn {
     MDB_txn *txn;
     mic_store *s;
     int write;
+    MDB_cursor *logc;   /* read txns: mic_store_log_get's cursor, at log_seq */
+    uint64_t log_seq;
 };
 
 static int (*fault_hook)(const char *dbname);
@@ -312,6 +314,8 @@ int mic_txn_begin(mic_store *s, int write, mic_txn **out)
         return MIC_ENOMEM;
     t->s = s;
     t->write = write;
+    t->logc = NULL;
+    t->log_seq = 0;
     if (!write)
         pthread_rwlock_rdlock(&s->resize);
     rc = mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, &t->txn);
@@ -327,7 +331,11 @@ int mic_txn_begin(mic_store *s, int write, mic_txn **out)
 
 int mic_txn_commit(mic_txn *t)
 {
-    int rc = mdb_txn_commit(t->txn);
+    int rc;
+
+    if (t->logc)
+        mdb_cursor_close(t->logc);
+    rc = mdb_txn_commit(t->txn);
 
     if (!t->write)
         pthread_rwlock_unlock(&t->s->resize);
@@ -339,6 +347,8 @@ void mic_txn_abort(mic_txn *t)
 {
     if (!t)
         return;
+    if (t->logc)
+        mdb_cursor_close(t->logc);
     mdb_txn_abort(t->txn);
     if (!t->write)
         pthread_rwlock_unlock(&t->s->resize);
@@ -409,8 +419,29 @@ int mic_store_log_get(mic_txn *t, uint64_t seq, struct mic_rec *r)
     int rc;
 
     put_u64(kb, seq);
-    if ((rc = get(t, t->s->log, &k, &v)))
-        return rc;
+    if (t->write) {
+        if ((rc = get(t, t->s->log, &k, &v)))
+            return rc;
+    } else {
+        /* Readers walk the log mostly in seq order (a topic's time range,
+         * a backfill): step the cursor when seq follows the last one read,
+         * seek otherwise. */
+        if (!t->logc && (rc = mdb_cursor_open(t->txn, t->s->log, &t->logc)))
+            return from_mdb(rc);
+        rc = MDB_NOTFOUND;
+        if (t->log_seq && seq == t->log_seq + 1 &&
+            (rc = mdb_cursor_get(t->logc, &k, &v, MDB_NEXT)) == 0 &&
+            (k.mv_size != 8 || memcmp(k.mv_data, kb, 8)))
+            rc = MDB_NOTFOUND;
+        if (rc) {
+            k.mv_size = 8;
+            k.mv_data = kb;
+            rc = mdb_cursor_get(t->logc, &k, &v, MDB_SET);
+        }
+        t->log_seq = rc ? 0 : seq;
+        if (rc)
+            return from_mdb(rc);
+    }
     if (v.mv_size < REC_HDR)
         return MIC_EIO;
     p = v.mv_data;

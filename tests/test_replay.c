@@ -10,6 +10,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "buf.h"
 #include "harness.h"
 
 #include <openssl/evp.h>
@@ -154,6 +155,52 @@ static void range_ndjson(void **state)
     resp_free(&r);
 }
 
+/* Events larger than the HTTP library's 256 KiB buffer go out piecewise,
+ * between small ones, and every line arrives whole and in order. */
+static void range_ndjson_large(void **state)
+{
+    const size_t pad = 600 * 1024;
+    const char *want[] = {"big-1", "big-2", "big-3", "big-4"};
+    struct mic_buf b;
+    struct resp r;
+    char *line, *save = NULL;
+    int n = 0;
+
+    (void)state;
+    mic_buf_init(&b);
+    mic_buf_puts(&b, "{\"events\":[");
+    for (int i = 0; i < 4; i++) {
+        mic_buf_printf(&b, "%s{\"event_id\":\"%s\",\"topic\":\"big\","
+                           "\"created_at\":\"2026-03-02T10:00:0%dZ\",\"payload\":{\"pad\":\"",
+                       i ? "," : "", want[i], i);
+        for (size_t k = 0; i % 2 == 0 && k < pad; k++)   /* big-1 and big-3 are large */
+            mic_buf_add(&b, "x", 1);
+        mic_buf_puts(&b, "\"}}");
+    }
+    mic_buf_puts(&b, "]}");
+    assert_false(b.oom);
+    json_decref(call("POST", "/v1/events", b.p, 201));
+    mic_buf_fini(&b);
+    assert_int_equal(http(&S, "GET", "/v1/topics/big/events?from=2026-03-02T00:00:00Z",
+                          NULL, NULL, 0, "Accept: application/x-ndjson", &r), 0);
+    assert_int_equal(r.status, 200);
+    for (line = strtok_r(r.body, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        json_t *e = json_loads(line, 0, NULL);
+        const char *p;
+
+        assert_non_null(e);
+        assert_true(n < 4);
+        assert_string_equal(json_string_value(json_object_get(e, "event_id")), want[n]);
+        p = json_string_value(json_object_get(json_object_get(e, "payload"), "pad"));
+        assert_non_null(p);
+        assert_int_equal(strlen(p), n % 2 == 0 ? pad : 0);
+        json_decref(e);
+        n++;
+    }
+    assert_int_equal(n, 4);
+    resp_free(&r);
+}
+
 static void digest_of(const char *lines, char out[65])
 {
     unsigned char md[32];
@@ -270,6 +317,7 @@ int main(void)
         cmocka_unit_test(range_bounds_and_ties),
         cmocka_unit_test(range_pages),
         cmocka_unit_test(range_ndjson),
+        cmocka_unit_test(range_ndjson_large),
         cmocka_unit_test(replay_run),
         cmocka_unit_test(replay_keeps_aggregate_order),
     };
