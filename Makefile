@@ -23,6 +23,11 @@ TLIBS     = $(shell pkg-config --libs $(TPKGS) 2>/dev/null)
 RCFLAGS   = $(shell pkg-config --cflags $(RPKGS) 2>/dev/null)
 RLIBS     = $(shell pkg-config --libs $(RPKGS) 2>/dev/null)
 
+# The peers of bench/peers.py (make bench-peers; make test runs its smoke mode).
+PEER_DRIVERS := $(patsubst bench/peer_%.c,build/peer_%,$(wildcard bench/peer_*.c))
+PEER_DEBS := redis-server libhiredis-dev postgresql libpq-dev nats-server libnats-dev beanstalkd \
+             gnuplot-nox python3 curl
+
 SRV_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
 REL_OBJ := $(SRV_SRC:server/%.c=build/rel/%.o)
 SAN_OBJ := $(SRV_SRC:server/%.c=build/san/%.o)
@@ -89,15 +94,16 @@ run: deps build/micd
 	./build/micd --listen 127.0.0.1:8080 --data ./var
 
 check: build/san/micd build/san/mic-events-replay build/san/mic $(UNIT) \
-       build/micd build/loadgen build/workers build/rangeread build/peer_nats
+       build/micd build/loadgen build/workers build/rangeread $(PEER_DRIVERS)
 	MICD=build/san/micd MIC_REPLAY=build/san/mic-events-replay MIC_CLI=build/san/mic \
 	    tests/run.sh $(UNIT)
-	@# the peer harness at tiny sizes, against MIC and a real nats-server
-	SMOKE=1 PEERS=nats OUT=build/RESULTS-smoke.md bench/peers.py > build/bench-smoke.log 2>&1 || \
+	@# the peer harness at tiny sizes (make bench-smoke), against MIC and
+	@# real redis-server, postgres, nats-server and beanstalkd
+	SMOKE=1 OUT=build/RESULTS-smoke.md bench/peers.py > build/bench-smoke.log 2>&1 || \
 	    { cat build/bench-smoke.log; echo "bench smoke: FAILED"; exit 1; }
-	@echo "bench smoke: MIC and nats ran W1-W5 and the scaling rows (build/RESULTS-smoke.md)"
+	@echo "bench smoke: MIC and 4 peers ran W1-W5, the scaling rows and the charts (build/RESULTS-smoke.md)"
 
-test: deps
+test: deps peer-deps
 	$(MAKE) check
 
 BENCH_DEBS := redis-server redis-tools python3
@@ -122,9 +128,6 @@ bench-ordered: deps build/micd build/loadgen build/workers
 bench-range: deps build/micd build/loadgen build/rangeread
 	bench/range.sh
 
-PEER_DRIVERS := $(patsubst bench/peer_%.c,build/peer_%,$(wildcard bench/peer_*.c))
-PEER_DEBS := redis-server libhiredis-dev postgresql libpq-dev nats-server libnats-dev beanstalkd \
-             gnuplot-nox python3 curl
 
 build/peer_redis: bench/peer_redis.c bench/peerlib.c bench/peerlib.h | build/rel
 	$(CC) $(WARN) -O2 $(shell pkg-config --cflags hiredis) $< bench/peerlib.c -o $@ $(shell pkg-config --libs hiredis) -lpthread -lm
