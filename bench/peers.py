@@ -125,10 +125,12 @@ class Mic:
     def run(self, w):
         if w == "W1":
             r = self.loadgen("w1", SIZES[w], 32, 1)
-            return dict(events=r["events"], events_per_s=r["events_per_s"], p50_ms=r["p50_ms"], p99_ms=r["p99_ms"])
+            return dict(events=r["events"], events_per_s=r["events_per_s"], p50_ms=r["p50_ms"], p99_ms=r["p99_ms"],
+                        missing=SIZES[w] - r["events"])
         if w == "W2":
             r = self.loadgen("w2", SIZES[w], 16, 100)
-            return dict(events=r["events"], events_per_s=r["events_per_s"], p50_ms=r["p50_ms"], p99_ms=r["p99_ms"])
+            return dict(events=r["events"], events_per_s=r["events_per_s"], p50_ms=r["p50_ms"], p99_ms=r["p99_ms"],
+                        missing=SIZES[w] - r["events"])
         if w == "W3":
             g = self.fresh()
             self.loadgen(g, SIZES[w], 8, 1000)
@@ -144,7 +146,8 @@ class Mic:
             r = run_json(["./build/workers", "--url", self.url, "--group", g, "--workers", "8", "--max", "32",
                           "--expect", str(aggs * per), "--verify-order", "1", "--max-seconds", "600"])
             return dict(events=r["acked"], events_per_s=r["events_per_s"], p50_ms=r["claim_p50_ms"],
-                        p99_ms=r["claim_p99_ms"], duplicates=r["duplicates"], order_violations=r["order_violations"])
+                        p99_ms=r["claim_p99_ms"], duplicates=r["duplicates"], missing=r["missing"],
+                        order_violations=r["order_violations"])
         if w == "W5":
             if not hasattr(self, "w5"):
                 self.loadgen("w5", SIZES[w], 4, 1000)
@@ -426,13 +429,17 @@ PROFILES = {
   samples, and the writer waits on the disk for most of the rest; the
   same drain with `--durability none` runs 234k events/s, 2.6x, so the
   fsync'd pages cost 60% of the time.""",
-    "W4": """**W4 ordered**: as W3, and every ack also rewrites its aggregate's
-  queue entry and state, keyed by a hash of the aggregate, so a commit
-  dirties a leaf page per aggregate in two more trees (about 145 pages a
-  commit, `strace -e pwrite64`); pwrite and fdatasync are 42% of the
-  writer thread's samples.  `--durability none` runs 68.7k events/s,
-  2.6x.  Next step: the aggregate's state and queue in one B-tree, side
-  by side.""",
+    "W4": """**W4 ordered**: as W3, and every ack also pops its aggregate's
+  queue entry and rewrites its state.  Both are keyed by a hash of the
+  aggregate, so the ~128 aggregates settled in one commit land on ~128
+  different leaf pages: about 150 pages written a commit
+  (`strace -f -e pwrite64,fdatasync`), against a handful for the
+  sequential keys of W3; pwrite and fdatasync are 42% of the writer
+  thread's samples, and `--durability none` runs 68.7k events/s, 2.6x.
+  Tried: the state stored next to its queue in one tree -- worse (181
+  pages a commit), since the claim of the next head then dirties the
+  queue's leaf a second time.  Next step: key the queues by an aggregate
+  ordinal in publish order, so aggregates settled together share pages.""",
     "W5": """**W5 range read**: one HTTP stream; `perf record -p $(pidof micd)`:
   53% in the kernel (TCP send), 20% LMDB cursor steps, 13% copying
   events from the map into libmicrohttpd's buffer.  Alone on the machine
@@ -506,6 +513,17 @@ def write(results, systems, problems, workloads, scale_rows=()):
         for s in systems:
             a, b = med(results.get((s.name, w), []), "p50_ms"), med(results.get((s.name, w), []), "p99_ms")
             cells.append("%.2f / %.2f" % (a[0], b[0]) if a and b else "-")
+        lines.append("| %s | %s |" % (w, " | ".join(cells)))
+    lines += ["", "Correctness, summed over the runs: duplicates / missing / out of order, as each client "
+              "counted them (- = not counted for that cell: an enqueue has no order, a range read's "
+              "expected count is not known to MIC's reader):", "",
+              "| workload | " + " | ".join(s.name for s in systems) + " |", "|---|" + "---|" * len(systems)]
+    for w in workloads:
+        cells = []
+        for s in systems:
+            runs = results.get((s.name, w), [])
+            cells.append(" / ".join(str(sum(r[k] for r in runs)) if runs and all(k in r for r in runs) else "-"
+                                    for k in ("duplicates", "missing", "order_violations")))
         lines.append("| %s | %s |" % (w, " | ".join(cells)))
     lines += ["", "| system | version | durability before the ack | peak RSS after W1-W5 |", "|---|---|---|---|"]
     for s in systems:
