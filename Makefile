@@ -67,18 +67,19 @@ $(KIT): tests/claimkit.c tests/claimkit.h tests/harness.h | build/san
 build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) $(KIT) tests/harness.h tests/claimkit.h
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver $< $(SAN_OBJ) $(HARNESS) $(KIT) -o $@ $(PKGLIBS) $(TLIBS)
 
-# The clients share micd's time parsing and formatting (server/clock.c).
-CLI_REL := build/rel/clock.o build/rel/err.o
-CLI_SAN := build/san/clock.o build/san/err.o
+# The clients share micd's time parsing and formatting (server/clock.c)
+# and its growable buffer (server/buf.c).
+CLI_REL := build/rel/buf.o build/rel/clock.o build/rel/err.o
+CLI_SAN := build/san/buf.o build/san/clock.o build/san/err.o
 build/mic-events-replay: client/mic-events-replay.c $(CLI_REL) | build/rel
 	$(CC) $(WARN) -O2 $(RCFLAGS) -Iserver $< $(CLI_REL) -o $@ $(RLIBS)
 build/san/mic-events-replay: client/mic-events-replay.c $(CLI_SAN) | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(RCFLAGS) -Iserver $< $(CLI_SAN) -o $@ $(RLIBS)
 
-build/mic: client/mic.c | build/rel
-	$(CC) $(WARN) -O2 $(RCFLAGS) $< -o $@ $(RLIBS)
-build/san/mic: client/mic.c | build/san
-	$(CC) $(WARN) -O1 $(SAN) $(RCFLAGS) $< -o $@ $(RLIBS)
+build/mic: client/mic.c $(CLI_REL) | build/rel
+	$(CC) $(WARN) -O2 $(RCFLAGS) -Iserver $< $(CLI_REL) -o $@ $(RLIBS)
+build/san/mic: client/mic.c $(CLI_SAN) | build/san
+	$(CC) $(WARN) -O1 $(SAN) $(RCFLAGS) -Iserver $< $(CLI_SAN) -o $@ $(RLIBS)
 
 build/loadgen: bench/loadgen.c | build/rel
 	$(CC) $(WARN) -O2 -D_GNU_SOURCE $< -o $@ -lpthread -lm

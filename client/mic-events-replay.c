@@ -46,6 +46,7 @@
  * Exit status: 0 done, 1 source or publication error, 2 usage error.
  */
 #define _GNU_SOURCE
+#include "buf.h"
 #include "clock.h"
 #include "err.h"
 
@@ -102,11 +103,6 @@ struct opts {
     int quiet;
 };
 
-struct buf {
-    char *p;
-    size_t len, cap;
-};
-
 /* One event as read from the source.  'line' is borrowed from the reader
  * until deliver returns; 'obj' is owned (json_decref by the caller). */
 struct event {
@@ -131,7 +127,7 @@ struct replay {
     char err[1024];
     /* Sinks. */
     CURL *out;                 /* broker and ClickHouse sinks */
-    struct buf batch;          /* pending request body */
+    struct mic_buf batch;          /* pending request body */
     int batch_n;
     char *insert_url;
     natsOptions *nopts;
@@ -169,34 +165,17 @@ static int usage_error(const char *fmt, ...)
     return EXIT_USAGE;
 }
 
-static int buf_add(struct buf *b, const void *p, size_t n)
+/* The clients share micd's growable buffer (server/buf.c); these two
+ * report its out-of-memory flag as -1 so appends chain with ||. */
+static int buf_add(struct mic_buf *b, const void *p, size_t n)
 {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        char *np;
-
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        if (!(np = realloc(b->p, cap)))
-            return -1;
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, p, n);
-    b->len += n;
-    b->p[b->len] = 0;
-    return 0;
+    mic_buf_add(b, p, n);
+    return b->oom ? -1 : 0;
 }
 
-static int buf_puts(struct buf *b, const char *s)
+static int buf_puts(struct mic_buf *b, const char *s)
 {
     return buf_add(b, s, strlen(s));
-}
-
-static void buf_fini(struct buf *b)
-{
-    free(b->p);
-    memset(b, 0, sizeof *b);
 }
 
 static int64_t mono_ms(void)
@@ -267,17 +246,17 @@ static void time_format(int64_t us, char *out)
 
 /* ---- HTTP (libcurl) ---- */
 
-/* libcurl write callback: append the response body to a struct buf. */
+/* libcurl write callback: append the response body to a struct mic_buf. */
 static size_t on_body(char *p, size_t size, size_t n, void *arg)
 {
-    struct buf *b = arg;
+    struct mic_buf *b = arg;
 
     return buf_add(b, p, size * n) ? 0 : size * n;
 }
 
 /* The message of a failed response: the broker's {"error":{"code",
  * "message"}}, or the first line of the text (ClickHouse). */
-static void error_text(const struct buf *body, char *out, size_t cap)
+static void error_text(const struct mic_buf *body, char *out, size_t cap)
 {
     json_t *j = body->p ? json_loadb(body->p, body->len, 0, NULL) : NULL;
     json_t *e = json_object_get(j, "error");
@@ -309,7 +288,7 @@ static void curl_common(CURL *c, const char *url, struct curl_slist *h)
 /* POST 'body' to 'url'; the reply lands in 'reply'.  Returns 0 with
  * *status set once an HTTP answer came, -1 (error set) otherwise. */
 static int http_post(struct replay *r, CURL *c, const char *url, const char *ctype,
-                     const char *body, size_t len, long *status, struct buf *reply)
+                     const char *body, size_t len, long *status, struct mic_buf *reply)
 {
     char errbuf[CURL_ERROR_SIZE] = "", ct[80];
     struct curl_slist *h = NULL, *h2;
@@ -345,7 +324,7 @@ typedef int (*line_fn)(struct replay *r, const char *line, size_t len);
 struct lines {
     struct replay *r;
     line_fn fn;
-    struct buf b;
+    struct mic_buf b;
     size_t scanned;   /* b.p[0..scanned) holds no '\n' */
 };
 
@@ -383,7 +362,7 @@ struct stream {
     CURL *c;
     long status;
     struct lines lines;
-    struct buf errbody;
+    struct mic_buf errbody;
     int stopped;      /* fn failed: transfer aborted on purpose */
 };
 
@@ -459,8 +438,8 @@ static int stream_run(struct replay *r, const char *what, const char *url,
     ret = 0;
 out_h:
     curl_slist_free_all(h);
-    buf_fini(&s.lines.b);
-    buf_fini(&s.errbody);
+    mic_buf_fini(&s.lines.b);
+    mic_buf_fini(&s.errbody);
 out_curl:
     curl_easy_cleanup(s.c);
     return ret;
@@ -953,7 +932,7 @@ static json_t *republished(const struct replay *r, const struct event *ev)
 
 static int broker_flush(struct replay *r)
 {
-    struct buf reply = {0};
+    struct mic_buf reply = {0};
     json_t *j = NULL, *results;
     char msg[400], *url = NULL;
     size_t n = strlen(r->o->sink_arg);
@@ -1003,7 +982,7 @@ static int broker_flush(struct replay *r)
     rc = buf_puts(&r->batch, EVENTS_HEAD) ? fail(r, "out of memory") : 0;
 out:
     json_decref(j);
-    buf_fini(&reply);
+    mic_buf_fini(&reply);
     free(url);
     return rc;
 }
@@ -1087,7 +1066,7 @@ static void file_close(struct replay *r)
 static int ch_exec(struct replay *r, const char *url, const char *body, size_t len,
                    const char *what)
 {
-    struct buf reply = {0};
+    struct mic_buf reply = {0};
     long status = 0;
     char msg[400];
     int rc = 0;
@@ -1098,7 +1077,7 @@ static int ch_exec(struct replay *r, const char *url, const char *body, size_t l
         error_text(&reply, msg, sizeof msg);
         rc = fail(r, "ClickHouse refused %s with %ld: %s", what, status, msg);
     }
-    buf_fini(&reply);
+    mic_buf_fini(&reply);
     return rc;
 }
 
@@ -1236,7 +1215,7 @@ static void sink_close(struct replay *r)
     file_close(r);
     curl_easy_cleanup(r->out);
     r->out = NULL;
-    buf_fini(&r->batch);
+    mic_buf_fini(&r->batch);
     free(r->insert_url);
     r->insert_url = NULL;
 }

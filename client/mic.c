@@ -37,6 +37,8 @@
  * and leaves bounds and names to the server, whose error it reports.
  */
 #define _GNU_SOURCE
+#include "buf.h"
+
 #include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
@@ -91,11 +93,6 @@ static const struct opt_def opt_defs[O_COUNT] = {
     [O_RETRY_AFTER] = {"retry-after", 1}, [O_LIMIT] = {"limit", 1},
     [O_AFTER] = {"after", 1},     [O_REASON] = {"reason", 1},
     [O_ALL] = {"all", 0},
-};
-
-struct buf {
-    char *p;
-    size_t len, cap;
 };
 
 struct cli;
@@ -168,38 +165,21 @@ static int usage_error(struct cli *c, const char *fmt, ...)
     return report(c, EXIT_USAGE);
 }
 
-static int buf_add(struct buf *b, const void *p, size_t n)
+/* The clients share micd's growable buffer (server/buf.c); these two
+ * report its out-of-memory flag as -1 so appends chain with ||. */
+static int buf_add(struct mic_buf *b, const void *p, size_t n)
 {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        char *np;
-
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        if (!(np = realloc(b->p, cap)))
-            return -1;
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, p, n);
-    b->len += n;
-    b->p[b->len] = 0;
-    return 0;
+    mic_buf_add(b, p, n);
+    return b->oom ? -1 : 0;
 }
 
-static int buf_puts(struct buf *b, const char *s)
+static int buf_puts(struct mic_buf *b, const char *s)
 {
     return buf_add(b, s, strlen(s));
 }
 
-static void buf_fini(struct buf *b)
-{
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
-
 /* Append 's' percent-encoded (one path segment or query value). */
-static int buf_seg(struct cli *c, struct buf *b, const char *s)
+static int buf_seg(struct cli *c, struct mic_buf *b, const char *s)
 {
     char *e = curl_easy_escape(c->curl, s, 0);
     int rc;
@@ -212,7 +192,7 @@ static int buf_seg(struct cli *c, struct buf *b, const char *s)
 }
 
 /* A path "/v1/<a>/<seg>[<tail>]": segment 'seg' escaped.  Returns 0 or -1. */
-static int path_of(struct cli *c, struct buf *b, const char *head, const char *seg,
+static int path_of(struct cli *c, struct mic_buf *b, const char *head, const char *seg,
                    const char *tail)
 {
     return buf_puts(b, head) || (seg && buf_seg(c, b, seg)) || (tail && buf_puts(b, tail));
@@ -271,13 +251,13 @@ static int oom(struct cli *c)
 /* One answer: the status, the body as it came, and its JSON when it parsed. */
 struct answer {
     long status;
-    struct buf body;
+    struct mic_buf body;
     json_t *json;
 };
 
 static void answer_fini(struct answer *a)
 {
-    buf_fini(&a->body);
+    mic_buf_fini(&a->body);
     json_decref(a->json);
     a->json = NULL;
     a->status = 0;
@@ -285,7 +265,7 @@ static void answer_fini(struct answer *a)
 
 static size_t on_body(char *p, size_t size, size_t n, void *arg)
 {
-    struct buf *b = arg;
+    struct mic_buf *b = arg;
 
     return buf_add(b, p, size * n) ? 0 : size * n;
 }
@@ -326,12 +306,12 @@ static void error_line(struct cli *c, const struct answer *a, const char *note)
  * Returns 0 on a 2xx whose body is JSON (in a->json; NULL if empty);
  * EXIT_FAIL on an error answer, EXIT_USAGE when no answer came; in both
  * cases c->err holds the line (the caller reports it). */
-static int api(struct cli *c, const char *method, const struct buf *path, json_t *body,
+static int api(struct cli *c, const char *method, const struct mic_buf *path, json_t *body,
                struct answer *a)
 {
     char errbuf[CURL_ERROR_SIZE] = "", *txt = NULL;
     struct curl_slist *h = NULL, *h2;
-    struct buf url = {0};
+    struct mic_buf url = {0};
     long oserr = 0;
     CURLcode cc;
     int rc = EXIT_FAIL;
@@ -386,7 +366,7 @@ static int api(struct cli *c, const char *method, const struct buf *path, json_t
     rc = 0;
 out:
     curl_slist_free_all(h);
-    buf_fini(&url);
+    mic_buf_fini(&url);
     free(txt);
     return rc;
 }
@@ -655,7 +635,7 @@ static int print_results(struct cli *c, struct answer *a, const char *what,
 }
 
 /* GET 'path' and print the answer with 'show' (or as is with --json). */
-static int get_and_show(struct cli *c, struct buf *path, int (*show)(struct cli *, json_t *))
+static int get_and_show(struct cli *c, struct mic_buf *path, int (*show)(struct cli *, json_t *))
 {
     struct answer a;
     int rc;
@@ -768,7 +748,7 @@ struct ndjson {
 static int ndjson_flush(struct cli *c, struct ndjson *nd)
 {
     size_t n = json_array_size(nd->events);
-    struct buf path = {0};
+    struct mic_buf path = {0};
     struct answer a;
     json_t *body;
     int rc;
@@ -781,7 +761,7 @@ static int ndjson_flush(struct cli *c, struct ndjson *nd)
     }
     rc = api(c, "POST", &path, body, &a);
     json_decref(body);
-    buf_fini(&path);
+    mic_buf_fini(&path);
     if (rc) {
         json_t *j = a.body.p ? json_loadb(a.body.p, a.body.len, 0, NULL) : NULL;
         const char *f = json_string_value(get(get(j, "error"), "field"));
@@ -885,7 +865,7 @@ static int publish_ndjson(struct cli *c)
 static int cmd_publish(struct cli *c)
 {
     int from_stdin = c->nargs == 1;
-    struct buf path = {0};
+    struct mic_buf path = {0};
     struct answer a;
     json_t *ev = NULL;
     int rc;
@@ -916,7 +896,7 @@ static int cmd_publish(struct cli *c)
     else
         rc = show_published(c, &a, 1);
     answer_fini(&a);
-    buf_fini(&path);
+    mic_buf_fini(&path);
     json_decref(ev);
     return rc;
 }
@@ -928,7 +908,7 @@ static int cmd_claim(struct cli *c)
     static const char *const head[] = {"SEQ", "LEASE_TOKEN", "ATTEMPT", "EVENT_ID", "TOPIC",
                                        "LEASE_EXPIRES_AT"};
     json_t *body = json_object(), *d;
-    struct buf path = {0};
+    struct mic_buf path = {0};
     struct answer a = {0};
     struct table t;
     size_t i;
@@ -986,7 +966,7 @@ static int cmd_claim(struct cli *c)
 out_answer:
     answer_fini(&a);
 out_path:
-    buf_fini(&path);
+    mic_buf_fini(&path);
 out_body:
     json_decref(body);
     return rc;
@@ -1022,7 +1002,7 @@ static int deliveries_from_args(struct cli *c, json_t *body)
 static int settle(struct cli *c, const char *verb, const char *const *ok)
 {
     json_t *body = json_object();
-    struct buf path = {0};
+    struct mic_buf path = {0};
     struct answer a = {0};
     char tail[16];
     int rc;
@@ -1046,7 +1026,7 @@ static int settle(struct cli *c, const char *verb, const char *const *ok)
         rc = print_results(c, &a, verb, ok);
     answer_fini(&a);
 out:
-    buf_fini(&path);
+    mic_buf_fini(&path);
     json_decref(body);
     return rc;
 }
@@ -1166,7 +1146,7 @@ out:
 
 static int cmd_stats(struct cli *c)
 {
-    struct buf path = {0};
+    struct mic_buf path = {0};
     struct answer a;
     int rc;
 
@@ -1180,7 +1160,7 @@ static int cmd_stats(struct cli *c)
         rc = oom(c);
     }
     answer_fini(&a);
-    buf_fini(&path);
+    mic_buf_fini(&path);
     return rc;
 }
 
@@ -1241,7 +1221,7 @@ static int show_oldest(struct cli *c, json_t *j)
 
 static int cmd_oldest(struct cli *c)
 {
-    struct buf path = {0};
+    struct mic_buf path = {0};
     long long n;
     int rc;
 
@@ -1249,11 +1229,11 @@ static int cmd_oldest(struct cli *c)
         return rc;
     if (path_of(c, &path, "/v1/groups/", c->args[0], "/oldest") ||
         (c->val[O_LIMIT] && (buf_puts(&path, "?limit=") || buf_seg(c, &path, c->val[O_LIMIT])))) {
-        buf_fini(&path);
+        mic_buf_fini(&path);
         return oom(c);
     }
     rc = get_and_show(c, &path, show_oldest);
-    buf_fini(&path);
+    mic_buf_fini(&path);
     return rc;
 }
 
@@ -1288,7 +1268,7 @@ static int show_blocked(struct cli *c, json_t *j)
 
 static int cmd_blocked(struct cli *c)
 {
-    struct buf path = {0};
+    struct mic_buf path = {0};
     long long n;
     int rc, q = 0;
 
@@ -1299,11 +1279,11 @@ static int cmd_blocked(struct cli *c)
                               buf_seg(c, &path, c->val[O_REASON]))) ||
         (c->val[O_LIMIT] && (buf_puts(&path, q++ ? "&limit=" : "?limit=") ||
                              buf_seg(c, &path, c->val[O_LIMIT])))) {
-        buf_fini(&path);
+        mic_buf_fini(&path);
         return oom(c);
     }
     rc = get_and_show(c, &path, show_blocked);
-    buf_fini(&path);
+    mic_buf_fini(&path);
     return rc;
 }
 
@@ -1336,7 +1316,7 @@ static int show_dlq(struct cli *c, json_t *j)
 
 static int cmd_dlq_list(struct cli *c)
 {
-    struct buf path = {0};
+    struct mic_buf path = {0};
     long long n;
     int rc, q = 0;
 
@@ -1347,11 +1327,11 @@ static int cmd_dlq_list(struct cli *c)
                              buf_seg(c, &path, c->val[O_LIMIT]))) ||
         (c->val[O_AFTER] && (buf_puts(&path, q++ ? "&after=" : "?after=") ||
                              buf_seg(c, &path, c->val[O_AFTER])))) {
-        buf_fini(&path);
+        mic_buf_fini(&path);
         return oom(c);
     }
     rc = get_and_show(c, &path, show_dlq);
-    buf_fini(&path);
+    mic_buf_fini(&path);
     return rc;
 }
 
@@ -1360,7 +1340,7 @@ static int cmd_dlq_list(struct cli *c)
 static int dlq_act(struct cli *c, const char *verb, const char *const *ok)
 {
     json_t *body = json_object(), *seqs = json_array();
-    struct buf path = {0};
+    struct mic_buf path = {0};
     struct answer a = {0};
     char tail[24];
     int rc = 0;
@@ -1414,7 +1394,7 @@ static int dlq_act(struct cli *c, const char *verb, const char *const *ok)
     }
     answer_fini(&a);
 out:
-    buf_fini(&path);
+    mic_buf_fini(&path);
     json_decref(seqs);
     json_decref(body);
     return rc;
@@ -1478,7 +1458,7 @@ static int show_groups(struct cli *c, json_t *j)
     }
     table_init(&t, 10, head);
     json_array_foreach(get(j, "groups"), i, g) {
-        struct buf topics = {0};
+        struct mic_buf topics = {0};
         char b[32];
 
         json_array_foreach(get(g, "topics"), k, tp)
@@ -1494,7 +1474,7 @@ static int show_groups(struct cli *c, json_t *j)
         table_json(&t, get(g, "dlq_policy"));
         table_json(&t, get(g, "alert_oldest_unhandled_s"));
         table_json(&t, get(g, "replay_run"));
-        buf_fini(&topics);
+        mic_buf_fini(&topics);
     }
     rc = table_print(&t, 0, "(no groups)");
     table_fini(&t);
@@ -1503,31 +1483,31 @@ static int show_groups(struct cli *c, json_t *j)
 
 static int cmd_topics(struct cli *c)
 {
-    struct buf path = {0};
+    struct mic_buf path = {0};
     int rc;
 
     if (path_of(c, &path, c->nargs ? "/v1/topics/" : "/v1/topics",
                 c->nargs ? c->args[0] : NULL, NULL)) {
-        buf_fini(&path);
+        mic_buf_fini(&path);
         return oom(c);
     }
     rc = get_and_show(c, &path, show_topics);
-    buf_fini(&path);
+    mic_buf_fini(&path);
     return rc;
 }
 
 static int cmd_groups(struct cli *c)
 {
-    struct buf path = {0};
+    struct mic_buf path = {0};
     int rc;
 
     if (path_of(c, &path, c->nargs ? "/v1/groups/" : "/v1/groups",
                 c->nargs ? c->args[0] : NULL, NULL)) {
-        buf_fini(&path);
+        mic_buf_fini(&path);
         return oom(c);
     }
     rc = get_and_show(c, &path, show_groups);
-    buf_fini(&path);
+    mic_buf_fini(&path);
     return rc;
 }
 
@@ -1587,15 +1567,15 @@ static int show_aggregate(struct cli *c, json_t *j)
 
 static int cmd_aggregate(struct cli *c)
 {
-    struct buf path = {0};
+    struct mic_buf path = {0};
     int rc;
 
     if (path_of(c, &path, "/v1/aggregates/", c->args[0], "/") || buf_seg(c, &path, c->args[1])) {
-        buf_fini(&path);
+        mic_buf_fini(&path);
         return oom(c);
     }
     rc = get_and_show(c, &path, show_aggregate);
-    buf_fini(&path);
+    mic_buf_fini(&path);
     return rc;
 }
 
