@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "claimkit.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -276,27 +277,12 @@ static int count_lines(const char *s)
 
 /* ---- HTTP helpers ---- */
 
-static json_t *call(const char *method, const char *path, const char *body, long want)
-{
-    struct resp r;
-    json_t *j;
-
-    assert_int_equal(http_json(&S, method, path, body, &r), 0);
-    if (r.status != want)
-        fprintf(stderr, "%s %s: want %ld, got %ld: %s\n", method, path, want, r.status,
-                r.body ? r.body : "");
-    assert_int_equal(r.status, want);
-    j = json_incref(r.json);
-    resp_free(&r);
-    return j;
-}
-
 static void put_group(const char *name, const char *body)
 {
     char path[256];
 
     snprintf(path, sizeof path, "/v1/groups/%s", name);
-    json_decref(call("PUT", path, body, 201));
+    json_decref(call(&S, "PUT", path, body, 201));
 }
 
 /* The delivery of event 'id' in 'group' per GET /v1/events/{id} (a new
@@ -308,33 +294,13 @@ static json_t *delivery(const char *id, const char *group)
     size_t i;
 
     snprintf(path, sizeof path, "/v1/events/%s", id);
-    j = call("GET", path, NULL, 200);
+    j = call(&S, "GET", path, NULL, 200);
     json_array_foreach(json_object_get(j, "deliveries"), i, d)
         if (!strcmp(json_string_value(json_object_get(d, "group")), group))
             found = json_incref(d);
     json_decref(j);
     assert_non_null(found);
     return found;
-}
-
-static const char *jstr(json_t *o, const char *k)
-{
-    json_t *v = json_object_get(o, k);
-
-    if (!json_is_string(v))
-        fprintf(stderr, "no string '%s'\n", k);
-    assert_true(json_is_string(v));
-    return json_string_value(v);
-}
-
-static json_int_t jint(json_t *o, const char *k)
-{
-    json_t *v = json_object_get(o, k);
-
-    if (!json_is_integer(v))
-        fprintf(stderr, "no integer '%s'\n", k);
-    assert_true(json_is_integer(v));
-    return json_integer_value(v);
 }
 
 /* The state of event 'id' in 'group'. */
@@ -542,7 +508,7 @@ static void cli_publish_args(void **state)
     assert_int_equal(count_lines(r.out), 2);
     run_free(&r);
 
-    j = call("GET", "/v1/events/p1", NULL, 200);
+    j = call(&S, "GET", "/v1/events/p1", NULL, 200);
     ev = json_object_get(j, "event");
     assert_string_equal(jstr(ev, "topic"), "cli.pub");
     assert_string_equal(jstr(ev, "aggregate_type"), "acct");
@@ -646,7 +612,7 @@ static void cli_publish_ndjson(void **state)
     expect_fail(&r, 2, "stdin line 2 is not JSON");
     assert_non_null(strstr(r.err, "nothing was published"));
     run_free(&r);
-    json_decref(call("GET", "/v1/events/nd-bad1", NULL, 404));
+    json_decref(call(&S, "GET", "/v1/events/nd-bad1", NULL, 404));
     mic(&r, "[1,2]\n", "publish", NULL);
     expect_fail(&r, 2, "stdin line 1 is not a JSON object");
     run_free(&r);
@@ -664,7 +630,7 @@ static void cli_publish_ndjson(void **state)
     n = count_lines(r.out);
     assert_int_equal(n, 1001); /* header + the first batch */
     run_free(&r);
-    json_decref(call("GET", "/v1/events/nd2-999", NULL, 200));
+    json_decref(call(&S, "GET", "/v1/events/nd2-999", NULL, 200));
 
     /* Empty stdin, and event options with NDJSON, are usage errors. */
     mic(&r, "", "publish", NULL);
@@ -905,7 +871,7 @@ static void cli_topics_groups(void **state)
     int found = 0;
 
     (void)state;
-    json_decref(call("PUT", "/v1/topics/cli.t", "{\"retention_s\":3600}", 201));
+    json_decref(call(&S, "PUT", "/v1/topics/cli.t", "{\"retention_s\":3600}", 201));
     put_group("cli.gx", "{\"topics\":[\"cli.t\",\"cli.u*\"],\"max_attempts\":4,"
                         "\"alert_oldest_unhandled_s\":90}");
 

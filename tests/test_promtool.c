@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "claimkit.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -350,21 +351,6 @@ static int srv_teardown(void **state)
     return rc == 0 ? 0 : -1;
 }
 
-static json_t *call(const char *method, const char *path, const char *body, long want)
-{
-    struct resp r;
-    json_t *j;
-
-    assert_int_equal(http_json(&S, method, path, body, &r), 0);
-    if (r.status != want)
-        fprintf(stderr, "%s %s %s: want %ld, got %ld: %s\n", method, path,
-                body ? body : "", want, r.status, r.body ? r.body : "");
-    assert_int_equal(r.status, want);
-    j = json_incref(r.json);
-    resp_free(&r);
-    return j;
-}
-
 /* Claim up to 'max' from 'group'; returns the deliveries array (owned). */
 static json_t *claim(const char *group, int max)
 {
@@ -373,7 +359,7 @@ static json_t *claim(const char *group, int max)
 
     snprintf(path, sizeof path, "/v1/groups/%s/claim", group);
     snprintf(body, sizeof body, "{\"max\":%d,\"lease_ttl_s\":600}", max);
-    r = call("POST", path, body, 200);
+    r = call(&S, "POST", path, body, 200);
     d = json_incref(json_object_get(r, "deliveries"));
     assert_true(json_is_array(d));
     json_decref(r);
@@ -381,7 +367,7 @@ static json_t *claim(const char *group, int max)
 }
 
 /* ack or nack every delivery of 'ds'; asserts each result is 'want'. */
-static void settle(const char *group, const char *verb, json_t *ds, const char *extra,
+static void settle_all(const char *group, const char *verb, json_t *ds, const char *extra,
                    const char *want)
 {
     json_t *items = json_array(), *body = json_object(), *r, *res;
@@ -401,7 +387,7 @@ static void settle(const char *group, const char *verb, json_t *ds, const char *
     assert_true(asprintf(&full, "%.*s%s%s}", (int)strlen(text) - 1, text,
                          extra ? "," : "", extra ? extra : "") > 0);
     snprintf(path, sizeof path, "/v1/groups/%s/%s", group, verb);
-    r = call("POST", path, full, 200);
+    r = call(&S, "POST", path, full, 200);
     res = json_object_get(r, "results");
     assert_int_equal(json_array_size(res), json_array_size(ds));
     json_array_foreach(res, i, d)
@@ -426,12 +412,12 @@ static void populate(void)
 
     gmtime_r(&t, &tm);
     strftime(old, sizeof old, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    json_decref(call("PUT", "/v1/topics/prom.t", "{}", 201));
-    json_decref(call("PUT", "/v1/groups/prom.late",
+    json_decref(call(&S, "PUT", "/v1/topics/prom.t", "{}", 201));
+    json_decref(call(&S, "PUT", "/v1/groups/prom.late",
                      "{\"topics\":[\"prom.t\"],\"alert_oldest_unhandled_s\":60}", 201));
-    json_decref(call("PUT", "/v1/groups/prom.dlq",
+    json_decref(call(&S, "PUT", "/v1/groups/prom.dlq",
                      "{\"topics\":[\"prom.t\"],\"max_attempts\":1}", 201));
-    json_decref(call("PUT", "/v1/groups/prom.ord",
+    json_decref(call(&S, "PUT", "/v1/groups/prom.ord",
                      "{\"topics\":[\"prom.t\"],\"ordered\":true}", 201));
     snprintf(batch, sizeof batch,
              "{\"events\":["
@@ -442,22 +428,22 @@ static void populate(void)
              "\"aggregate_id\":\"o-1\",\"aggregate_version\":3,\"created_at\":\"%s\","
              "\"payload\":{\"n\":3}}]}",
              old, old);
-    json_decref(call("POST", "/v1/events", batch, 201));
-    json_decref(call("POST", "/v1/events", batch, 200)); /* duplicates */
-    r = call("POST", "/v1/events",
+    json_decref(call(&S, "POST", "/v1/events", batch, 201));
+    json_decref(call(&S, "POST", "/v1/events", batch, 200)); /* duplicates */
+    r = call(&S, "POST", "/v1/events",
              "{\"event_id\":\"prom-1\",\"topic\":\"prom.t\",\"payload\":{\"n\":2}}", 409);
     json_decref(r);
 
     /* prom.dlq: both fail once and are dead-lettered (max_attempts 1). */
     ds = claim("prom.dlq", 10);
     assert_int_equal(json_array_size(ds), 2);
-    settle("prom.dlq", "nack", ds, "\"error\":\"poison\"", "dead_lettered");
+    settle_all("prom.dlq", "nack", ds, "\"error\":\"poison\"", "dead_lettered");
     json_decref(ds);
 
     /* prom.ord: v1 is handled; v3 parks on the missing v2. */
     ds = claim("prom.ord", 10);
     assert_int_equal(json_array_size(ds), 1);
-    settle("prom.ord", "ack", ds, NULL, "acked");
+    settle_all("prom.ord", "ack", ds, NULL, "acked");
     json_decref(ds);
     ds = claim("prom.ord", 10);
     assert_int_equal(json_array_size(ds), 0);
@@ -467,7 +453,7 @@ static void populate(void)
      * stays under lease: unhandled, over its 60 s threshold. */
     ds = claim("prom.late", 1);
     assert_int_equal(json_array_size(ds), 1);
-    settle("prom.late", "nack", ds, "\"error\":\"later\",\"retry_after_s\":0", "retrying");
+    settle_all("prom.late", "nack", ds, "\"error\":\"later\",\"retry_after_s\":0", "retrying");
     json_decref(ds);
     ds = claim("prom.late", 1);
     assert_int_equal(json_array_size(ds), 1);

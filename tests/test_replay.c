@@ -12,6 +12,7 @@
 
 #include "buf.h"
 #include "harness.h"
+#include "claimkit.h"
 
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -38,21 +39,6 @@ static int group_teardown(void **state)
     return rc == 0 ? 0 : -1;
 }
 
-static json_t *call(const char *method, const char *path, const char *body, long want)
-{
-    struct resp r;
-    json_t *j;
-
-    assert_int_equal(http_json(&S, method, path, body, &r), 0);
-    if (r.status != want)
-        fprintf(stderr, "%s %s: want %ld got %ld: %s\n", method, path, want, r.status,
-                r.body ? r.body : "");
-    assert_int_equal(r.status, want);
-    j = json_incref(r.json);
-    resp_free(&r);
-    return j;
-}
-
 /* The event_ids of a page, joined by spaces, into 'out'. */
 static void ids(json_t *page, char *out, size_t n)
 {
@@ -68,7 +54,7 @@ static void ids(json_t *page, char *out, size_t n)
 static void publish_set(void)
 {
     /* Ties on created_at in non-sorted arrival order; one before, one after. */
-    json_decref(call("POST", "/v1/events",
+    json_decref(call(&S, "POST", "/v1/events",
                      "{\"events\":["
                      "{\"event_id\":\"t-c\",\"topic\":\"rr\",\"created_at\":\"2026-03-01T10:00:00Z\"},"
                      "{\"event_id\":\"t-a\",\"topic\":\"rr\",\"created_at\":\"2026-03-01T10:00:00Z\"},"
@@ -87,12 +73,12 @@ static void range_bounds_and_ties(void **state)
 
     (void)state;
     publish_set();
-    p = call("GET", "/v1/topics/rr/events?from=2026-03-01T10:00:00Z&to=2026-03-01T11:00:00Z", NULL, 200);
+    p = call(&S, "GET", "/v1/topics/rr/events?from=2026-03-01T10:00:00Z&to=2026-03-01T11:00:00Z", NULL, 200);
     ids(p, got, sizeof got);
     assert_string_equal(got, "t-a t-b t-c t-m t-z"); /* both ends inclusive, ties by id */
     assert_true(json_is_null(json_object_get(p, "next")));
     json_decref(p);
-    p = call("GET", "/v1/topics/rr/events", NULL, 200);
+    p = call(&S, "GET", "/v1/topics/rr/events", NULL, 200);
     ids(p, got, sizeof got);
     assert_string_equal(got, "t-0 t-a t-b t-c t-m t-z t-y");
     json_decref(p);
@@ -108,7 +94,7 @@ static void range_pages(void **state)
     snprintf(path, sizeof path, "/v1/topics/rr/events?limit=2");
     for (;;) {
         json_t *next;
-        p = call("GET", path, NULL, 200);
+        p = call(&S, "GET", path, NULL, 200);
         ids(p, part, sizeof part);
         strcat(got, got[0] ? " " : "");
         strcat(got, part);
@@ -124,11 +110,11 @@ static void range_pages(void **state)
     }
     assert_int_equal(pages, 4);
     assert_string_equal(got, "t-0 t-a t-b t-c t-m t-z t-y");
-    json_decref(call("GET", "/v1/topics/rr/events?limit=0", NULL, 422));
-    json_decref(call("GET", "/v1/topics/rr/events?limit=1001", NULL, 422));
-    json_decref(call("GET", "/v1/topics/rr/events?from=yesterday", NULL, 422));
-    json_decref(call("GET", "/v1/topics/rr/events?after=garbage", NULL, 422));
-    json_decref(call("GET", "/v1/topics/nope/events", NULL, 404));
+    json_decref(call(&S, "GET", "/v1/topics/rr/events?limit=0", NULL, 422));
+    json_decref(call(&S, "GET", "/v1/topics/rr/events?limit=1001", NULL, 422));
+    json_decref(call(&S, "GET", "/v1/topics/rr/events?from=yesterday", NULL, 422));
+    json_decref(call(&S, "GET", "/v1/topics/rr/events?after=garbage", NULL, 422));
+    json_decref(call(&S, "GET", "/v1/topics/nope/events", NULL, 404));
 }
 
 static void range_ndjson(void **state)
@@ -179,7 +165,7 @@ static void range_ndjson_large(void **state)
     }
     mic_buf_puts(&b, "]}");
     assert_false(b.oom);
-    json_decref(call("POST", "/v1/events", b.p, 201));
+    json_decref(call(&S, "POST", "/v1/events", b.p, 201));
     mic_buf_fini(&b);
     assert_int_equal(http(&S, "GET", "/v1/topics/big/events?from=2026-03-02T00:00:00Z",
                           NULL, NULL, 0, "Accept: application/x-ndjson", &r), 0);
@@ -220,8 +206,8 @@ static void replay_run(void **state)
 
     (void)state;
     /* A live group on the same topic: the run must not touch it. */
-    json_decref(call("PUT", "/v1/groups/rr.live", "{\"topics\":[\"rr\"]}", 201));
-    run = call("POST", "/v1/replays",
+    json_decref(call(&S, "PUT", "/v1/groups/rr.live", "{\"topics\":[\"rr\"]}", 201));
+    run = call(&S, "POST", "/v1/replays",
                "{\"topic\":\"rr\",\"from\":\"2026-03-01T10:00:00Z\",\"to\":\"2026-03-01T11:00:00Z\","
                "\"run_id\":\"rr-1\",\"target_projection_version\":\"v7\"}", 201);
     assert_string_equal(json_string_value(json_object_get(run, "group")), "replay.rr-1");
@@ -232,15 +218,15 @@ static void replay_run(void **state)
     assert_string_equal(json_string_value(json_object_get(run, "digest")), digest);
     json_decref(run);
     /* Published after the selection: not part of the run. */
-    json_decref(call("POST", "/v1/events",
+    json_decref(call(&S, "POST", "/v1/events",
                      "{\"event_id\":\"t-late\",\"topic\":\"rr\",\"created_at\":\"2026-03-01T10:10:00Z\"}", 201));
-    json_decref(call("POST", "/v1/replays", "{\"topic\":\"rr\",\"run_id\":\"rr-1\"}", 409));
-    json_decref(call("POST", "/v1/replays", "{\"topic\":\"rr\",\"kind\":\"effect\"}", 422));
-    json_decref(call("POST", "/v1/replays", "{\"topic\":\"nope\"}", 404));
-    json_decref(call("POST", "/v1/replays", "{\"topic\":\"rr\",\"run_id\":\"bad id\"}", 422));
+    json_decref(call(&S, "POST", "/v1/replays", "{\"topic\":\"rr\",\"run_id\":\"rr-1\"}", 409));
+    json_decref(call(&S, "POST", "/v1/replays", "{\"topic\":\"rr\",\"kind\":\"effect\"}", 422));
+    json_decref(call(&S, "POST", "/v1/replays", "{\"topic\":\"nope\"}", 404));
+    json_decref(call(&S, "POST", "/v1/replays", "{\"topic\":\"rr\",\"run_id\":\"bad id\"}", 422));
     /* Drain it; every delivery carries the replay metadata. */
     while (n < 5 && waited < 20) {
-        c = call("POST", "/v1/groups/replay.rr-1/claim", "{\"max\":10,\"wait_s\":1}", 200);
+        c = call(&S, "POST", "/v1/groups/replay.rr-1/claim", "{\"max\":10,\"wait_s\":1}", 200);
         json_array_foreach(json_object_get(c, "deliveries"), i, d) {
             json_t *rp = json_object_get(d, "replay"), *items = json_array(), *it = json_object();
             char *body;
@@ -260,7 +246,7 @@ static void replay_run(void **state)
                 body = json_dumps(b, JSON_COMPACT);
                 json_decref(b);
             }
-            json_decref(call("POST", "/v1/groups/replay.rr-1/ack", body, 200));
+            json_decref(call(&S, "POST", "/v1/groups/replay.rr-1/ack", body, 200));
             free(body);
             n++;
         }
@@ -268,7 +254,7 @@ static void replay_run(void **state)
         waited++;
     }
     assert_int_equal(n, 5);
-    st = call("GET", "/v1/replays/rr-1", NULL, 200);
+    st = call(&S, "GET", "/v1/replays/rr-1", NULL, 200);
     assert_int_equal(json_integer_value(json_object_get(st, "selected")), 5);
     assert_int_equal(json_integer_value(json_object_get(st, "dispatched")), 5);
     assert_int_equal(json_integer_value(json_object_get(st, "pending")), 0);
@@ -277,17 +263,17 @@ static void replay_run(void **state)
     assert_string_equal(json_string_value(json_object_get(st, "kind")), "projection");
     json_decref(st);
     /* The live group still has all 8 events pending: untouched. */
-    c = call("POST", "/v1/groups/rr.live/claim", "{\"max\":100}", 200);
+    c = call(&S, "POST", "/v1/groups/rr.live/claim", "{\"max\":100}", 200);
     assert_int_equal(json_array_size(json_object_get(c, "deliveries")), 8);
     json_decref(c);
     /* The run's group is listed with its run; it cannot be changed as a group. */
-    st = call("GET", "/v1/groups/replay.rr-1", NULL, 200);
+    st = call(&S, "GET", "/v1/groups/replay.rr-1", NULL, 200);
     assert_string_equal(json_string_value(json_object_get(st, "replay_run")), "rr-1");
     json_decref(st);
-    json_decref(call("PUT", "/v1/groups/replay.rr-2", "{\"topics\":[\"rr\"]}", 422));
-    json_decref(call("DELETE", "/v1/replays/rr-1", NULL, 204));
-    json_decref(call("GET", "/v1/replays/rr-1", NULL, 404));
-    json_decref(call("GET", "/v1/groups/replay.rr-1", NULL, 404));
+    json_decref(call(&S, "PUT", "/v1/groups/replay.rr-2", "{\"topics\":[\"rr\"]}", 422));
+    json_decref(call(&S, "DELETE", "/v1/replays/rr-1", NULL, 204));
+    json_decref(call(&S, "GET", "/v1/replays/rr-1", NULL, 404));
+    json_decref(call(&S, "GET", "/v1/groups/replay.rr-1", NULL, 404));
 }
 
 static void replay_keeps_aggregate_order(void **state)
@@ -295,13 +281,13 @@ static void replay_keeps_aggregate_order(void **state)
     json_t *c;
 
     (void)state;
-    json_decref(call("POST", "/v1/events",
+    json_decref(call(&S, "POST", "/v1/events",
                      "{\"events\":["
                      "{\"event_id\":\"o-2\",\"topic\":\"ro\",\"aggregate_type\":\"a\",\"aggregate_id\":\"1\",\"aggregate_version\":1},"
                      "{\"event_id\":\"o-1\",\"topic\":\"ro\",\"aggregate_type\":\"a\",\"aggregate_id\":\"1\",\"aggregate_version\":2}]}",
                      201));
-    json_decref(call("POST", "/v1/replays", "{\"topic\":\"ro\",\"run_id\":\"ro-1\",\"kind\":\"effect\",\"effects\":\"allow\"}", 201));
-    c = call("POST", "/v1/groups/replay.ro-1/claim", "{\"max\":10,\"wait_s\":5}", 200);
+    json_decref(call(&S, "POST", "/v1/replays", "{\"topic\":\"ro\",\"run_id\":\"ro-1\",\"kind\":\"effect\",\"effects\":\"allow\"}", 201));
+    c = call(&S, "POST", "/v1/groups/replay.ro-1/claim", "{\"max\":10,\"wait_s\":5}", 200);
     /* One at a time: version 1 first, though it sorts after by event_id. */
     assert_int_equal(json_array_size(json_object_get(c, "deliveries")), 1);
     assert_string_equal(json_string_value(json_object_get(json_object_get(

@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "claimkit.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -64,14 +65,6 @@ static jsCtx *js;
 static char tool[512], tmpdir[64];
 
 /* ---- Processes ---- */
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void nap_ms(int ms)
 {

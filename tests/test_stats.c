@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "claimkit.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,24 +20,9 @@
 
 static struct srv S;
 
-static json_t *call(const char *method, const char *path, const char *body, long want)
-{
-    struct resp r;
-    json_t *j;
-
-    assert_int_equal(http_json(&S, method, path, body, &r), 0);
-    if (r.status != want)
-        fprintf(stderr, "%s %s: want %ld got %ld: %s\n", method, path, want, r.status,
-                r.body ? r.body : "");
-    assert_int_equal(r.status, want);
-    j = json_incref(r.json);
-    resp_free(&r);
-    return j;
-}
-
 static json_t *group_stats(const char *group)
 {
-    json_t *st = call("GET", "/v1/stats", NULL, 200), *g, *found = NULL;
+    json_t *st = call(&S, "GET", "/v1/stats", NULL, 200), *g, *found = NULL;
     size_t i;
 
     json_array_foreach(json_object_get(st, "groups"), i, g)
@@ -49,7 +35,7 @@ static json_t *group_stats(const char *group)
 
 static json_t *topic_stats(const char *topic)
 {
-    json_t *st = call("GET", "/v1/stats", NULL, 200), *t, *found = NULL;
+    json_t *st = call(&S, "GET", "/v1/stats", NULL, 200), *t, *found = NULL;
     size_t i;
 
     json_array_foreach(json_object_get(st, "topics"), i, t)
@@ -103,7 +89,7 @@ static int group_teardown(void **state)
 static char tok[64];
 static long seq_of_claim(const char *group, const char *body)
 {
-    json_t *c = call("POST", group, body, 200), *d = json_array_get(json_object_get(c, "deliveries"), 0);
+    json_t *c = call(&S, "POST", group, body, 200), *d = json_array_get(json_object_get(c, "deliveries"), 0);
     long seq;
 
     assert_non_null(d);
@@ -113,13 +99,13 @@ static long seq_of_claim(const char *group, const char *body)
     return seq;
 }
 
-static void settle(const char *path, long seq, const char *extra)
+static void settle_one(const char *path, long seq, const char *extra)
 {
     char body[256];
 
     snprintf(body, sizeof body, "{\"deliveries\":[{\"seq\":%ld,\"lease_token\":\"%s\"}]%s}", seq, tok,
              extra);
-    json_decref(call("POST", path, body, 200));
+    json_decref(call(&S, "POST", path, body, 200));
 }
 
 struct age_wait {
@@ -147,7 +133,7 @@ static void group_figures(void **state)
     struct age_wait w;
 
     (void)state;
-    json_decref(call("PUT", "/v1/groups/st.g",
+    json_decref(call(&S, "PUT", "/v1/groups/st.g",
                      "{\"topics\":[\"st.t\"],\"max_attempts\":2,\"alert_oldest_unhandled_s\":3600,"
                      "\"backoff\":{\"initial_ms\":600000,\"max_ms\":600000,\"multiplier\":1}}", 201));
     g = group_stats("st.g");
@@ -156,7 +142,7 @@ static void group_figures(void **state)
     assert_true(json_is_null(json_object_get(g, "poison_age_s")));
     assert_true(json_is_false(json_object_get(g, "alert")));
     json_decref(g);
-    json_decref(call("POST", "/v1/events",
+    json_decref(call(&S, "POST", "/v1/events",
                      "{\"events\":[{\"event_id\":\"st-1\",\"topic\":\"st.t\",\"created_at\":\"2026-01-01T00:00:00Z\"},"
                      "{\"event_id\":\"st-2\",\"topic\":\"st.t\"},{\"event_id\":\"st-3\",\"topic\":\"st.t\"}]}", 201));
     g = group_stats("st.g");
@@ -175,7 +161,7 @@ static void group_figures(void **state)
     assert_int_equal(num(g, "processing"), 1);
     assert_int_equal(num(g, "pending"), 2);
     json_decref(g);
-    o = call("GET", "/v1/groups/st.g/oldest?limit=2", NULL, 200);
+    o = call(&S, "GET", "/v1/groups/st.g/oldest?limit=2", NULL, 200);
     d = json_array_get(json_object_get(o, "deliveries"), 0);
     assert_int_equal(num(d, "seq"), s1);
     assert_string_equal(json_string_value(json_object_get(d, "reason")), "leased");
@@ -183,8 +169,8 @@ static void group_figures(void **state)
     assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(o, "deliveries"), 1),
                                                           "reason")), "ready");
     json_decref(o);
-    settle("/v1/groups/st.g/nack", s1, ",\"error\":\"smtp down\"");
-    o = call("GET", "/v1/groups/st.g/oldest?limit=1", NULL, 200);
+    settle_one("/v1/groups/st.g/nack", s1, ",\"error\":\"smtp down\"");
+    o = call(&S, "GET", "/v1/groups/st.g/oldest?limit=1", NULL, 200);
     d = json_array_get(json_object_get(o, "deliveries"), 0);
     assert_string_equal(json_string_value(json_object_get(d, "reason")), "retry");
     assert_string_equal(json_string_value(json_object_get(d, "last_error")), "smtp down");
@@ -198,7 +184,7 @@ static void group_figures(void **state)
     /* Ack the others: dispatched 2; the oldest is still the retrying one. */
     for (int i = 0; i < 2; i++) {
         long s = seq_of_claim("/v1/groups/st.g/claim", "{\"max\":1}");
-        settle("/v1/groups/st.g/ack", s, "");
+        settle_one("/v1/groups/st.g/ack", s, "");
     }
     g = group_stats("st.g");
     assert_int_equal(num(g, "dispatched"), 2);
@@ -221,14 +207,14 @@ static void dlq_redeliveries_and_topics(void **state)
     long s;
 
     (void)state;
-    json_decref(call("PUT", "/v1/groups/dq.g", "{\"topics\":[\"dq.t\"],\"max_attempts\":2,"
+    json_decref(call(&S, "PUT", "/v1/groups/dq.g", "{\"topics\":[\"dq.t\"],\"max_attempts\":2,"
                                                "\"backoff\":{\"initial_ms\":0,\"max_ms\":0}}", 201));
-    json_decref(call("POST", "/v1/events", "{\"event_id\":\"dq-1\",\"topic\":\"dq.t\"}", 201));
-    json_decref(call("POST", "/v1/events", "{\"event_id\":\"dq-1\",\"topic\":\"dq.t\"}", 200));
-    json_decref(call("POST", "/v1/events", "{\"event_id\":\"dq-1\",\"topic\":\"dq.t\",\"priority\":1}", 409));
+    json_decref(call(&S, "POST", "/v1/events", "{\"event_id\":\"dq-1\",\"topic\":\"dq.t\"}", 201));
+    json_decref(call(&S, "POST", "/v1/events", "{\"event_id\":\"dq-1\",\"topic\":\"dq.t\"}", 200));
+    json_decref(call(&S, "POST", "/v1/events", "{\"event_id\":\"dq-1\",\"topic\":\"dq.t\",\"priority\":1}", 409));
     for (int i = 0; i < 2; i++) {
         s = seq_of_claim("/v1/groups/dq.g/claim", "{\"max\":1}");
-        settle("/v1/groups/dq.g/nack", s, "");
+        settle_one("/v1/groups/dq.g/nack", s, "");
     }
     g = group_stats("dq.g");
     assert_int_equal(num(g, "dlq"), 1);
@@ -258,7 +244,7 @@ static int blocked_listed(const char *group)
     int n;
 
     snprintf(path, sizeof path, "/v1/groups/%s/blocked?limit=1000", group);
-    b = call("GET", path, NULL, 200);
+    b = call(&S, "GET", path, NULL, 200);
     n = (int)json_array_size(json_object_get(b, "aggregates"));
     json_decref(b);
     return n;
@@ -271,8 +257,8 @@ static void ordered_figures(void **state)
     int gap = 0, behind = 0;
 
     (void)state;
-    json_decref(call("PUT", "/v1/groups/of.g", "{\"topics\":[\"of.t\"],\"ordered\":true}", 201));
-    json_decref(call("POST", "/v1/events",
+    json_decref(call(&S, "PUT", "/v1/groups/of.g", "{\"topics\":[\"of.t\"],\"ordered\":true}", 201));
+    json_decref(call(&S, "POST", "/v1/events",
                      "{\"events\":[{\"event_id\":\"of-1\",\"topic\":\"of.t\",\"aggregate_type\":\"o\",\"aggregate_id\":\"A\",\"aggregate_version\":1},"
                      "{\"event_id\":\"of-2\",\"topic\":\"of.t\",\"aggregate_type\":\"o\",\"aggregate_id\":\"A\",\"aggregate_version\":2},"
                      "{\"event_id\":\"of-5\",\"topic\":\"of.t\",\"aggregate_type\":\"o\",\"aggregate_id\":\"B\",\"aggregate_version\":5},"
@@ -283,7 +269,7 @@ static void ordered_figures(void **state)
     json_decref(g);
     assert_int_equal(blocked_listed("of.g"), 0);
     /* Both heads out: each holds its successor back. */
-    c = call("POST", "/v1/groups/of.g/claim", "{\"max\":10}", 200);
+    c = call(&S, "POST", "/v1/groups/of.g/claim", "{\"max\":10}", 200);
     assert_int_equal(json_array_size(json_object_get(c, "deliveries")), 2);
     g = group_stats("of.g");
     assert_int_equal(num(g, "blocked_aggregates"), 2);
@@ -293,7 +279,7 @@ static void ordered_figures(void **state)
     json_array_foreach(json_object_get(c, "deliveries"), i, d)
         if (!strcmp(json_string_value(json_object_get(json_object_get(d, "event"), "event_id")), "of-5")) {
             snprintf(tok, sizeof tok, "%s", json_string_value(json_object_get(d, "lease_token")));
-            settle("/v1/groups/of.g/ack", num(d, "seq"), "");
+            settle_one("/v1/groups/of.g/ack", num(d, "seq"), "");
         }
     json_decref(c);
     g = group_stats("of.g");
@@ -304,7 +290,7 @@ static void ordered_figures(void **state)
     assert_int_equal(num(g, "dispatched"), 1);
     json_decref(g);
     assert_int_equal(metric("mic_group_gap_parked_aggregates", "group", "of.g"), 1);
-    o = call("GET", "/v1/groups/of.g/oldest?limit=10", NULL, 200);
+    o = call(&S, "GET", "/v1/groups/of.g/oldest?limit=10", NULL, 200);
     json_array_foreach(json_object_get(o, "deliveries"), i, d) {
         const char *why = json_string_value(json_object_get(d, "reason"));
         if (!strcmp(why, "gap")) {
