@@ -12,7 +12,8 @@
  * next deadline, commit once.  Then each op either finishes (done()) or, if
  * apply() asked for it, is parked until a later batch wakes its key or its
  * own deadline passes.  The thread sleeps until the earliest of: new work,
- * the next stored deadline, the next parked op's deadline.
+ * the next stored deadline, the next parked op's deadline; idle after a
+ * batch, it first hands freed memory back with malloc_trim (TRIM_MS).
  *
  * When an op reports MIC_ENOSPC (the map is full) the transaction is
  * aborted, the map grown and the whole batch applied again; when the map
@@ -27,6 +28,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +53,14 @@ struct mic_writer {
     mic_op **heap;              /* parked ops by wait_until_ms */
     int nheap, heap_cap;
     mic_op *woken;              /* to apply again in the next batch */
+    int trim_pending;           /* batches ran since the last malloc_trim */
+    int64_t trimmed_ms;         /* monotonic ms of the last malloc_trim */
 };
+
+/* Once the queue is empty, give the memory a burst freed back to the
+ * system (malloc keeps it otherwise), at most this often.  What LMDB keeps
+ * for reuse (the dirty pages of its largest transaction) stays. */
+#define TRIM_MS 1000
 
 void mic_wctx_wake(struct mic_wctx *w, uint32_t key)
 {
@@ -184,6 +193,7 @@ static void record(mic_writer *w, int nops, int64_t commit_us, uint64_t seq)
         c++;
     pthread_mutex_lock(&w->lock);
     w->st.commits++;
+    w->trim_pending = 1;
     w->st.ops += (uint64_t)nops;
     w->st.committed_seq = seq - 1;
     w->st.batch_hist[b]++;
@@ -345,24 +355,38 @@ static void *writer_main(void *arg)
 
         while (!w->head && !w->stopping && !w->woken &&
                !(w->hooks.busy && w->hooks.busy(w->hooks.app))) {
-            int64_t until = next_wakeup(w), now = mic_mono_ms();
+            int64_t until = next_wakeup(w), now = mic_mono_ms(), wake = until;
             struct timespec ts;
 
-            if (until < 0) {
+            if (until >= 0 && until <= now)
+                break;
+            if (w->trim_pending) {
+                int64_t trim_at = w->trimmed_ms + TRIM_MS;
+
+                if (trim_at <= now) {
+                    w->trim_pending = 0;
+                    w->trimmed_ms = now;
+                    pthread_mutex_unlock(&w->lock);
+                    malloc_trim(0);
+                    pthread_mutex_lock(&w->lock);
+                    continue;
+                }
+                if (wake < 0 || trim_at < wake)
+                    wake = trim_at;
+            }
+            if (wake < 0) {
                 pthread_cond_wait(&w->cond, &w->lock);
                 continue;
             }
-            if (until <= now)
-                break;
             clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += (until - now) / 1000;
-            ts.tv_nsec += (long)((until - now) % 1000) * 1000000;
+            ts.tv_sec += (wake - now) / 1000;
+            ts.tv_nsec += (long)((wake - now) % 1000) * 1000000;
             if (ts.tv_nsec >= 1000000000) {
                 ts.tv_sec++;
                 ts.tv_nsec -= 1000000000;
             }
-            if (pthread_cond_timedwait(&w->cond, &w->lock, &ts) == ETIMEDOUT)
-                break;
+            if (pthread_cond_timedwait(&w->cond, &w->lock, &ts) == ETIMEDOUT && wake == until)
+                break;      /* a deadline: run a batch */
         }
         if (w->stopping && !w->head)
             break;
