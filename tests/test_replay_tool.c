@@ -514,9 +514,13 @@ static void tool_collect(struct run *r, pid_t pid, int ms, const char *out, cons
     int st = wait_ms(pid, ms);
 
     if (st == -1) {
+        char *said;
+
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
-        fail_msg("mic-events-replay did not end within %d ms", ms);
+        said = slurp(err);
+        fail_msg("mic-events-replay did not end within %d ms; its stderr: %s", ms,
+                 said ? said : "(none)");
     }
     r->status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
     r->out = slurp(out);
