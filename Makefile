@@ -2,8 +2,11 @@
 #
 #   make          build build/micd, build/mic and build/mic-events-replay (optimised)
 #   make run      install what is missing, build, start micd on 127.0.0.1:8080, store in ./var
-#   make test     install what is missing, build with ASan+UBSan, run every test
-#   make bench    durable publish benchmark (see bench/README.md)
+#   make test     install what is missing, build with ASan+UBSan, run every test and the
+#                 peer benchmark at tiny sizes (SMOKE=1)
+#   make bench    MIC's own benchmarks: publish (against Redis Streams), claims, ordered, range
+#   make bench-peers  MIC and Redis, PostgreSQL, NATS, beanstalkd side by side -> bench/RESULTS.md
+#                 (RUNS=N runs per cell, default 3; BIG=1 adds the 10M backlog)
 #   make deps     install the Debian packages (apt-get update only when something is missing)
 
 CC      ?= cc
