@@ -350,3 +350,18 @@ const char *resp_error_code(const struct resp *r)
 
     return json_is_string(c) ? json_string_value(c) : "";
 }
+
+int srv_start_shared(struct srv *s, const char *const *args)
+{
+    memset(s, 0, sizeof *s);
+    return srv_start(s, args);
+}
+
+int srv_stop_shared(struct srv *s)
+{
+    int rc = srv_stop(s);
+
+    srv_cleanup(s);
+    http_thread_done();
+    return rc == 0 ? 0 : -1;
+}

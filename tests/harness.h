@@ -30,6 +30,13 @@ void srv_kill9(struct srv *s);
 /* Remove the store directory. */
 void srv_cleanup(struct srv *s);
 
+/* A test file's shared server, for its cmocka group setup and teardown:
+ * start a fresh one with 'args' (may be NULL); stop it with SIGTERM (a
+ * clean exit: no sanitizer report, no leak), remove its store and free
+ * this thread's HTTP client.  Both return 0 or -1. */
+int srv_start_shared(struct srv *s, const char *const *args);
+int srv_stop_shared(struct srv *s);
+
 /* Run micd with 'args' in the foreground on s->dir and return its exit
  * status (for start-up refusals). */
 int srv_run_expect_exit(struct srv *s, const char *const *args);

@@ -381,8 +381,7 @@ static int group_setup(void **state)
     snprintf(tmpdir, sizeof tmpdir, "/tmp/mic-cli-XXXXXX");
     if (!mkdtemp(tmpdir))
         return -1;
-    memset(&S, 0, sizeof S);
-    return srv_start(&S, NULL);
+    return srv_start_shared(&S, NULL);
 }
 
 static int group_teardown(void **state)
@@ -392,15 +391,13 @@ static int group_teardown(void **state)
     int rc;
 
     (void)state;
-    rc = srv_stop(&S);
-    srv_cleanup(&S);
-    http_thread_done();
+    rc = srv_stop_shared(&S);
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", tmpdir, files[i]);
         unlink(path);
     }
     rmdir(tmpdir);
-    return rc == 0 ? 0 : -1;
+    return rc;
 }
 
 /* ---- Tests ---- */

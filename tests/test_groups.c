@@ -36,19 +36,13 @@ static struct srv S; /* shared server */
 static int group_setup(void **state)
 {
     (void)state;
-    memset(&S, 0, sizeof S);
-    return srv_start(&S, NULL);
+    return srv_start_shared(&S, NULL);
 }
 
 static int group_teardown(void **state)
 {
-    int rc;
-
     (void)state;
-    rc = srv_stop(&S); /* a clean exit: no sanitizer report, no leak */
-    srv_cleanup(&S);
-    http_thread_done();
-    return rc == 0 ? 0 : -1;
+    return srv_stop_shared(&S);
 }
 
 /* ---- Helpers ---- */

@@ -24,19 +24,13 @@ static int group_setup(void **state)
     static const char *const args[] = {"--max-body", "1M", NULL};
 
     (void)state;
-    memset(&S, 0, sizeof S);
-    return srv_start(&S, args);
+    return srv_start_shared(&S, args);
 }
 
 static int group_teardown(void **state)
 {
-    int rc;
-
     (void)state;
-    rc = srv_stop(&S); /* a clean exit: no sanitizer report, no leak */
-    srv_cleanup(&S);
-    http_thread_done();
-    return rc == 0 ? 0 : -1;
+    return srv_stop_shared(&S);
 }
 
 /* POST 'body' to /v1/events, assert the status, return the response. */

@@ -335,20 +335,14 @@ static struct resp M; /* the /metrics reply (freed by the teardown too) */
 static int srv_setup(void **state)
 {
     (void)state;
-    memset(&S, 0, sizeof S);
-    return srv_start(&S, NULL);
+    return srv_start_shared(&S, NULL);
 }
 
 static int srv_teardown(void **state)
 {
-    int rc;
-
     (void)state;
     resp_free(&M);
-    rc = srv_stop(&S); /* a clean exit: no sanitizer report, no leak */
-    srv_cleanup(&S);
-    http_thread_done();
-    return rc == 0 ? 0 : -1;
+    return srv_stop_shared(&S);
 }
 
 /* Claim up to 'max' from 'group'; returns the deliveries array (owned). */

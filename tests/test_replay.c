@@ -24,19 +24,13 @@ static struct srv S;
 static int group_setup(void **state)
 {
     (void)state;
-    memset(&S, 0, sizeof S);
-    return srv_start(&S, NULL);
+    return srv_start_shared(&S, NULL);
 }
 
 static int group_teardown(void **state)
 {
-    int rc;
-
     (void)state;
-    rc = srv_stop(&S);
-    srv_cleanup(&S);
-    http_thread_done();
-    return rc == 0 ? 0 : -1;
+    return srv_stop_shared(&S);
 }
 
 /* The event_ids of a page, joined by spaces, into 'out'. */
