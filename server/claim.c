@@ -845,26 +845,21 @@ int mic_claim_dlq_list(mic_store *s, const char *group, const char *after,
                        struct mic_error *err)
 {
     uint64_t seqs[1000], from = 0;
-    long lim = 100;
+    long lim;
     uint32_t gid;
     mic_txn *t;
     char *end;
     int n, rc;
 
-    if (limit) {
-        lim = strtol(limit, &end, 10);
-        if (*end || lim < 1 || lim > 1000)
-            return BADREQ("limit", "limit is 1 to 1000");
-    }
+    if ((rc = mic_limit_arg(limit, 100, &lim, err)))
+        return rc;
     if (after) {
         from = strtoull(after, &end, 10);
         if (*end || *after < '0' || *after > '9')
             return BADREQ("after", "after takes the next cursor of the previous page");
     }
-    if (!mic_group_name_ok(group, strlen(group)))
-        return mic_error_set(err, MIC_ENOTFOUND, "not_found", NULL, "no group %s", group);
-    if ((rc = mic_txn_begin(s, 0, &t)))
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+    if ((rc = mic_group_read_begin(s, group, &t, err)))
+        return rc;
     rc = mic_group_gid(t, group, &gid);
     if (rc == MIC_OK)
         rc = mic_store_dlq_page(t, gid, from, seqs, (int)lim, &n);
@@ -890,10 +885,5 @@ int mic_claim_dlq_list(mic_store *s, const char *group, const char *after,
         else
             mic_buf_puts(out, "],\"next\":null}");
     }
-    mic_txn_abort(t);
-    if (rc == MIC_ENOTFOUND)
-        return mic_error_set(err, rc, "not_found", NULL, "no group %s", group);
-    if (rc)
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
-    return MIC_OK;
+    return mic_group_read_end(t, rc, group, err);
 }

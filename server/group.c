@@ -924,6 +924,28 @@ int mic_group_gid(mic_txn *t, const char *name, uint32_t *gid)
     return rc;
 }
 
+int mic_group_read_begin(mic_store *s, const char *name, mic_txn **t,
+                         struct mic_error *err)
+{
+    int rc;
+
+    if (!mic_group_name_ok(name, strlen(name)))
+        return mic_error_set(err, MIC_ENOTFOUND, "not_found", NULL, "no group %s", name);
+    if ((rc = mic_txn_begin(s, 0, t)))
+        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+    return MIC_OK;
+}
+
+int mic_group_read_end(mic_txn *t, int rc, const char *name, struct mic_error *err)
+{
+    mic_txn_abort(t);
+    if (rc == MIC_ENOTFOUND)
+        return mic_error_set(err, rc, "not_found", NULL, "no group %s", name);
+    if (rc)
+        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+    return MIC_OK;
+}
+
 int mic_group_get(mic_store *s, const char *name, struct mic_buf *out,
                   struct mic_error *err)
 {
@@ -931,19 +953,12 @@ int mic_group_get(mic_store *s, const char *name, struct mic_buf *out,
     mic_txn *t;
     int rc;
 
-    if (!mic_group_name_ok(name, strlen(name)))
-        return mic_error_set(err, MIC_ENOTFOUND, "not_found", NULL, "no group %s", name);
-    if ((rc = mic_txn_begin(s, 0, &t)))
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+    if ((rc = mic_group_read_begin(s, name, &t, err)))
+        return rc;
     rc = mic_store_group_get(t, name, strlen(name), &rec);
     if (rc == MIC_OK)
         mic_buf_add(out, rec.config, rec.config_len);
-    mic_txn_abort(t);
-    if (rc == MIC_ENOTFOUND)
-        return mic_error_set(err, rc, "not_found", NULL, "no group %s", name);
-    if (rc)
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
-    return MIC_OK;
+    return mic_group_read_end(t, rc, name, err);
 }
 
 static int list_one(void *arg, const char *name, size_t len,

@@ -104,6 +104,12 @@ void mic_group_op_free(mic_group_op *o);
 int mic_group_get(mic_store *s, const char *name, struct mic_buf *out,
                   struct mic_error *err);
 int mic_group_list(mic_store *s, struct mic_buf *out, struct mic_error *err);
+/* Read side of a group's resources and listings: check 'name' and open a
+ * read transaction (else 'err' says not_found or internal); then end it,
+ * turning the listing's 'rc' into the answer (MIC_ENOTFOUND: no group). */
+int mic_group_read_begin(mic_store *s, const char *name, mic_txn **t,
+                         struct mic_error *err);
+int mic_group_read_end(mic_txn *t, int rc, const char *name, struct mic_error *err);
 /* Read side: the id of group 'name' (read transaction 't'). */
 int mic_group_gid(mic_txn *t, const char *name, uint32_t *gid);
 /* Append the delivery states of 'seq' in every group to 'out' as the

@@ -1,8 +1,9 @@
-/* json.c - body parsing under limits (see json.h). */
+/* json.c - request parsing under limits (see json.h). */
 #include "json.h"
 
 #include "err.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -55,4 +56,19 @@ int mic_json_content_type_ok(const char *ct)
     if (!ct || strncasecmp(ct, "application/json", n) != 0)
         return 0;
     return ct[n] == 0 || ct[n] == ';' || ct[n] == ' ';
+}
+
+int mic_limit_arg(const char *arg, long dflt, long *out, struct mic_error *err)
+{
+    char *end;
+    long v = dflt;
+
+    if (arg) {
+        v = strtol(arg, &end, 10);
+        if (*end || v < 1 || v > 1000)
+            return mic_error_set(err, MIC_EINVAL, "invalid_request", "limit",
+                                 "limit is 1 to 1000");
+    }
+    *out = v;
+    return MIC_OK;
 }

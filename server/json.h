@@ -1,4 +1,5 @@
-/* json.h - loading request bodies with jansson under MIC's limits. */
+/* json.h - reading requests under MIC's limits: bodies with jansson, and
+ * the page-size query argument. */
 #ifndef MIC_JSON_H
 #define MIC_JSON_H
 
@@ -18,5 +19,10 @@ int mic_json_load(const char *body, size_t len, int max_depth, json_t **out,
 /* Nonzero if the Content-Type header value names JSON
  * ("application/json", parameters such as charset allowed). */
 int mic_json_content_type_ok(const char *content_type);
+
+/* The page size in the query argument 'arg', 'dflt' when it is NULL: 1 to
+ * 1000 into *out and MIC_OK, else MIC_EINVAL with 'err' filled
+ * ("invalid_request", field "limit"). */
+int mic_limit_arg(const char *arg, long dflt, long *out, struct mic_error *err);
 
 #endif

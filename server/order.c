@@ -32,6 +32,7 @@
 #include "clock.h"
 #include "err.h"
 #include "event.h"
+#include "json.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -507,8 +508,7 @@ int mic_order_blocked(mic_store *s, const char *group, const char *reason,
                       struct mic_error *err)
 {
     struct blocked b;
-    long lim = 100;
-    char *end;
+    long lim;
     mic_txn *t;
     int rc;
 
@@ -516,16 +516,10 @@ int mic_order_blocked(mic_store *s, const char *group, const char *reason,
         strcmp(reason, "gap") && strcmp(reason, "dlq"))
         return mic_error_set(err, MIC_EINVAL, "invalid_request", "reason",
                              "reason is lease, retry, gap or dlq");
-    if (limit) {
-        lim = strtol(limit, &end, 10);
-        if (*end || lim < 1 || lim > 1000)
-            return mic_error_set(err, MIC_EINVAL, "invalid_request", "limit",
-                                 "limit is 1 to 1000");
-    }
-    if (!mic_group_name_ok(group, strlen(group)))
-        return mic_error_set(err, MIC_ENOTFOUND, "not_found", NULL, "no group %s", group);
-    if ((rc = mic_txn_begin(s, 0, &t)))
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+    if ((rc = mic_limit_arg(limit, 100, &lim, err)))
+        return rc;
+    if ((rc = mic_group_read_begin(s, group, &t, err)))
+        return rc;
     memset(&b, 0, sizeof b);
     b.t = t;
     b.reason = reason;
@@ -540,12 +534,7 @@ int mic_order_blocked(mic_store *s, const char *group, const char *reason,
             rc = b.rc;
         mic_buf_puts(out, "]}");
     }
-    mic_txn_abort(t);
-    if (rc == MIC_ENOTFOUND)
-        return mic_error_set(err, rc, "not_found", NULL, "no group %s", group);
-    if (rc)
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
-    return MIC_OK;
+    return mic_group_read_end(t, rc, group, err);
 }
 
 struct agg_view {
@@ -658,23 +647,16 @@ int mic_order_oldest(mic_store *s, const char *group, const char *limit,
                      struct mic_buf *out, struct mic_error *err)
 {
     uint64_t seqs[1000];
-    long lim = 10;
+    long lim;
     int64_t now = mic_now_us();
     uint32_t gid;
     mic_txn *t;
-    char *end;
     int n = 0, rc;
 
-    if (limit) {
-        lim = strtol(limit, &end, 10);
-        if (*end || lim < 1 || lim > 1000)
-            return mic_error_set(err, MIC_EINVAL, "invalid_request", "limit",
-                                 "limit is 1 to 1000");
-    }
-    if (!mic_group_name_ok(group, strlen(group)))
-        return mic_error_set(err, MIC_ENOTFOUND, "not_found", NULL, "no group %s", group);
-    if ((rc = mic_txn_begin(s, 0, &t)))
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+    if ((rc = mic_limit_arg(limit, 10, &lim, err)))
+        return rc;
+    if ((rc = mic_group_read_begin(s, group, &t, err)))
+        return rc;
     rc = mic_group_gid(t, group, &gid);
     if (rc == MIC_OK)
         rc = mic_store_oldest_page(t, gid, seqs, (int)lim, &n);
@@ -707,10 +689,5 @@ int mic_order_oldest(mic_store *s, const char *group, const char *limit,
         }
         mic_buf_puts(out, n ? "]}" : ",\"deliveries\":[]}");
     }
-    mic_txn_abort(t);
-    if (rc == MIC_ENOTFOUND)
-        return mic_error_set(err, rc, "not_found", NULL, "no group %s", group);
-    if (rc)
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
-    return MIC_OK;
+    return mic_group_read_end(t, rc, group, err);
 }

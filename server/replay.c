@@ -121,15 +121,11 @@ int mic_range_page(mic_store *s, const char *topic, const char *from,
 {
     struct range q;
     struct page p;
-    long lim = 100;
-    char *end;
+    long lim;
     int rc;
 
-    if (limit) {
-        lim = strtol(limit, &end, 10);
-        if (*end || lim < 1 || lim > 1000)
-            return BADREQ("limit", "limit is 1 to 1000");
-    }
+    if ((rc = mic_limit_arg(limit, 100, &lim, err)))
+        return rc;
     if ((rc = parse_range(s, topic, from, to, after, &q, err)))
         return rc;
     memset(&p, 0, sizeof p);

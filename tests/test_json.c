@@ -205,6 +205,31 @@ static void content_type(void **state)
 
 /* mic_buf_json_str of 'n' bytes of 's' must equal 'want' and decode back
  * to the same bytes. */
+/* The page-size query argument: its default when absent, 1..1000 taken,
+ * anything else refused as invalid_request on "limit". */
+static void limit_arg(void **state)
+{
+    static const char *const bad[] = {"0", "1001", "-5", "abc", "5x", ""};
+    struct mic_error e;
+    long v = 0;
+
+    (void)state;
+    assert_int_equal(mic_limit_arg(NULL, 42, &v, &e), MIC_OK);
+    assert_int_equal(v, 42);
+    assert_int_equal(mic_limit_arg("1", 42, &v, &e), MIC_OK);
+    assert_int_equal(v, 1);
+    assert_int_equal(mic_limit_arg("1000", 42, &v, &e), MIC_OK);
+    assert_int_equal(v, 1000);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        v = 7;
+        memset(&e, 0, sizeof e);
+        assert_int_equal(mic_limit_arg(bad[i], 42, &v, &e), MIC_EINVAL);
+        assert_string_equal(e.code, "invalid_request");
+        assert_string_equal(e.field, "limit");
+        assert_int_equal(v, 7); /* untouched */
+    }
+}
+
 static void assert_json_str(const char *s, size_t n, const char *want)
 {
     struct mic_buf b;
@@ -363,6 +388,7 @@ int main(void)
         cmocka_unit_test(only_len_bytes_read),
         cmocka_unit_test(scalars_and_values_load),
         cmocka_unit_test(content_type),
+        cmocka_unit_test(limit_arg),
         cmocka_unit_test(json_str_escapes),
         cmocka_unit_test(json_str_grows),
         cmocka_unit_test(json_str_appends),
