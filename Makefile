@@ -84,8 +84,8 @@ build/mic: client/mic.c $(CLI_REL) | build/rel
 build/san/mic: client/mic.c $(CLI_SAN) | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(RCFLAGS) -Iserver $< $(CLI_SAN) -o $@ $(RLIBS)
 
-build/loadgen: bench/loadgen.c | build/rel
-	$(CC) $(WARN) -O2 -D_GNU_SOURCE $< -o $@ -lpthread -lm
+build/loadgen: bench/loadgen.c bench/peerlib.c bench/peerlib.h | build/rel
+	$(CC) $(WARN) -O2 $< bench/peerlib.c -o $@ -lpthread -lm
 build/workers: bench/workers.c | build/rel
 	$(CC) $(WARN) -O2 $< -o $@ -lpthread
 build/rangeread: bench/rangeread.c | build/rel

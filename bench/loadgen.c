@@ -1,12 +1,13 @@
 /*
  * bench/loadgen.c - closed-loop HTTP/1.1 load generator for POST /v1/events.
  *
- * Owns: the command line of the load generator, the JSON shape of benchmark
- * events, the client side of HTTP/1.1 (request framing, response parsing with
- * Content-Length, chunked and read-until-close bodies), latency collection,
+ * Owns: the command line of the load generator, the client side of HTTP/1.1
+ * (request framing, response parsing with Content-Length, chunked and
+ * read-until-close bodies), latency collection,
  * the GET /metrics snapshot before and after the run, and the one-line JSON
- * report on stdout. It links nothing from server/ and talks to the broker
- * only over TCP, so it measures what a real client sees.
+ * report on stdout. The JSON shape of a benchmark event is bench/peerlib.c's,
+ * the one the peer drivers send.  It links nothing from server/ and talks
+ * to the broker only over TCP, so it measures what a real client sees.
  *
  * DESIGN
  * N keep-alive connections are split across K threads. Each thread owns its
@@ -65,6 +66,9 @@
  * argument.
  */
 
+#define _GNU_SOURCE
+#include "peerlib.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -111,12 +115,6 @@
 #define NS_PER_MS        1000000ull
 #define NS_PER_S         1000000000ull
 
-/* Pieces of one event object; see event_put. */
-#define EV_AGG      "\"aggregate_type\":\"bench\",\"aggregate_id\":\"a"
-#define EV_VER      "\"aggregate_version\":"
-#define EV_PAYLOAD  "\"payload\":{\"seq\":"
-#define EV_PAD      ",\"pad\":\""
-#define EV_END      "\"}}"
 #define BATCH_OPEN  "{\"events\":["
 
 /* 1 = deadline, 2 = signal. Lock-free, so the signal handler may store it. */
@@ -178,21 +176,6 @@ static void on_signal(int sig)
 {
     (void)sig;
     request_stop(2);
-}
-
-/* Decimal digits of 'v' at 'p' (no NUL); returns how many. */
-static size_t u64_put(char *p, uint64_t v)
-{
-    char tmp[20];
-    size_t n = 0, i;
-
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (i = 0; i < n; i++)
-        p[i] = tmp[n - 1 - i];
-    return n;
 }
 
 /* Parse all of p[0..n) as a decimal number; -1 if it is not one. */
@@ -560,8 +543,6 @@ struct run {
     char runid[17];
     char ev_head[64];           /* {"event_id":"lg-<runid>- */
     size_t ev_head_len;
-    char ev_mid[320];           /* ","topic":"<T>","event_type":"bench.created", */
-    size_t ev_mid_len;
     size_t req_cap;             /* bytes of one connection's request buffer */
     uint64_t deadline_ns;
     _Atomic uint64_t next_event;
@@ -613,52 +594,26 @@ struct worker {
 
 /* ---- Request bodies ---- */
 
-/* Write event number 'n' as one JSON object at 'out'; returns its length,
- * at most event_max(r). The payload pads the object to about
- * --payload-bytes. */
+/* Write event number 'n' as one JSON object at 'out' (the peers' shape,
+ * bench/peerlib.c, with this run's topic); returns its length, at most
+ * event_max(r). The payload pads the object to about --payload-bytes. */
 static size_t event_put(const struct run *r, char *out, uint64_t n)
 {
-    char *p = out;
-    size_t used, pad;
+    long agg = -1, ver = -1;
 
-    memcpy(p, r->ev_head, r->ev_head_len);
-    p += r->ev_head_len;
-    p += u64_put(p, n);
-    memcpy(p, r->ev_mid, r->ev_mid_len);
-    p += r->ev_mid_len;
     if (r->opt.aggregates) {
-        memcpy(p, EV_AGG, sizeof EV_AGG - 1);
-        p += sizeof EV_AGG - 1;
-        p += u64_put(p, n % r->opt.aggregates + r->opt.agg_offset);
-        *p++ = '"';
-        *p++ = ',';
-        if (r->opt.versions) {
-            /* Event n is version n / A + 1 of aggregate n % A. */
-            memcpy(p, EV_VER, sizeof EV_VER - 1);
-            p += sizeof EV_VER - 1;
-            p += u64_put(p, n / r->opt.aggregates + 1);
-            *p++ = ',';
-        }
+        agg = (long)(n % r->opt.aggregates + r->opt.agg_offset);
+        if (r->opt.versions) /* event n is version n / A + 1 of aggregate n % A */
+            ver = (long)(n / r->opt.aggregates + 1);
     }
-    memcpy(p, EV_PAYLOAD, sizeof EV_PAYLOAD - 1);
-    p += sizeof EV_PAYLOAD - 1;
-    p += u64_put(p, n);
-    memcpy(p, EV_PAD, sizeof EV_PAD - 1);
-    p += sizeof EV_PAD - 1;
-    used = (size_t)(p - out) + sizeof EV_END - 1;
-    pad = r->opt.payload_bytes > used ? r->opt.payload_bytes - used : 0;
-    memset(p, 'x', pad);
-    p += pad;
-    memcpy(p, EV_END, sizeof EV_END - 1);
-    p += sizeof EV_END - 1;
-    return (size_t)(p - out);
+    return peer_event_put(out, r->ev_head, r->ev_head_len, n, r->opt.topic, agg, ver, 0,
+                          r->opt.payload_bytes);
 }
 
 /* Upper bound of event_put's output. */
 static size_t event_max(const struct run *r)
 {
-    return r->ev_head_len + 20 + r->ev_mid_len + sizeof EV_AGG + 22 + sizeof EV_VER + 22 +
-           sizeof EV_PAYLOAD + 20 + sizeof EV_PAD + sizeof EV_END + r->opt.payload_bytes;
+    return peer_event_max(r->ev_head_len, strlen(r->opt.topic), r->opt.payload_bytes);
 }
 
 /* Build the request for events first .. first+n-1 into c->req. */
@@ -1546,9 +1501,6 @@ static int run_init(struct run *r)
 
     r->ev_head_len = (size_t)snprintf(r->ev_head, sizeof r->ev_head,
                                       "{\"event_id\":\"lg-%s-", r->runid);
-    r->ev_mid_len = (size_t)snprintf(r->ev_mid, sizeof r->ev_mid,
-                                     "\",\"topic\":\"%s\",\"event_type\":\"bench.created\",",
-                                     r->opt.topic);
     r->req_cap = HDR_RESERVE + sizeof BATCH_OPEN + 2 + (size_t)r->opt.batch * (event_max(r) + 1);
     atomic_init(&r->next_event, 0);
     return 0;

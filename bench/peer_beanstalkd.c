@@ -500,7 +500,7 @@ static size_t event_put(const struct run *r, char *out, uint64_t n, uint64_t ts_
 {
     long agg = r->opt.w == W4 ? (long)(n % r->opt.aggregates) : -1;
 
-    return peer_event_put(out, r->ev_head, r->ev_head_len, n, agg,
+    return peer_event_put(out, r->ev_head, r->ev_head_len, n, PEER_TOPIC, agg,
                           (long)(n / r->opt.aggregates + 1), ts_us, r->opt.payload_bytes);
 }
 
@@ -510,7 +510,7 @@ static int out_put(struct conn *c, const struct run *r, uint64_t n, uint32_t pri
     char body[64 * 1024 + 1024];
     size_t len;
 
-    if (peer_event_max(r->ev_head_len, r->opt.payload_bytes) > sizeof body)
+    if (peer_event_max(r->ev_head_len, sizeof PEER_TOPIC - 1, r->opt.payload_bytes) > sizeof body)
         return -1;
     len = event_put(r, body, n, ts_us);
     if (out_printf(c, "put %" PRIu32 " 0 %d %zu\r\n", pri, PUT_TTR, len) || out_reserve(c, len + 2))

@@ -201,11 +201,12 @@ static void done_add(struct run *r, long n)
 /* ---- Events ---- */
 
 /* Event 'n' (aggregate 'agg' version 'ver' when agg >= 0) at 'out', at most
- * peer_event_max(r->ev_head_len, payload_bytes) bytes; returns its length. */
+ * peer_event_max(r->ev_head_len, sizeof PEER_TOPIC - 1, payload_bytes)
+ * bytes; returns its length. */
 static int event_put(const struct run *r, char *out, long n, long agg, long ver)
 {
-    return (int)peer_event_put(out, r->ev_head, r->ev_head_len, (uint64_t)n, agg, ver, 0,
-                               (size_t)r->o.payload_bytes);
+    return (int)peer_event_put(out, r->ev_head, r->ev_head_len, (uint64_t)n, PEER_TOPIC, agg,
+                               ver, 0, (size_t)r->o.payload_bytes);
 }
 
 /* The number after "key" in data[0..len), or -1. */

@@ -154,7 +154,7 @@ static int32_t get_i32(const PGresult *res, int row, int col)
  * r->ev_max. */
 static size_t event_put(const struct run *r, char *out, uint64_t n, long agg, long ver)
 {
-    return peer_event_put(out, r->ev_head, r->ev_head_len, n, agg, ver, 0,
+    return peer_event_put(out, r->ev_head, r->ev_head_len, n, PEER_TOPIC, agg, ver, 0,
                           (size_t)r->o.payload_bytes);
 }
 
@@ -968,7 +968,7 @@ int main(int argc, char **argv)
         snprintf(r->runid + 2 * i, 3, "%02x", rnd[i]);
     snprintf(r->table, sizeof r->table, "outbox_%.16s", r->runid);
     r->ev_head_len = (size_t)snprintf(r->ev_head, sizeof r->ev_head, "{\"event_id\":\"pg-%s-", r->runid);
-    r->ev_max = peer_event_max(r->ev_head_len, (size_t)r->o.payload_bytes);
+    r->ev_max = peer_event_max(r->ev_head_len, sizeof PEER_TOPIC - 1, (size_t)r->o.payload_bytes);
 
     if (!(admin = db_open(r->o.addr)))
         return 1;

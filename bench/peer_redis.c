@@ -164,7 +164,7 @@ static long dec_at(const char *p)
  * its length.  The same shape as bench/loadgen.c's event_put. */
 static size_t event_put(const struct run *r, char *out, uint64_t n, long agg, long ver)
 {
-    return peer_event_put(out, r->ev_head, r->ev_head_len, n, agg, ver, 0,
+    return peer_event_put(out, r->ev_head, r->ev_head_len, n, PEER_TOPIC, agg, ver, 0,
                           (size_t)r->o.payload_bytes);
 }
 
@@ -1181,7 +1181,7 @@ static int run_setup(struct run *r)
     snprintf(r->key, sizeof r->key, "peer-redis:%s", r->runid);
     r->ev_head_len = (size_t)snprintf(r->ev_head, sizeof r->ev_head,
                                       "{\"event_id\":\"rd-%s-", r->runid);
-    r->ev_max = peer_event_max(r->ev_head_len, (size_t)r->o.payload_bytes);
+    r->ev_max = peer_event_max(r->ev_head_len, sizeof PEER_TOPIC - 1, (size_t)r->o.payload_bytes);
     if (r->o.workload == 4) {
         if (!(r->akeys = calloc((size_t)r->o.aggregates, sizeof *r->akeys)))
             return -1;

@@ -16,7 +16,8 @@
 #define NS_PER_S    1000000000ull
 
 /* Pieces of one event object, as bench/loadgen.c builds them. */
-#define EV_MID      "\",\"topic\":\"bench\",\"event_type\":\"bench.created\","
+#define EV_TOPIC    "\",\"topic\":\""
+#define EV_TYPE     "\",\"event_type\":\"bench.created\","
 #define EV_PAD      ",\"pad\":\""
 #define EV_END      "\"}}"
 
@@ -113,34 +114,42 @@ bool peer_may_log(void)
     return left > 1;
 }
 
-size_t peer_event_max(size_t head_len, size_t payload_bytes)
+size_t peer_event_max(size_t head_len, size_t topic_len, size_t payload_bytes)
 {
-    return head_len + 20 + sizeof EV_MID + sizeof PEER_EV_AGG + 22 + sizeof PEER_EV_VER + 22 +
+    return head_len + 20 + sizeof EV_TOPIC + topic_len + sizeof EV_TYPE + sizeof PEER_EV_AGG +
+           22 + sizeof PEER_EV_VER + 22 +
            sizeof PEER_EV_PAYLOAD + 20 + sizeof PEER_EV_TS + 20 + sizeof EV_PAD + sizeof EV_END +
            payload_bytes;
 }
 
-size_t peer_event_put(char *out, const char *head, size_t head_len, uint64_t n, long agg,
-                      long ver, uint64_t ts_us, size_t payload_bytes)
+size_t peer_event_put(char *out, const char *head, size_t head_len, uint64_t n,
+                      const char *topic, long agg, long ver, uint64_t ts_us,
+                      size_t payload_bytes)
 {
+    size_t used, pad, topic_len = strlen(topic);
     char *p = out;
-    size_t used, pad;
 
     memcpy(p, head, head_len);
     p += head_len;
     p += peer_u64_put(p, n);
-    memcpy(p, EV_MID, sizeof EV_MID - 1);
-    p += sizeof EV_MID - 1;
+    memcpy(p, EV_TOPIC, sizeof EV_TOPIC - 1);
+    p += sizeof EV_TOPIC - 1;
+    memcpy(p, topic, topic_len);
+    p += topic_len;
+    memcpy(p, EV_TYPE, sizeof EV_TYPE - 1);
+    p += sizeof EV_TYPE - 1;
     if (agg >= 0) {
         memcpy(p, PEER_EV_AGG, sizeof PEER_EV_AGG - 1);
         p += sizeof PEER_EV_AGG - 1;
         p += peer_u64_put(p, (uint64_t)agg);
         *p++ = '"';
         *p++ = ',';
-        memcpy(p, PEER_EV_VER, sizeof PEER_EV_VER - 1);
-        p += sizeof PEER_EV_VER - 1;
-        p += peer_u64_put(p, (uint64_t)ver);
-        *p++ = ',';
+        if (ver >= 0) {
+            memcpy(p, PEER_EV_VER, sizeof PEER_EV_VER - 1);
+            p += sizeof PEER_EV_VER - 1;
+            p += peer_u64_put(p, (uint64_t)ver);
+            *p++ = ',';
+        }
     }
     memcpy(p, PEER_EV_PAYLOAD, sizeof PEER_EV_PAYLOAD - 1);
     p += sizeof PEER_EV_PAYLOAD - 1;

@@ -47,15 +47,20 @@ bool peer_may_log(void);
 #define PEER_EV_PAYLOAD  "\"payload\":{\"seq\":"
 #define PEER_EV_TS       ",\"ts_us\":"
 
-/* Upper bound of peer_event_put's output. */
-size_t peer_event_max(size_t head_len, size_t payload_bytes);
+/* The topic of the peers' events (MIC's load generator names its own). */
+#define PEER_TOPIC "bench"
 
-/* Event 'n' as JSON at 'out' (no NUL): 'head' ({"event_id":"<x>-), n,
- * topic and type, aggregate_id a<agg> and aggregate_version 'ver' when
- * agg >= 0, payload seq n, ts_us when nonzero, padding up to about
- * 'payload_bytes'.  Returns its length. */
-size_t peer_event_put(char *out, const char *head, size_t head_len, uint64_t n, long agg,
-                      long ver, uint64_t ts_us, size_t payload_bytes);
+/* Upper bound of peer_event_put's output. */
+size_t peer_event_max(size_t head_len, size_t topic_len, size_t payload_bytes);
+
+/* The benchmark event, one shape for MIC and every peer: event 'n' as JSON
+ * at 'out' (no NUL): 'head' ({"event_id":"<x>-), n, 'topic', type
+ * bench.created, aggregate_id a<agg> when agg >= 0 and aggregate_version
+ * 'ver' when also ver >= 0, payload seq n, ts_us when nonzero, padding up
+ * to about 'payload_bytes'.  Returns its length. */
+size_t peer_event_put(char *out, const char *head, size_t head_len, uint64_t n,
+                      const char *topic, long agg, long ver, uint64_t ts_us,
+                      size_t payload_bytes);
 
 /* Index of the nearest-rank 'pct' percentile in n > 0 sorted values. */
 size_t peer_rank(size_t n, unsigned pct);
