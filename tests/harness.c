@@ -365,3 +365,29 @@ int srv_stop_shared(struct srv *s)
     http_thread_done();
     return rc == 0 ? 0 : -1;
 }
+
+char *file_read(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    char *p = NULL, *q;
+    size_t cap = 0, len = 0, got;
+
+    if (!f)
+        return NULL;
+    do {
+        if (len + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            if (!(q = realloc(p, cap))) {
+                free(p);
+                fclose(f);
+                return NULL;
+            }
+            p = q;
+        }
+        got = fread(p + len, 1, cap - len - 1, f);
+        len += got;
+    } while (got);
+    p[len] = 0;
+    fclose(f);
+    return p;
+}

@@ -37,6 +37,10 @@ void srv_cleanup(struct srv *s);
 int srv_start_shared(struct srv *s, const char *const *args);
 int srv_stop_shared(struct srv *s);
 
+/* The whole file at 'path', NUL-terminated (free() it); NULL if it cannot
+ * be opened or memory runs out. */
+char *file_read(const char *path);
+
 /* Run micd with 'args' in the foreground on s->dir and return its exit
  * status (for start-up refusals). */
 int srv_run_expect_exit(struct srv *s, const char *const *args);

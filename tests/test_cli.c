@@ -55,27 +55,6 @@ static void run_free(struct run *r)
     memset(r, 0, sizeof r[0]);
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    char *p = NULL;
-    size_t cap = 0, len = 0, n;
-
-    assert_non_null(f);
-    do {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 8192;
-            p = realloc(p, cap);
-            assert_non_null(p);
-        }
-        n = fread(p + len, 1, cap - len - 1, f);
-        len += n;
-    } while (n > 0);
-    p[len] = 0;
-    fclose(f);
-    return p;
-}
-
 static void write_file(const char *path, const char *text, size_t len)
 {
     FILE *f = fopen(path, "w");
@@ -146,8 +125,10 @@ static void run_argv(struct run *r, const char *input, size_t input_len, const c
         fail_msg("%s %s did not end within %d ms", cli, argv[0] ? argv[0] : "", CLI_MS);
     }
     r->status = WIFEXITED(c.status) ? WEXITSTATUS(c.status) : -1;
-    r->out = slurp(out);
-    r->err = slurp(err);
+    r->out = file_read(out);
+    r->err = file_read(err);
+    assert_non_null(r->out);
+    assert_non_null(r->err);
     if (r->status == 127 || r->status == 126)
         fail_msg("cannot run %s (set MIC_CLI)", cli);
 }

@@ -185,25 +185,6 @@ static void need_file(const char *path)
                  strerror(errno));
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    char *b;
-    long n;
-
-    assert_non_null(f);
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    n = ftell(f);
-    assert_true(n >= 0);
-    rewind(f);
-    b = malloc((size_t)n + 1);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-    b[n] = 0;
-    fclose(f);
-    return b;
-}
-
 /* ---- 1. The rules ---- */
 
 static void check_rules(void **state)
@@ -307,8 +288,10 @@ static void rules_use_spec_names(void **state)
     (void)state;
     need_file(RULES);
     need_file(RULE_TESTS);
-    rules = slurp(RULES);
-    tests = slurp(RULE_TESTS);
+    rules = file_read(RULES);
+    tests = file_read(RULE_TESTS);
+    assert_non_null(rules);
+    assert_non_null(tests);
     each_mic_name(rules, count_unknown, &unknown);
     each_mic_name(tests, count_unknown, &unknown);
     for (size_t i = 0; i < sizeof alerts / sizeof alerts[0]; i++) {
@@ -626,7 +609,8 @@ static void live_metrics(void **state)
     assert_false(contains_ci(out, "error"));
 
     /* Which names the rules (and the spec) use are not exported yet. */
-    rules = slurp(RULES);
+    rules = file_read(RULES);
+    assert_non_null(rules);
     rule_miss.body = spec_miss.body = M.body;
     each_mic_name(rules, note_missing, &rule_miss);
     for (size_t i = 0; i < NSPEC; i++)

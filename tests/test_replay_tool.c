@@ -475,26 +475,12 @@ struct run {
     json_t *sum;       /* the summary (stdout's JSON), or NULL */
 };
 
+/* The tool's output file, "" when there is none. */
 static char *slurp(const char *path)
 {
-    FILE *f = fopen(path, "r");
-    char *p = NULL;
-    size_t cap = 0, len = 0, got;
+    char *p = file_read(path);
 
-    if (!f)
-        return strdup("");
-    do {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 8192;
-            p = realloc(p, cap);
-            assert_non_null(p);
-        }
-        got = fread(p + len, 1, cap - len - 1, f);
-        len += got;
-    } while (got);
-    p[len] = 0;
-    fclose(f);
-    return p;
+    return p ? p : strdup("");
 }
 
 static pid_t tool_spawn(const char *const *args, const char *out, const char *err)
