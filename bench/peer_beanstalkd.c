@@ -543,10 +543,15 @@ static int read_inserted(struct conn *c, struct run *r, uint64_t *id)
  * event n whose aggregate n % A is in tube group (n % A) % workers, in
  * increasing n. With 'ts' set (W5) each event's wall-clock stamp is stored
  * in ts[n], and ids[n] gets its job id. */
-struct producer {
+/* The head of a producer and of a worker: what threads_run needs. */
+struct thr {
     struct run *r;
     pthread_t thread;
     bool started;
+};
+
+struct producer {
+    struct thr t;               /* first: threads_run */
     char tube[96];
     unsigned window;
     int group;
@@ -559,7 +564,7 @@ struct producer {
 /* Fill ns[] with up to 'max' event numbers for 'p'; returns how many. */
 static unsigned take_events(struct producer *p, uint64_t *ns, unsigned max)
 {
-    struct run *r = p->r;
+    struct run *r = p->t.r;
     unsigned k = 0;
 
     if (p->group < 0) {
@@ -578,7 +583,7 @@ static unsigned take_events(struct producer *p, uint64_t *ns, unsigned max)
 static void *producer_main(void *arg)
 {
     struct producer *p = arg;
-    struct run *r = p->r;
+    struct run *r = p->t.r;
     struct conn c;
     uint64_t *ns = malloc(p->window * sizeof *ns);
     unsigned k, i;
@@ -626,26 +631,40 @@ fail:
     return NULL;
 }
 
-/* Run producers to completion; returns the seconds they took. The caller
- * set up ps[0..n) (tube, window, group, total) and frees their latencies. */
-static double producers_run(struct run *r, struct producer *ps, unsigned n)
+/* Start 'fn' on each of the n items of 'size' bytes at 'items' (each
+ * begins with a struct thr) and wait for all; returns the seconds they
+ * took. */
+static double threads_run(struct run *r, void *items, size_t size, unsigned n,
+                          void *(*fn)(void *))
 {
     uint64_t t0 = peer_now_ns();
     unsigned i;
 
     for (i = 0; i < n; i++) {
-        ps[i].r = r;
-        if (pthread_create(&ps[i].thread, NULL, producer_main, &ps[i])) {
+        struct thr *t = (struct thr *)((char *)items + i * size);
+
+        t->r = r;
+        if (pthread_create(&t->thread, NULL, fn, t)) {
             say("pthread_create failed");
             fail(r);
             break;
         }
-        ps[i].started = true;
+        t->started = true;
     }
-    for (i = 0; i < n; i++)
-        if (ps[i].started)
-            pthread_join(ps[i].thread, NULL);
+    for (i = 0; i < n; i++) {
+        struct thr *t = (struct thr *)((char *)items + i * size);
+
+        if (t->started)
+            pthread_join(t->thread, NULL);
+    }
     return (double)(peer_now_ns() - t0) / NS_PER_S;
+}
+
+/* Run producers to completion; returns the seconds they took. The caller
+ * set up ps[0..n) (tube, window, group, total) and frees their latencies. */
+static double producers_run(struct run *r, struct producer *ps, unsigned n)
+{
+    return threads_run(r, ps, sizeof ps[0], n, producer_main);
 }
 
 /* ---- Workers (W3, W4) ---- */
@@ -653,9 +672,7 @@ static double producers_run(struct run *r, struct producer *ps, unsigned n)
 /* One worker: a connection watching one tube, reserving up to 'max' jobs a
  * round and deleting what it got, until the tube is drained. */
 struct worker {
-    struct run *r;
-    pthread_t thread;
-    bool started;
+    struct thr t;               /* first: threads_run */
     char tube[96];
     struct lat lat;
     uint64_t acked, duplicates, disorder, rounds;
@@ -688,7 +705,7 @@ static int tube_drained(struct conn *c, struct run *r, const char *tube, bool *d
 /* Account one delivered body: duplicates by seq, W4 order by version. */
 static int deliver(struct worker *w, const char *body, size_t len)
 {
-    struct run *r = w->r;
+    struct run *r = w->t.r;
     uint64_t seq, agg, ver;
 
     if (u64_after(body, len, PEER_EV_PAYLOAD, &seq) || seq >= r->opt.events) {
@@ -714,7 +731,7 @@ static int deliver(struct worker *w, const char *body, size_t len)
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
-    struct run *r = w->r;
+    struct run *r = w->t.r;
     unsigned max = r->opt.max, got, i;
     uint64_t *ids = malloc(max * sizeof *ids);
     struct conn c;
@@ -798,22 +815,7 @@ fail:
 /* Run 'n' workers until their tubes drain; returns the seconds they took. */
 static double workers_run(struct run *r, struct worker *ws, unsigned n)
 {
-    uint64_t t0 = peer_now_ns();
-    unsigned i;
-
-    for (i = 0; i < n; i++) {
-        ws[i].r = r;
-        if (pthread_create(&ws[i].thread, NULL, worker_main, &ws[i])) {
-            say("pthread_create failed");
-            fail(r);
-            break;
-        }
-        ws[i].started = true;
-    }
-    for (i = 0; i < n; i++)
-        if (ws[i].started)
-            pthread_join(ws[i].thread, NULL);
-    return (double)(peer_now_ns() - t0) / NS_PER_S;
+    return threads_run(r, ws, sizeof ws[0], n, worker_main);
 }
 
 /* ---- Report ---- */
