@@ -204,8 +204,9 @@ static void *work(void *arg)
                     pthread_mutex_unlock(&seen_lock);
                 }
             }
-            len += (size_t)sprintf(ack + len, "%s{\"seq\":%llu,\"lease_token\":\"%.40s\"}",
-                                   n ? "," : "", (unsigned long long)seq, t);
+            len += (size_t)sprintf(ack + len, "%s{\"seq\":%llu,\"lease_token\":\"%.*s\"}",
+                                   n ? "," : "", (unsigned long long)seq,
+                                   (int)strcspn(t, "\""), t);
             n++;
             p = t;
         }

@@ -1,5 +1,8 @@
-/* claim.h - deliveries of a group: claim (with long-poll), ack, nack,
- * extend, lease expiry and retry deadlines, the dead-letter queue. */
+/* claim.h - the requests that move deliveries: claim, ack, nack, extend,
+ * DLQ requeue and skip, gap skip (DESIGN sections 3, 4, 12).  Each is
+ * parsed in a handler thread (_parse), applied in the writer thread as an
+ * op (_op), answered from its results (_result) and freed (_free).  The
+ * state changes themselves are the delivery engine's (delivery.h). */
 #ifndef MIC_CLAIM_H
 #define MIC_CLAIM_H
 
@@ -12,6 +15,7 @@ struct mic_buf;
 struct mic_config;
 struct mic_error;
 typedef struct mic_claim mic_claim;
+typedef struct mic_gap_skip mic_gap_skip;
 
 enum mic_claim_kind {
     MIC_CLAIM,      /* POST /v1/groups/{g}/claim */
@@ -22,25 +26,33 @@ enum mic_claim_kind {
     MIC_SKIP,       /* POST .../dlq/skip */
 };
 
-/* Parse a request of 'kind' on group 'group' with 'body'.  Returns MIC_OK
- * with a new request in *out (free with mic_claim_free), or an error with
- * 'err' filled. */
+/* Parse a request of 'kind' for 'group' from 'body' (len bytes; empty is
+ * allowed for a claim).  On success *out is the request (owned by the
+ * caller: mic_claim_free) and MIC_OK is returned; else 'err' says why:
+ * MIC_ENOTFOUND for a group name that cannot exist, MIC_EINVAL for a body
+ * not of the documented shape (with the field), MIC_ENOMEM. */
 int mic_claim_parse(int kind, const char *group, const char *body, size_t len,
                     const struct mic_config *cfg, mic_claim **out,
                     struct mic_error *err);
+/* The op to submit to the writer (embedded in 'c': valid while 'c' is). */
 mic_op *mic_claim_op(mic_claim *c);
-/* After done(): MIC_OK with the JSON body appended to 'out' (a claim
- * reads its events from 's' in a read transaction), or the error. */
+/* After the op is done: the answer's JSON, appended to 'out' (a claim
+ * reads its events from 's').  MIC_OK, or the request's error in 'err'
+ * (MIC_ENOTFOUND: no such group; MIC_EIO for a store error). */
 int mic_claim_result(mic_claim *c, mic_store *s, struct mic_buf *out,
                      struct mic_error *err);
 void mic_claim_free(mic_claim *c);
 
-/* GET /v1/groups/{g}/dlq?after=&limit= (read transaction). */
-int mic_claim_dlq_list(mic_store *s, const char *group, const char *after,
-                       const char *limit, struct mic_buf *out,
-                       struct mic_error *err);
-
-/* The writer hooks for groups and deliveries over registry 'g'. */
-void mic_claim_hooks(mic_groups *g, struct mic_writer_hooks *h);
+/* POST /v1/aggregates/{type}/{id}/gaps/{version}/skip, in the same four
+ * steps.  _parse: MIC_ENOTFOUND for a name out of bounds, MIC_EINVAL for a
+ * version that is not 1..2^63-1.  _result: MIC_ENOTFOUND (no aggregate),
+ * MIC_EINVAL (unversioned, or not a missing version), MIC_ECONFLICT (the
+ * version is stored). */
+int mic_gap_skip_parse(const char *type, const char *id, const char *version,
+                       mic_gap_skip **out, struct mic_error *err);
+mic_op *mic_gap_skip_op(mic_gap_skip *g);
+int mic_gap_skip_result(mic_gap_skip *g, struct mic_buf *out,
+                        struct mic_error *err);
+void mic_gap_skip_free(mic_gap_skip *g);
 
 #endif

@@ -23,7 +23,6 @@
 #include "err.h"
 #include "event.h"
 #include "json.h"
-#include "order.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -48,6 +47,7 @@ struct mic_groups {
     uint64_t version;       /* bumped on every change: invalidates 'cache' */
     struct cache_slot cache[CACHE_SLOTS];
     int backfilling, dropping;
+    int selecting;          /* a replay run may still be selecting */
 };
 
 struct mic_group_op {
@@ -388,6 +388,7 @@ int mic_groups_new(mic_groups **out, mic_store *s)
     }
     mic_groups_reload(g, t);
     mic_txn_abort(t);
+    g->selecting = 1; /* look for unfinished selections at start */
     *out = g;
     return MIC_OK;
 }
@@ -423,26 +424,17 @@ struct mic_group *mic_groups_by_gid(mic_groups *g, uint32_t gid)
 
 int mic_groups_busy(mic_groups *g)
 {
-    return g->backfilling || g->dropping;
+    return g->backfilling || g->dropping || g->selecting;
 }
 
-int mic_group_add(struct mic_wctx *w, const struct mic_group *gr,
-                  const struct mic_rec *r)
+int mic_groups_selecting(mic_groups *g)
 {
-    struct mic_dlv d;
-    int rc;
+    return g->selecting;
+}
 
-    if (gr->cfg.ordered && r->has_agg)
-        return mic_order_enqueue(w, gr, r);
-    memset(&d, 0, sizeof d);
-    d.state = MIC_DLV_PENDING;
-    d.priority = r->priority;
-    d.created_at = r->created_at_us;
-    if ((rc = mic_store_dlv_put(w->txn, gr->gid, r->seq, &d)) ||
-        (rc = mic_store_ready_put(w->txn, gr->gid, r->priority, r->seq)))
-        return rc;
-    mic_wctx_wake(w, gr->gid);
-    return MIC_OK;
+void mic_groups_selecting_done(mic_groups *g)
+{
+    g->selecting = 0;
 }
 
 /* The groups subscribed to 'topic', through a small direct-mapped cache. */
@@ -486,10 +478,10 @@ int mic_groups_fanout(mic_groups *g, struct mic_wctx *w, const char *topic,
     if (!(c = subscribers(g, topic, tlen)))
         return MIC_ENOMEM;
     for (int i = 0; i < c->n; i++) {
-        const struct mic_group *gr = c->groups[i];
+        struct mic_group *gr = c->groups[i];
         if (gr->cfg.start == MIC_START_TIME && r->created_at_us < gr->cfg.start_us)
             continue;
-        if ((rc = mic_group_add(w, gr, r)))
+        if ((rc = mic_delivery_add(w, gr, r)))
             return rc;
     }
     return MIC_OK;
@@ -499,7 +491,7 @@ int mic_groups_fanout(mic_groups *g, struct mic_wctx *w, const char *topic,
 
 struct backfill {
     struct mic_wctx *w;
-    const struct mic_group *gr;
+    struct mic_group *gr;
     uint32_t *ids;   /* topic ids the group subscribes to */
     int nids, cap, rc;
 };
@@ -532,7 +524,7 @@ static int backfill_one(void *arg, const struct mic_rec *r)
         hit = b->ids[i] == r->topic_id;
     if (!hit || (b->gr->cfg.start == MIC_START_TIME && r->created_at_us < b->gr->cfg.start_us))
         return 0;
-    return (b->rc = mic_group_add(b->w, b->gr, r)) != MIC_OK;
+    return (b->rc = mic_delivery_add(b->w, b->gr, r)) != MIC_OK;
 }
 
 static int backfill_step(mic_groups *g, struct mic_wctx *w)
@@ -571,7 +563,7 @@ static int backfill_step(mic_groups *g, struct mic_wctx *w)
                 return rc;
             gr->backfilling = upd.backfilling == 1;
             gr->releasing = upd.backfilling == 2;
-            gr->cursor_set = 0;
+            gr->cursor = 0;
             g->backfilling = 1; /* look again next batch */
         }
         return MIC_OK; /* one chunk per batch */
@@ -599,20 +591,6 @@ static int set_backfill_state(struct mic_wctx *w, struct mic_group *gr, uint8_t 
     return rc;
 }
 
-struct collect {
-    uint8_t (*akeys)[MIC_AKEY_LEN];
-    int n, max;
-};
-
-static int collect_agg(void *arg, const uint8_t akey[MIC_AKEY_LEN], const struct mic_ags *a)
-{
-    struct collect *c = arg;
-
-    (void)a;
-    memcpy(c->akeys[c->n++], akey, MIC_AKEY_LEN);
-    return c->n == c->max;
-}
-
 /* An ordered group's backfill is complete: pick the heads of its waiting
  * aggregates, RELEASE_CHUNK per batch (idempotent: redone from the start
  * after a restart). */
@@ -620,27 +598,13 @@ static int release_step(mic_groups *g, struct mic_wctx *w)
 {
     enum { RELEASE_CHUNK = 2000 };
     for (struct mic_group *gr = g->list; gr; gr = gr->next) {
-        struct collect c = {NULL, 0, RELEASE_CHUNK};
-        int rc;
+        int rc, done;
 
         if (!gr->releasing)
             continue;
-        if (!(c.akeys = malloc(RELEASE_CHUNK * sizeof *c.akeys)))
-            return MIC_ENOMEM;
-        rc = mic_store_ags_each(w->txn, gr->gid, gr->cursor_set ? gr->cursor : NULL,
-                                collect_agg, &c);
-        if (rc == 1)
-            rc = MIC_OK;
-        for (int i = 0; i < c.n && rc == MIC_OK; i++)
-            rc = mic_order_advance(w, gr, c.akeys[i]);
-        if (rc == MIC_OK && c.n) {
-            memcpy(gr->cursor, c.akeys[c.n - 1], MIC_AKEY_LEN);
-            gr->cursor_set = 1;
-        }
-        free(c.akeys);
-        if (rc)
+        if ((rc = mic_delivery_release_heads(w, gr, RELEASE_CHUNK, &gr->cursor, &done)))
             return rc;
-        if (c.n < RELEASE_CHUNK) {
+        if (done) {
             if ((rc = set_backfill_state(w, gr, 0)))
                 return rc;
             gr->releasing = 0;
@@ -668,7 +632,7 @@ int mic_groups_background(mic_groups *g, struct mic_wctx *w)
         g->dropping = 0;
         return MIC_OK;
     }
-    if (rc || (rc = mic_store_drop_step(w->txn, gid, DROP_CHUNK, &finished)))
+    if (rc || (rc = mic_delivery_drop_step(w, gid, DROP_CHUNK, &finished)))
         return rc;
     if (finished)
         g->dropping = mic_store_drop_first(w->txn, &gid) == MIC_OK;
@@ -680,7 +644,7 @@ int mic_groups_background(mic_groups *g, struct mic_wctx *w)
 static int apply(mic_op *op, struct mic_wctx *w)
 {
     mic_group_op *o = (mic_group_op *)op;
-    mic_groups *g = w->app;
+    mic_groups *g = w->groups;
     struct mic_group *old = mic_groups_find(g, o->name, o->len);
     struct mic_group_rec rec;
     struct mic_group *gr;
@@ -732,7 +696,7 @@ static int apply(mic_op *op, struct mic_wctx *w)
 
 /* 1 when none of the topics 'gr' subscribes to holds an event (the backfill
  * would walk the whole log for nothing), 0 when one does, -rc on error. */
-static int topics_empty(struct mic_wctx *w, const struct mic_group *gr)
+static int topics_empty(struct mic_wctx *w, struct mic_group *gr)
 {
     struct backfill b = {w, gr, NULL, 0, 0, MIC_OK};
     uint64_t n = 0, sum = 0;
@@ -769,6 +733,7 @@ int mic_groups_create(mic_groups *g, struct mic_wctx *w, const char *name,
     rec.backfill_end = w->next_seq - 1;
     rec.backfill_next = 1;
     rec.backfilling = selecting || (gr->cfg.start != MIC_START_NEW && rec.backfill_end >= 1);
+    g->selecting |= selecting;
     if (rec.backfilling && !selecting && (rc = topics_empty(w, gr)) != 0) {
         if (rc < 0) {
             group_free(gr);
@@ -800,7 +765,7 @@ int mic_groups_selected(mic_groups *g, struct mic_wctx *w, struct mic_group *gr)
         return rc;
     gr->backfilling = 0;
     gr->releasing = gr->cfg.ordered;
-    gr->cursor_set = 0;
+    gr->cursor = 0;
     g->backfilling |= gr->releasing;
     return MIC_OK;
 }
@@ -988,51 +953,4 @@ int mic_group_list(mic_store *s, struct mic_buf *out, struct mic_error *err)
         return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
     mic_buf_puts(out, "]}");
     return MIC_OK;
-}
-
-struct dlv_list {
-    uint64_t seq;
-    mic_txn *t;
-    struct mic_buf *out;
-};
-
-static int dlv_one(void *arg, const char *name, size_t len,
-                   const struct mic_group_rec *rec)
-{
-    struct dlv_list *l = arg;
-    struct mic_dlv d;
-
-    if (mic_store_dlv_get(l->t, rec->gid, l->seq, &d) != MIC_OK)
-        return 0;
-    if (l->out->len && l->out->p[l->out->len - 1] != '[')
-        mic_buf_add(l->out, ",", 1);
-    mic_buf_puts(l->out, "{\"group\":");
-    mic_buf_json_str(l->out, name, len);
-    mic_buf_printf(l->out, ",\"state\":\"%s\",\"attempts\":%u",
-                   mic_dlv_state_name(d.state), d.attempts);
-    if (d.state == MIC_DLV_PENDING && d.not_before) {
-        mic_buf_puts(l->out, ",\"not_before\":");
-        mic_buf_json_time(l->out, d.not_before);
-    }
-    if (d.state == MIC_DLV_PROCESSING) {
-        mic_buf_puts(l->out, ",\"lease_expires_at\":");
-        mic_buf_json_time(l->out, d.lease_expires);
-    }
-    if (d.worker_len) {
-        mic_buf_puts(l->out, ",\"worker\":");
-        mic_buf_json_str(l->out, d.worker, d.worker_len);
-    }
-    if (d.error_len) {
-        mic_buf_puts(l->out, ",\"last_error\":");
-        mic_buf_json_str(l->out, d.last_error, d.error_len);
-    }
-    mic_buf_add(l->out, "}", 1);
-    return 0;
-}
-
-int mic_group_deliveries_json(mic_txn *t, uint64_t seq, struct mic_buf *out)
-{
-    struct dlv_list l = {seq, t, out};
-
-    return mic_store_group_each(t, dlv_one, &l);
 }

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "delivery.h"
 #include "store.h"
 #include "writer.h"
 
@@ -44,12 +45,11 @@ struct mic_group {
     struct mic_group_cfg cfg;
     int backfilling;        /* older events still being added */
     int releasing;          /* ordered: backfill done, heads being released */
-    uint8_t cursor[MIC_AKEY_LEN]; /* releasing: last aggregate done */
-    int cursor_set;
+    uint64_t cursor;        /* releasing: ordinal of the last aggregate done */
+    struct mic_delivery_fig fig; /* owned by the delivery engine */
     struct mic_group *next;
 };
 
-typedef struct mic_groups mic_groups;
 typedef struct mic_group_op mic_group_op;
 
 /* ---- The registry (writer thread) ---- */
@@ -68,13 +68,13 @@ int mic_groups_fanout(mic_groups *g, struct mic_wctx *w, const char *topic,
 /* One bounded chunk of backfill or removal; *more set while work remains. */
 int mic_groups_background(mic_groups *g, struct mic_wctx *w);
 int mic_groups_busy(mic_groups *g);
+/* Set at start and from the creation of a 'selecting' group until
+ * mic_groups_selecting_done: a replay run may still be adding its
+ * selection (replay.c looks, a chunk per batch). */
+int mic_groups_selecting(mic_groups *g);
+void mic_groups_selecting_done(mic_groups *g);
 /* Rebuild from the committed store after an aborted batch. */
 void mic_groups_reload(mic_groups *g, mic_txn *read);
-
-/* Add the delivery of record 'r' to 'gr': in its aggregate's queue in an
- * ordered group, else ready at once. */
-int mic_group_add(struct mic_wctx *w, const struct mic_group *gr,
-                  const struct mic_rec *r);
 
 /* Create group 'name' from its resource JSON (as stored), in the writer
  * thread; 'selecting' marks a group whose deliveries another module adds
@@ -112,9 +112,6 @@ int mic_group_read_begin(mic_store *s, const char *name, mic_txn **t,
 int mic_group_read_end(mic_txn *t, int rc, const char *name, struct mic_error *err);
 /* Read side: the id of group 'name' (read transaction 't'). */
 int mic_group_gid(mic_txn *t, const char *name, uint32_t *gid);
-/* Append the delivery states of 'seq' in every group to 'out' as the
- * elements of a JSON array (GET /v1/events/{id}). */
-int mic_group_deliveries_json(mic_txn *t, uint64_t seq, struct mic_buf *out);
 
 /* Nonzero if 'name' is a valid group name ([A-Za-z0-9._:-]{1,200}). */
 int mic_group_name_ok(const char *name, size_t len);

@@ -8,7 +8,7 @@
  *   2 bad settings, 3 store cannot open, 4 unknown store format,
  *   5 writer cannot start, 6 cannot listen. */
 #define _POSIX_C_SOURCE 200809L
-#include "claim.h"
+#include "schedule.h"
 #include "config.h"
 #include "err.h"
 #include "log.h"
@@ -51,6 +51,7 @@ int main(int argc, char **argv)
     struct mic_writer_hooks hooks;
     struct sigaction sa;
     mic_groups *groups;
+    mic_sched *sched;
     mic_store *store;
     mic_writer *writer;
     mic_http *http;
@@ -85,15 +86,19 @@ int main(int argc, char **argv)
         mic_store_close(store);
         return 3;
     }
-    mic_claim_hooks(groups, &hooks);
-    if (mic_writer_start(&writer, store, &cfg, &hooks)) {
+    memset(&hooks, 0, sizeof hooks);
+    if (mic_sched_new(&sched, groups) == MIC_OK)
+        mic_sched_hooks(sched, &hooks);
+    if (!hooks.sched || mic_writer_start(&writer, store, &cfg, &hooks)) {
         mic_log(MIC_LOG_ERROR, NULL, "cannot start the writer", NULL);
+        mic_sched_free(hooks.sched);
         mic_groups_free(groups);
         mic_store_close(store);
         return 5;
     }
     if (mic_http_start(&http, &cfg, store, writer, &port)) {
         mic_writer_free(writer);
+        mic_sched_free(sched);
         mic_groups_free(groups);
         mic_store_close(store);
         return 6;
@@ -121,6 +126,7 @@ int main(int argc, char **argv)
     mic_http_drain(http, 1000);
     mic_http_stop(http);
     mic_writer_free(writer);
+    mic_sched_free(sched);
     mic_groups_free(groups);
     mic_store_close(store);
     mic_log(MIC_LOG_INFO, NULL, "stopped", NULL);

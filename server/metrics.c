@@ -8,6 +8,7 @@
 
 #include "buf.h"
 #include "clock.h"
+#include "delivery.h"
 #include "err.h"
 
 #include <jansson.h>
@@ -99,12 +100,12 @@ static int group_fig(mic_txn *t, const char *name, size_t len,
     f->cfg = json_loadb(g->config, g->config_len, 0, NULL);
     a = json_object_get(f->cfg, "alert_oldest_unhandled_s");
     f->alert_s = json_is_integer(a) ? json_integer_value(a) : -1;
-    mic_store_gstat_get(t, g->gid, f->c);
-    if (mic_store_oldest(t, g->gid, 0, &at, &f->oldest_seq) == MIC_OK) {
+    mic_delivery_figures(t, g->gid, f->c);
+    if (mic_delivery_oldest(t, g->gid, 0, &at, &f->oldest_seq) == MIC_OK) {
         f->has_oldest = 1;
         f->oldest_age = (double)(now - at) / 1e6;
     }
-    if (mic_store_oldest(t, g->gid, 1, &at, &seq) == MIC_OK) {
+    if (mic_delivery_oldest(t, g->gid, 1, &at, &seq) == MIC_OK) {
         f->has_poison = 1;
         f->poison_age = (double)(now - at) / 1e6;
     }

@@ -16,7 +16,8 @@
 #include "err.h"
 #include "event.h"
 #include "group.h"
-#include "order.h"
+#include "delivery.h"
+#include "views.h"
 #include "retention.h"
 #include "json.h"
 
@@ -350,13 +351,15 @@ static int check_item(mic_publish *p, struct mic_wctx *w, int i)
 /* Index the event under its aggregate and update the aggregate's record
  * (read again here: earlier events of this batch may have changed it). */
 static int update_aggregate(struct mic_wctx *w, const struct mic_event *ev,
-                            const struct mic_rec *r)
+                            struct mic_rec *r)
 {
     struct mic_agg_rec a;
     int rc = mic_store_agg_get(w->txn, ev->akey, &a);
 
     if (rc == MIC_ENOTFOUND) {
         memset(&a, 0, sizeof a);
+        if ((rc = mic_store_next_ordinal(w->txn, &a.ordinal)))
+            return rc;
         a.versioned = ev->has_version;
         a.baseline = a.contig = ev->version;
         memcpy(a.type, ev->atype, ev->atlen);
@@ -369,6 +372,7 @@ static int update_aggregate(struct mic_wctx *w, const struct mic_event *ev,
     if (ev->version > a.max_version)
         a.max_version = ev->version;
     a.events++;
+    r->ordinal = a.ordinal;
     if ((rc = mic_store_aggidx_put(w->txn, r)))
         return rc == MIC_ECONFLICT ? MIC_EIO : rc;
     return mic_store_agg_put(w->txn, ev->akey, &a);
@@ -426,10 +430,10 @@ static int write_item(mic_publish *p, struct mic_wctx *w, struct item *it)
     p->stored_n++;
     if (ev->has_agg && (rc = update_aggregate(w, ev, &r)))
         return rc;
-    if (w->app && (rc = mic_groups_fanout(w->app, w, ev->topic, ev->topiclen, &r)))
+    if (w->groups && (rc = mic_groups_fanout(w->groups, w, ev->topic, ev->topiclen, &r)))
         return rc;
-    if (w->app && ev->has_version)
-        return mic_order_version_stored(w, w->app, ev->akey);
+    if (w->groups && ev->has_version)
+        return mic_delivery_version_stored(w, w->groups, ev->akey, NULL);
     return MIC_OK;
 }
 
@@ -574,7 +578,7 @@ int mic_publish_lookup(mic_store *s, const char *id, size_t idlen,
         mic_buf_puts(out, "{\"event\":");
         mic_buf_add(out, r.json, r.json_len);
         mic_buf_puts(out, ",\"deliveries\":[");
-        rc = mic_group_deliveries_json(t, seq, out);
+        rc = mic_views_deliveries_json(t, seq, out);
         mic_buf_puts(out, "]}");
     }
     mic_txn_abort(t);

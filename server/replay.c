@@ -14,6 +14,7 @@
 #include "buf.h"
 #include "clock.h"
 #include "config.h"
+#include "delivery.h"
 #include "err.h"
 #include "event.h"
 #include "json.h"
@@ -280,13 +281,6 @@ void mic_range_close(mic_range *r)
 #define RUN_CHUNK 2000
 #define RUN_ID_MAX 64
 
-static int replay_busy = 1; /* writer thread: look for selections at start */
-
-int mic_replay_busy(void)
-{
-    return replay_busy;
-}
-
 static void put64(uint8_t *p, uint64_t v)
 {
     for (int i = 7; i >= 0; i--, v >>= 8)
@@ -550,17 +544,16 @@ static int create_apply(mic_op *op, struct mic_wctx *w)
     o->err.err = MIC_OK;
     rc = mic_store_run_get(w->txn, o->run_id, strlen(o->run_id), &val, &vlen);
     snprintf(name, sizeof name, "replay.%s", o->run_id);
-    if (rc == MIC_OK || mic_groups_find(w->app, name, strlen(name))) {
+    if (rc == MIC_OK || mic_groups_find(w->groups, name, strlen(name))) {
         mic_error_set(&o->err, MIC_ECONFLICT, "replay_exists", "run_id",
                       "a replay run %s exists", o->run_id);
         return MIC_OK;
     }
     if (rc != MIC_ENOTFOUND)
         return rc;
-    if ((rc = mic_groups_create(w->app, w, name, o->group_json, o->group_len, 1, &gr)) ||
+    if ((rc = mic_groups_create(w->groups, w, name, o->group_json, o->group_len, 1, &gr)) ||
         (rc = mic_store_run_put(w->txn, o->run_id, strlen(o->run_id), o->rec, o->rec_len)))
         return rc == MIC_ECONFLICT ? MIC_EIO : rc;
-    replay_busy = 1;
     return MIC_OK;
 }
 
@@ -582,8 +575,8 @@ static int delete_apply(mic_op *op, struct mic_wctx *w)
     if (rc || (rc = mic_store_run_del(w->txn, o->run_id, strlen(o->run_id))))
         return rc;
     snprintf(name, sizeof name, "replay.%s", o->run_id);
-    if ((gr = mic_groups_find(w->app, name, strlen(name))))
-        return mic_groups_delete(w->app, w, gr);
+    if ((gr = mic_groups_find(w->groups, name, strlen(name))))
+        return mic_groups_delete(w->groups, w, gr);
     return MIC_OK;
 }
 
@@ -657,7 +650,7 @@ static int find_selecting(void *arg, const char *id, size_t len, const void *val
 
 struct add_chunk {
     struct mic_wctx *w;
-    const struct mic_group *gr;
+    struct mic_group *gr;
     uint64_t seq_max;
     uint8_t *rec;
     int n, rc;
@@ -677,7 +670,7 @@ static int add_one(void *arg, int64_t at, const char *id, size_t idlen, uint64_t
         return 0; /* stored after the selection was fixed */
     if ((a->rc = mic_store_log_get(a->w->txn, seq, &r)))
         return a->rc == MIC_ENOTFOUND ? (a->rc = 0) : 1;
-    return (a->rc = mic_group_add(a->w, a->gr, &r)) != MIC_OK;
+    return (a->rc = mic_delivery_add(a->w, a->gr, &r)) != MIC_OK;
 }
 
 int mic_replay_background(mic_groups *g, struct mic_wctx *w)
@@ -689,11 +682,11 @@ int mic_replay_background(mic_groups *g, struct mic_wctx *w)
     uint8_t *p;
     int rc;
 
-    if (!replay_busy)
+    if (!mic_groups_selecting(g))
         return MIC_OK;
     rc = mic_store_run_each(w->txn, find_selecting, &f);
     if (rc == 0) {
-        replay_busy = 0;
+        mic_groups_selecting_done(g);
         return MIC_OK;
     }
     if (rc != 1)

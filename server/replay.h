@@ -56,6 +56,5 @@ int mic_replay_get(mic_store *s, const char *run_id, struct mic_buf *out,
 /* Writer hooks: add one chunk of a run's selected events to its group;
  * nonzero from mic_replay_busy while a selection is being added. */
 int mic_replay_background(mic_groups *g, struct mic_wctx *w);
-int mic_replay_busy(void);
 
 #endif

@@ -16,6 +16,7 @@
 #include "retention.h"
 
 #include "config.h"
+#include "delivery.h"
 #include "err.h"
 #include "event.h"
 #include "log.h"
@@ -52,15 +53,12 @@ int64_t mic_retention_next(struct mic_wctx *w)
 static int busy_somewhere(struct mic_wctx *w, mic_groups *g, uint64_t seq, int *rc)
 {
     for (struct mic_group *gr = mic_groups_first(g); gr; gr = gr->next) {
-        struct mic_dlv d;
-        int r = mic_store_dlv_get(w->txn, gr->gid, seq, &d);
-        if (r == MIC_ENOTFOUND)
-            continue;
+        int busy, r = mic_delivery_busy(w, gr, seq, &busy);
         if (r) {
             *rc = r;
             return 1;
         }
-        if (d.state == MIC_DLV_PENDING || d.state == MIC_DLV_PROCESSING)
+        if (busy)
             return 1;
     }
     return 0;
@@ -178,7 +176,7 @@ static int remove_event(struct mic_wctx *w, mic_groups *g, int64_t due, uint64_t
         (rc = archive(w, arch, tn.name[0] ? tn.name : "unknown", r.json, r.json_len)))
         return rc;
     for (struct mic_group *gr = mic_groups_first(g); gr; gr = gr->next)
-        if ((rc = mic_store_dlv_del(w->txn, gr->gid, seq)))
+        if ((rc = mic_delivery_remove(w, gr, seq)))
             return rc;
     if ((rc = mic_store_time_del(w->txn, r.topic_id, r.created_at_us, id, idlen)) ||
         (rc = mic_store_log_del(w->txn, seq)) ||

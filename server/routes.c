@@ -23,7 +23,7 @@
 #include "log.h"
 #include "group.h"
 #include "metrics.h"
-#include "order.h"
+#include "views.h"
 #include "publish.h"
 #include "replay.h"
 #include "topic.h"
@@ -462,7 +462,7 @@ static enum MHD_Result h_dlq_list(struct req *r, const char **args)
     struct mic_buf b;
 
     mic_buf_init(&b);
-    return answer(r, mic_claim_dlq_list(r->h->store, args[0],
+    return answer(r, mic_views_dlq(r->h->store, args[0],
                            MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "after"),
                            MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit"),
                            &b, &e), &b, &e, MHD_HTTP_OK);
@@ -474,7 +474,7 @@ static enum MHD_Result h_blocked(struct req *r, const char **args)
     struct mic_buf b;
 
     mic_buf_init(&b);
-    return answer(r, mic_order_blocked(r->h->store, args[0],
+    return answer(r, mic_views_blocked(r->h->store, args[0],
                           MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "reason"),
                           MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit"),
                           &b, &e), &b, &e, MHD_HTTP_OK);
@@ -486,7 +486,7 @@ static enum MHD_Result h_aggregate(struct req *r, const char **args)
     struct mic_buf b;
 
     mic_buf_init(&b);
-    return answer(r, mic_order_aggregate(r->h->store, args[0], args[1], &b, &e), &b, &e, MHD_HTTP_OK);
+    return answer(r, mic_views_aggregate(r->h->store, args[0], args[1], &b, &e), &b, &e, MHD_HTTP_OK);
 }
 
 static enum MHD_Result h_gap_skip(struct req *r, const char **args)
@@ -626,7 +626,7 @@ static enum MHD_Result h_oldest(struct req *r, const char **args)
     struct mic_buf b;
 
     mic_buf_init(&b);
-    return answer(r, mic_order_oldest(r->h->store, args[0],
+    return answer(r, mic_views_oldest(r->h->store, args[0],
                                       MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit"),
                                       &b, &e),
                   &b, &e, MHD_HTTP_OK);

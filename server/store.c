@@ -2,13 +2,16 @@
  * record encoding (see store.h; the format is in proto/store-format.md).
  *
  * All integers in keys and records are big-endian, so keys sort in numeric
- * order and every query is a cursor seek.  Sub-databases of format 1:
+ * order and every query is a cursor seek.  This file keeps no domain rule:
+ * what a delivery's indexes mean, and which must change together, is the
+ * delivery engine's (delivery.c).  Sub-databases of format 2:
  *
- *   meta    "format" -> u32, "next_topic_id" -> u32
- *   log     seq u64 -> record (48-byte header + stored event JSON)
+ *   meta    "format" -> u32, "next_topic_id" -> u32, "next_ordinal" -> u64
+ *   log     seq u64 -> record (56-byte header + stored event JSON; 48 in
+ *           records written by format 1, read as they are)
  *   ids     event_id -> seq u64, SHA-256 content digest
  *   time    topic_id u32, created_at u64, event_id -> seq u64
- *   aggs    akey -> aggregate record
+ *   aggs    akey -> aggregate record (with its ordinal)
  *   aggidx  akey, version u64 | akey, created_at u64, seq u64 -> seq u64
  *   topics  name -> topic record
  *   groups  name -> u32 gid, u8 backfilling, u64 next, u64 end, config JSON
@@ -17,8 +20,8 @@
  *   ready   gid u32, 255 - priority u8, seq u64 -> (empty)
  *   timers  due u64, gid u32, seq u64 -> u8 kind (retry due, lease end)
  *   dlq     gid u32, seq u64 -> (empty)
- *   aq      gid u32, akey, k1 u64, k2 u64 -> seq u64 (ordered groups)
- *   ags     gid u32, akey -> aggregate state in the group
+ *   aq      gid u32, ordinal u64, k1 u64, seq u64 -> (empty) (ordered groups)
+ *   ags     gid u32, ordinal u64 -> aggregate state in the group
  *   gapskip akey, version u64 -> (empty)
  *   runs    run_id -> replay run record (layout in replay.c)
  *   expiry  due u64, seq u64 -> u8 kind, event_id (retention deadlines)
@@ -46,7 +49,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define REC_HDR 48
+#define REC_HDR 56    /* log record header, record format 2 */
+#define REC_HDR_V1 48 /* record format 1 (no deliver_at) */
 
 struct mic_store {
     MDB_env *env;
@@ -129,10 +133,7 @@ static int get(mic_txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v)
 }
 
 static int next_id(mic_txn *t, const char *name, uint32_t *id);
-static int dlv_account(mic_txn *t, uint32_t gid, uint64_t seq, const struct mic_dlv *old,
-                       const struct mic_dlv *d);
-static int ags_put_raw(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN], const struct mic_ags *a);
-static int gstat_apply(mic_txn *t, uint32_t gid, const int64_t delta[MIC_GSTAT_N]);
+static int migrate_1_to_2(mic_store *s, MDB_txn *txn);
 
 /* ---- Environment ---- */
 
@@ -198,6 +199,15 @@ static int open_dbs(mic_store *s)
             goto fail;
     } else if (rc) {
         goto fail;
+    } else if (v.mv_size == 4 && get_u32(v.mv_data) == 1) {
+        mic_log(MIC_LOG_INFO, NULL, "migrating the store", "from", "1", "to", "2", NULL);
+        if ((rc = migrate_1_to_2(s, txn)))
+            goto fail;
+        put_u32(buf, MIC_STORE_FORMAT);
+        v.mv_size = 4;
+        v.mv_data = buf;
+        if ((rc = mdb_put(txn, s->meta, &k, &v, 0)))
+            goto fail;
     } else if (v.mv_size != 4 || get_u32(v.mv_data) != MIC_STORE_FORMAT) {
         char found[16];
         snprintf(found, sizeof found, "%u",
@@ -382,6 +392,35 @@ int mic_store_next_topic_id(mic_txn *t, uint32_t *id)
     return next_id(t, "next_topic_id", id);
 }
 
+static int next_ordinal(MDB_txn *txn, MDB_dbi meta, uint64_t *ord)
+{
+    MDB_val k = {12, "next_ordinal"}, v;
+    uint8_t buf[8];
+    uint64_t next = 1;
+    int rc = mdb_get(txn, meta, &k, &v);
+
+    if (rc == 0 && v.mv_size == 8)
+        next = get_u64(v.mv_data);
+    else if (rc && rc != MDB_NOTFOUND)
+        return rc;
+    put_u64(buf, next + 1);
+    v.mv_size = 8;
+    v.mv_data = buf;
+    if ((rc = mdb_put(txn, meta, &k, &v, 0)))
+        return rc;
+    *ord = next;
+    return 0;
+}
+
+int mic_store_next_ordinal(mic_txn *t, uint64_t *ord)
+{
+    int rc;
+
+    if (fault_hook && (rc = fault_hook("meta")))
+        return from_mdb(rc);
+    return from_mdb(next_ordinal(t->txn, t->s->meta, ord));
+}
+
 /* ---- Log ---- */
 
 int mic_store_log_put(mic_txn *t, const struct mic_rec *r)
@@ -398,7 +437,7 @@ int mic_store_log_put(mic_txn *t, const struct mic_rec *r)
     if ((rc = mdb_put(t->txn, t->s->log, &k, &v, MDB_APPEND | MDB_RESERVE)))
         return from_mdb(rc);
     uint8_t *p = v.mv_data;
-    p[0] = MIC_STORE_FORMAT;
+    p[0] = 2; /* record format */
     p[1] = (uint8_t)((r->has_agg ? 1 : 0) | (r->has_version ? 2 : 0));
     p[2] = r->priority;
     p[3] = 0;
@@ -407,7 +446,35 @@ int mic_store_log_put(mic_txn *t, const struct mic_rec *r)
     put_u64(p + 16, (uint64_t)r->received_at_us);
     put_u64(p + 24, r->version);
     memcpy(p + 32, r->akey, MIC_AKEY_LEN);
+    put_u64(p + 48, (uint64_t)r->deliver_at_us);
     memcpy(p + REC_HDR, r->json, r->json_len);
+    return MIC_OK;
+}
+
+/* Decode a log record of either record format into 'r' (json borrowed). */
+static int rec_decode(uint64_t seq, const MDB_val *v, struct mic_rec *r)
+{
+    const uint8_t *p = v->mv_data;
+    size_t hdr;
+
+    if (v->mv_size < REC_HDR_V1)
+        return MIC_EIO;
+    hdr = p[0] == 1 ? REC_HDR_V1 : REC_HDR;
+    if (p[0] < 1 || p[0] > 2 || v->mv_size < hdr)
+        return MIC_EIO;
+    r->seq = seq;
+    r->has_agg = p[1] & 1;
+    r->has_version = (p[1] & 2) != 0;
+    r->priority = p[2];
+    r->topic_id = get_u32(p + 4);
+    r->created_at_us = (int64_t)get_u64(p + 8);
+    r->received_at_us = (int64_t)get_u64(p + 16);
+    r->version = get_u64(p + 24);
+    memcpy(r->akey, p + 32, MIC_AKEY_LEN);
+    r->ordinal = 0;
+    r->deliver_at_us = hdr == REC_HDR ? (int64_t)get_u64(p + 48) : 0;
+    r->json = (const char *)p + hdr;
+    r->json_len = v->mv_size - hdr;
     return MIC_OK;
 }
 
@@ -415,7 +482,6 @@ int mic_store_log_get(mic_txn *t, uint64_t seq, struct mic_rec *r)
 {
     uint8_t kb[8];
     MDB_val k = {8, kb}, v;
-    const uint8_t *p;
     int rc;
 
     put_u64(kb, seq);
@@ -442,21 +508,7 @@ int mic_store_log_get(mic_txn *t, uint64_t seq, struct mic_rec *r)
         if (rc)
             return from_mdb(rc);
     }
-    if (v.mv_size < REC_HDR)
-        return MIC_EIO;
-    p = v.mv_data;
-    r->seq = seq;
-    r->has_agg = p[1] & 1;
-    r->has_version = (p[1] & 2) != 0;
-    r->priority = p[2];
-    r->topic_id = get_u32(p + 4);
-    r->created_at_us = (int64_t)get_u64(p + 8);
-    r->received_at_us = (int64_t)get_u64(p + 16);
-    r->version = get_u64(p + 24);
-    memcpy(r->akey, p + 32, MIC_AKEY_LEN);
-    r->json = (const char *)p + REC_HDR;
-    r->json_len = v.mv_size - REC_HDR;
-    return MIC_OK;
+    return rec_decode(seq, &v, r);
 }
 
 int mic_store_log_count(mic_txn *t, uint64_t *n)
@@ -617,14 +669,17 @@ int mic_store_agg_get(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN],
         return MIC_EIO;
     memcpy(a->id, p + 2, a->ilen);
     a->id[a->ilen] = 0;
+    /* Format 2 appends the ordinal; a format-1 record has none (0). */
+    a->ordinal = v.mv_size >= (size_t)AGG_REC + 4 + a->tlen + a->ilen + 8
+                 ? get_u64(p + 2 + a->ilen) : 0;
     return MIC_OK;
 }
 
 int mic_store_agg_put(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN],
                       const struct mic_agg_rec *a)
 {
-    uint8_t vb[AGG_REC + 4 + 2 * MIC_AGG_NAME_MAX];
-    MDB_val k = {MIC_AKEY_LEN, (void *)akey}, v = {AGG_REC + 4 + a->tlen + a->ilen, vb};
+    uint8_t vb[AGG_REC + 4 + 2 * MIC_AGG_NAME_MAX + 8];
+    MDB_val k = {MIC_AKEY_LEN, (void *)akey}, v = {AGG_REC + 4 + a->tlen + a->ilen + 8, vb};
 
     vb[0] = a->versioned;
     put_u64(vb + 1, a->baseline);
@@ -637,6 +692,7 @@ int mic_store_agg_put(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN],
     vb[35 + a->tlen] = (uint8_t)(a->ilen >> 8);
     vb[36 + a->tlen] = (uint8_t)a->ilen;
     memcpy(vb + 37 + a->tlen, a->id, a->ilen);
+    put_u64(vb + 37 + a->tlen + a->ilen, a->ordinal);
     return put(t, t->s->aggs, "aggs", &k, &v, 0);
 }
 
@@ -858,85 +914,122 @@ int mic_store_drop_step(mic_txn *t, uint32_t gid, int budget, int *finished)
 
 /* ---- Deliveries ---- */
 
-#define DLV_HDR 64
+/* Delivery record, format 2 (proto/store-format.md):
+ *   0 state, 1 priority, 2 flags (1 handed, 2 has ord/k1, 4 versioned),
+ *   3 worker length, 4 attempts u32, 8 the state's time u64 (not_before,
+ *   lease_expires or terminal_at), 16 created_at u64, 24 token[16],
+ *   40 error length u16, [42 ord u64, 50 k1 u64], then worker, error. */
+#define DLV_HDR 42
+#define DLV_ORD 16
+#define DLV_V1_HDR 64
+
+static int nonterminal_state(int st)
+{
+    return st == MIC_DLV_PENDING || st == MIC_DLV_PROCESSING;
+}
+
+static int dlv_decode(const MDB_val *v, struct mic_dlv *d)
+{
+    const uint8_t *p = v->mv_data;
+    size_t h = DLV_HDR;
+    int64_t tm;
+
+    if (v->mv_size < DLV_HDR)
+        return MIC_EIO;
+    d->state = p[0];
+    d->priority = p[1];
+    d->handed = p[2] & 1;
+    d->versioned = (p[2] & 4) != 0;
+    d->worker_len = p[3];
+    d->attempts = get_u32(p + 4);
+    tm = (int64_t)get_u64(p + 8);
+    d->created_at = (int64_t)get_u64(p + 16);
+    memcpy(d->token, p + 24, MIC_TOKEN_LEN);
+    d->error_len = (uint16_t)(p[40] << 8 | p[41]);
+    d->ord = d->k1 = 0;
+    if (p[2] & 2) {
+        if (v->mv_size < DLV_HDR + DLV_ORD)
+            return MIC_EIO;
+        d->ord = get_u64(p + 42);
+        d->k1 = get_u64(p + 50);
+        h += DLV_ORD;
+    }
+    d->not_before = d->state == MIC_DLV_PENDING ? tm : 0;
+    d->lease_expires = d->state == MIC_DLV_PROCESSING ? tm : 0;
+    d->terminal_at = nonterminal_state(d->state) ? 0 : tm;
+    if (d->worker_len > MIC_WORKER_MAX || d->error_len > MIC_ERROR_MAX ||
+        v->mv_size < h + d->worker_len + d->error_len)
+        return MIC_EIO;
+    memcpy(d->worker, p + h, d->worker_len);
+    d->worker[d->worker_len] = 0;
+    memcpy(d->last_error, p + h + d->worker_len, d->error_len);
+    d->last_error[d->error_len] = 0;
+    return MIC_OK;
+}
+
+static size_t dlv_encode(uint8_t *vb, const struct mic_dlv *d)
+{
+    size_t h = DLV_HDR + (d->ord ? DLV_ORD : 0);
+    int64_t tm = d->state == MIC_DLV_PENDING ? d->not_before
+                 : d->state == MIC_DLV_PROCESSING ? d->lease_expires : d->terminal_at;
+
+    vb[0] = d->state;
+    vb[1] = d->priority;
+    vb[2] = (uint8_t)((d->handed ? 1 : 0) | (d->ord ? 2 : 0) | (d->versioned ? 4 : 0));
+    vb[3] = d->worker_len;
+    put_u32(vb + 4, d->attempts);
+    put_u64(vb + 8, (uint64_t)tm);
+    put_u64(vb + 16, (uint64_t)d->created_at);
+    memcpy(vb + 24, d->token, MIC_TOKEN_LEN);
+    vb[40] = (uint8_t)(d->error_len >> 8);
+    vb[41] = (uint8_t)d->error_len;
+    if (d->ord) {
+        put_u64(vb + 42, d->ord);
+        put_u64(vb + 50, d->k1);
+    }
+    memcpy(vb + h, d->worker, d->worker_len);
+    memcpy(vb + h + d->worker_len, d->last_error, d->error_len);
+    return h + d->worker_len + d->error_len;
+}
 
 int mic_store_dlv_get(mic_txn *t, uint32_t gid, uint64_t seq, struct mic_dlv *d)
 {
     uint8_t kb[12];
     MDB_val k = {12, kb}, v;
-    const uint8_t *p;
     int rc;
 
     put_u32(kb, gid);
     put_u64(kb + 4, seq);
     if ((rc = get(t, t->s->dlv, &k, &v)))
         return rc;
-    p = v.mv_data;
-    if (v.mv_size < DLV_HDR)
-        return MIC_EIO;
-    d->state = p[0];
-    d->priority = p[1];
-    d->worker_len = p[2];
-    d->queued = p[3];
-    d->attempts = get_u32(p + 4);
-    d->not_before = (int64_t)get_u64(p + 8);
-    d->lease_expires = (int64_t)get_u64(p + 16);
-    d->terminal_at = (int64_t)get_u64(p + 24);
-    memcpy(d->token, p + 32, MIC_TOKEN_LEN);
-    d->error_len = (uint16_t)(p[48] << 8 | p[49]);
-    d->handed = p[50];
-    d->created_at = (int64_t)get_u64(p + 56);
-    if (d->worker_len > MIC_WORKER_MAX || d->error_len > MIC_ERROR_MAX ||
-        v.mv_size < (size_t)DLV_HDR + d->worker_len + d->error_len)
-        return MIC_EIO;
-    memcpy(d->worker, p + DLV_HDR, d->worker_len);
-    d->worker[d->worker_len] = 0;
-    memcpy(d->last_error, p + DLV_HDR + d->worker_len, d->error_len);
-    d->last_error[d->error_len] = 0;
-    return MIC_OK;
+    return dlv_decode(&v, d);
 }
 
-static int dlv_put_raw(mic_txn *t, uint32_t gid, uint64_t seq, const struct mic_dlv *d)
+int mic_store_dlv_put(mic_txn *t, uint32_t gid, uint64_t seq,
+                      const struct mic_dlv *d)
 {
-    uint8_t kb[12], vb[DLV_HDR + MIC_WORKER_MAX + MIC_ERROR_MAX];
-    MDB_val k = {12, kb}, v = {DLV_HDR + (size_t)d->worker_len + d->error_len, vb};
+    uint8_t kb[12], vb[DLV_HDR + DLV_ORD + MIC_WORKER_MAX + MIC_ERROR_MAX];
+    MDB_val k = {12, kb}, v = {0, vb};
 
     put_u32(kb, gid);
     put_u64(kb + 4, seq);
-    memset(vb, 0, DLV_HDR);
-    vb[0] = d->state;
-    vb[1] = d->priority;
-    vb[2] = d->worker_len;
-    vb[3] = d->queued;
-    put_u32(vb + 4, d->attempts);
-    put_u64(vb + 8, (uint64_t)d->not_before);
-    put_u64(vb + 16, (uint64_t)d->lease_expires);
-    put_u64(vb + 24, (uint64_t)d->terminal_at);
-    memcpy(vb + 32, d->token, MIC_TOKEN_LEN);
-    vb[48] = (uint8_t)(d->error_len >> 8);
-    vb[49] = (uint8_t)d->error_len;
-    vb[50] = d->handed;
-    put_u64(vb + 56, (uint64_t)d->created_at);
-    memcpy(vb + DLV_HDR, d->worker, d->worker_len);
-    memcpy(vb + DLV_HDR + d->worker_len, d->last_error, d->error_len);
+    v.mv_size = dlv_encode(vb, d);
     return put(t, t->s->dlv, "dlv", &k, &v, 0);
 }
 
-/* ---- Figures kept with every delivery change ---- */
-
-static int nonterminal(const struct mic_dlv *d)
+int mic_store_dlv_del(mic_txn *t, uint32_t gid, uint64_t seq)
 {
-    return d && (d->state == MIC_DLV_PENDING || d->state == MIC_DLV_PROCESSING);
+    uint8_t kb[12];
+    MDB_val k = {12, kb};
+    int rc;
+
+    put_u32(kb, gid);
+    put_u64(kb + 4, seq);
+    rc = mdb_del(t->txn, t->s->dlv, &k, NULL);
+    return rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
 }
 
-/* Dead-lettered, or failed at least once and not terminal: a pending
- * delivery that was claimed before, or a leased one claimed before that. */
-static int poisoned(const struct mic_dlv *d)
-{
-    return d && (d->state == MIC_DLV_DLQ ||
-                 (d->state == MIC_DLV_PENDING && d->attempts >= 1) ||
-                 (d->state == MIC_DLV_PROCESSING && d->attempts > 1));
-}
+/* ---- The unhandled and poison indexes ---- */
 
 static int index_set(mic_txn *t, MDB_dbi dbi, const char *name, uint32_t gid,
                      int64_t at, uint64_t seq, int on)
@@ -954,57 +1047,14 @@ static int index_set(mic_txn *t, MDB_dbi dbi, const char *name, uint32_t gid,
     return rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
 }
 
-static int gauge_of(int state)
+int mic_store_unh_set(mic_txn *t, uint32_t gid, int64_t created_at, uint64_t seq, int on)
 {
-    switch (state) {
-    case MIC_DLV_PENDING: return MIC_GSTAT_PENDING;
-    case MIC_DLV_PROCESSING: return MIC_GSTAT_PROCESSING;
-    case MIC_DLV_DLQ: return MIC_GSTAT_DLQ;
-    }
-    return -1;
+    return index_set(t, t->s->unh, "unh", gid, created_at, seq, on);
 }
 
-/* A delivery goes from 'old' to 'd' (either may be NULL: created,
- * removed): update the group's counters and the oldest/poison indexes. */
-static int dlv_account(mic_txn *t, uint32_t gid, uint64_t seq, const struct mic_dlv *old,
-                       const struct mic_dlv *d)
+int mic_store_poison_set(mic_txn *t, uint32_t gid, int64_t created_at, uint64_t seq, int on)
 {
-    int os = old ? old->state : 0, ns = d ? d->state : 0, rc, any = 0;
-    int64_t at = d ? d->created_at : old->created_at, delta[MIC_GSTAT_N];
-
-    memset(delta, 0, sizeof delta);
-    if (os != ns) {
-        if (gauge_of(os) >= 0)
-            delta[gauge_of(os)]--, any = 1;
-        if (gauge_of(ns) >= 0)
-            delta[gauge_of(ns)]++, any = 1;
-        if (ns == MIC_DLV_DISPATCHED)
-            delta[MIC_GSTAT_DISPATCHED]++, any = 1;
-    }
-    if (d && d->attempts > 1 && d->attempts > (old ? old->attempts : 0))
-        delta[MIC_GSTAT_REDELIVERIES]++, any = 1;
-    if (any && (rc = gstat_apply(t, gid, delta)))
-        return rc;
-    if (nonterminal(old) != nonterminal(d) &&
-        (rc = index_set(t, t->s->unh, "unh", gid, at, seq, nonterminal(d))))
-        return rc;
-    if (poisoned(old) != poisoned(d) &&
-        (rc = index_set(t, t->s->poison, "poison", gid, at, seq, poisoned(d))))
-        return rc;
-    return MIC_OK;
-}
-
-int mic_store_dlv_put(mic_txn *t, uint32_t gid, uint64_t seq,
-                      const struct mic_dlv *d)
-{
-    struct mic_dlv old;
-    int rc = mic_store_dlv_get(t, gid, seq, &old);
-
-    if (rc && rc != MIC_ENOTFOUND)
-        return rc;
-    if ((rc = dlv_account(t, gid, seq, rc == MIC_OK ? &old : NULL, d)))
-        return rc;
-    return dlv_put_raw(t, gid, seq, d);
+    return index_set(t, t->s->poison, "poison", gid, created_at, seq, on);
 }
 
 int mic_store_oldest(mic_txn *t, uint32_t gid, int poison, int64_t *created_at,
@@ -1265,27 +1315,15 @@ int mic_store_log_scan(mic_txn *t, uint64_t from, uint64_t to, int max,
          rc = mdb_cursor_get(c, &k, &v, MDB_NEXT), n++) {
         uint64_t seq = get_u64(k.mv_data);
         struct mic_rec r;
-        const uint8_t *p = v.mv_data;
 
         if (seq > to) {
             rc = MDB_NOTFOUND;
             break;
         }
-        if (v.mv_size < REC_HDR) {
+        if (rec_decode(seq, &v, &r)) {
             rc = EIO;
             break;
         }
-        r.seq = seq;
-        r.has_agg = p[1] & 1;
-        r.has_version = (p[1] & 2) != 0;
-        r.priority = p[2];
-        r.topic_id = get_u32(p + 4);
-        r.created_at_us = (int64_t)get_u64(p + 8);
-        r.received_at_us = (int64_t)get_u64(p + 16);
-        r.version = get_u64(p + 24);
-        memcpy(r.akey, p + 32, MIC_AKEY_LEN);
-        r.json = (const char *)p + REC_HDR;
-        r.json_len = v.mv_size - REC_HDR;
         *next = seq + 1;
         if (fn(arg, &r))
             break;
@@ -1337,74 +1375,92 @@ int mic_store_gapskip_get(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN], uint64_t
 
 /* ---- Ordered groups ---- */
 
-#define AQ_KEY (4 + MIC_AKEY_LEN + 16)
+#define AQ_KEY 28 /* gid u32, ord u64, k1 u64, seq u64 */
 
-static void aq_key(uint8_t *kb, uint32_t gid, const uint8_t *akey, const struct mic_aq *e)
+static void aq_key(uint8_t *kb, uint32_t gid, uint64_t ord, uint64_t k1, uint64_t seq)
 {
     put_u32(kb, gid);
-    memcpy(kb + 4, akey, MIC_AKEY_LEN);
-    put_u64(kb + 4 + MIC_AKEY_LEN, e->k1);
-    put_u64(kb + 12 + MIC_AKEY_LEN, e->k2);
+    put_u64(kb + 4, ord);
+    put_u64(kb + 12, k1);
+    put_u64(kb + 20, seq);
 }
 
-int mic_store_aq_put(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
-                     const struct mic_aq *e)
+int mic_store_aq_put(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t k1, uint64_t seq)
 {
-    uint8_t kb[AQ_KEY], vb[8];
-    MDB_val k = {AQ_KEY, kb}, v = {8, vb};
+    uint8_t kb[AQ_KEY];
+    MDB_val k = {AQ_KEY, kb}, v = {0, NULL};
 
-    aq_key(kb, gid, akey, e);
-    put_u64(vb, e->seq);
+    aq_key(kb, gid, ord, k1, seq);
     return put(t, t->s->aq, "aq", &k, &v, 0);
 }
 
-int mic_store_aq_del(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
-                     const struct mic_aq *e)
+int mic_store_aq_del(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t k1, uint64_t seq)
 {
     uint8_t kb[AQ_KEY];
     MDB_val k = {AQ_KEY, kb};
-    int rc;
 
-    aq_key(kb, gid, akey, e);
-    rc = mdb_del(t->txn, t->s->aq, &k, NULL);
-    return from_mdb(rc);
+    aq_key(kb, gid, ord, k1, seq);
+    return from_mdb(mdb_del(t->txn, t->s->aq, &k, NULL));
 }
 
-int mic_store_aq_has(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
-                     const struct mic_aq *e)
+int mic_store_aq_has(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t k1, uint64_t seq)
 {
     uint8_t kb[AQ_KEY];
     MDB_val k = {AQ_KEY, kb}, v;
 
-    aq_key(kb, gid, akey, e);
+    aq_key(kb, gid, ord, k1, seq);
     return get(t, t->s->aq, &k, &v);
 }
 
-int mic_store_aq_first(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
-                       struct mic_aq *e)
+int mic_store_aq_first(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t after,
+                       uint64_t *k1, uint64_t *seq)
 {
-    uint8_t kb[4 + MIC_AKEY_LEN];
+    uint8_t kb[AQ_KEY];
     MDB_cursor *c;
-    MDB_val k = {sizeof kb, kb}, v;
+    MDB_val k = {20, kb}, v;
     int rc;
 
-    put_u32(kb, gid);
-    memcpy(kb + 4, akey, MIC_AKEY_LEN);
+    if (after == UINT64_MAX)
+        return MIC_ENOTFOUND;
+    aq_key(kb, gid, ord, after ? after + 1 : 0, 0);
     if ((rc = mdb_cursor_open(t->txn, t->s->aq, &c)))
         return from_mdb(rc);
     rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
-    if (rc == 0 && (k.mv_size != AQ_KEY || memcmp(k.mv_data, kb, sizeof kb)))
+    if (rc == 0 && (k.mv_size != AQ_KEY || memcmp(k.mv_data, kb, 12)))
         rc = MDB_NOTFOUND;
     if (rc == 0) {
-        e->k1 = get_u64((uint8_t *)k.mv_data + 4 + MIC_AKEY_LEN);
-        e->k2 = get_u64((uint8_t *)k.mv_data + 12 + MIC_AKEY_LEN);
-        e->seq = get_u64(v.mv_data);
+        *k1 = get_u64((uint8_t *)k.mv_data + 12);
+        *seq = get_u64((uint8_t *)k.mv_data + 20);
     }
     mdb_cursor_close(c);
     return from_mdb(rc);
 }
 
-#define AGS_REC 33
+int mic_store_aq_purge(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t upto, int *n)
+{
+    uint8_t kb[AQ_KEY];
+    MDB_cursor *c;
+    MDB_val k = {12, kb}, v;
+    int rc, count = 0;
+
+    aq_key(kb, gid, ord, 0, 0);
+    if ((rc = mdb_cursor_open(t->txn, t->s->aq, &c)))
+        return from_mdb(rc);
+    rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+    while (rc == 0 && k.mv_size == AQ_KEY && !memcmp(k.mv_data, kb, 12) &&
+           get_u64((uint8_t *)k.mv_data + 12) <= upto) {
+        if ((rc = mdb_cursor_del(c, 0)))
+            break;
+        count++;
+        rc = mdb_cursor_get(c, &k, &v, MDB_NEXT); /* after a delete: the next key */
+    }
+    mdb_cursor_close(c);
+    if (n)
+        *n = count;
+    return rc == MDB_NOTFOUND || rc == 0 ? MIC_OK : from_mdb(rc);
+}
+
+#define AGS_REC (40 + MIC_AKEY_LEN)
 
 static void ags_decode(const uint8_t *p, struct mic_ags *a)
 {
@@ -1412,18 +1468,18 @@ static void ags_decode(const uint8_t *p, struct mic_ags *a)
     a->missing = get_u64(p + 8);
     a->since = (int64_t)get_u64(p + 16);
     a->waiting = get_u64(p + 24);
-    a->blocked = p[32];
+    a->pos = get_u64(p + 32);
+    memcpy(a->akey, p + 40, MIC_AKEY_LEN);
 }
 
-int mic_store_ags_get(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
-                      struct mic_ags *a)
+int mic_store_ags_get(mic_txn *t, uint32_t gid, uint64_t ord, struct mic_ags *a)
 {
-    uint8_t kb[4 + MIC_AKEY_LEN];
+    uint8_t kb[12];
     MDB_val k = {sizeof kb, kb}, v;
     int rc;
 
     put_u32(kb, gid);
-    memcpy(kb + 4, akey, MIC_AKEY_LEN);
+    put_u64(kb + 4, ord);
     if ((rc = get(t, t->s->ags, &k, &v)))
         return rc;
     if (v.mv_size < AGS_REC)
@@ -1432,80 +1488,51 @@ int mic_store_ags_get(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN]
     return MIC_OK;
 }
 
-static int ags_blocked(const struct mic_ags *a)
+int mic_store_ags_put(mic_txn *t, uint32_t gid, uint64_t ord, const struct mic_ags *a)
 {
-    return a && a->blocked;
-}
-
-int mic_store_ags_put(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
-                      const struct mic_ags *a)
-{
-    struct mic_ags old;
-    int r0 = mic_store_ags_get(t, gid, akey, &old);
-
-    if (r0 && r0 != MIC_ENOTFOUND)
-        return r0;
-    if (ags_blocked(r0 ? NULL : &old) != ags_blocked(a) &&
-        (r0 = mic_store_gstat_add(t, gid, MIC_GSTAT_BLOCKED, ags_blocked(a) ? 1 : -1)))
-        return r0;
-    return ags_put_raw(t, gid, akey, a);
-}
-
-static int ags_put_raw(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
-                       const struct mic_ags *a)
-{
-    uint8_t kb[4 + MIC_AKEY_LEN], vb[AGS_REC];
+    uint8_t kb[12], vb[AGS_REC];
     MDB_val k = {sizeof kb, kb}, v = {AGS_REC, vb};
 
     put_u32(kb, gid);
-    memcpy(kb + 4, akey, MIC_AKEY_LEN);
+    put_u64(kb + 4, ord);
     put_u64(vb, a->active);
     put_u64(vb + 8, a->missing);
     put_u64(vb + 16, (uint64_t)a->since);
     put_u64(vb + 24, a->waiting);
-    vb[32] = a->blocked;
+    put_u64(vb + 32, a->pos);
+    memcpy(vb + 40, a->akey, MIC_AKEY_LEN);
     return put(t, t->s->ags, "ags", &k, &v, 0);
 }
 
-int mic_store_ags_del(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN])
+int mic_store_ags_del(mic_txn *t, uint32_t gid, uint64_t ord)
 {
-    uint8_t kb[4 + MIC_AKEY_LEN];
+    uint8_t kb[12];
     MDB_val k = {sizeof kb, kb};
-    struct mic_ags old;
-    int rc = mic_store_ags_get(t, gid, akey, &old);
-
-    if (rc == MIC_ENOTFOUND)
-        return MIC_OK;
-    if (rc || (ags_blocked(&old) &&
-               (rc = mic_store_gstat_add(t, gid, MIC_GSTAT_BLOCKED, -1))))
-        return rc;
+    int rc;
 
     put_u32(kb, gid);
-    memcpy(kb + 4, akey, MIC_AKEY_LEN);
+    put_u64(kb + 4, ord);
     rc = mdb_del(t->txn, t->s->ags, &k, NULL);
     return rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
 }
 
-int mic_store_ags_each(mic_txn *t, uint32_t gid, const uint8_t *after,
-                       int (*fn)(void *arg, const uint8_t akey[MIC_AKEY_LEN],
-                                 const struct mic_ags *a),
+int mic_store_ags_each(mic_txn *t, uint32_t gid, uint64_t after,
+                       int (*fn)(void *arg, uint64_t ord, const struct mic_ags *a),
                        void *arg)
 {
-    uint8_t kb[4 + MIC_AKEY_LEN + 1];
+    uint8_t kb[12];
     MDB_cursor *c;
-    MDB_val k = {4, kb}, v;
+    MDB_val k = {12, kb}, v;
     int rc, stop = 0;
 
+    if (after == UINT64_MAX)
+        return MIC_OK;
     put_u32(kb, gid);
-    if (after) {
-        memcpy(kb + 4, after, MIC_AKEY_LEN);
-        kb[4 + MIC_AKEY_LEN] = 0; /* just past 'after' */
-        k.mv_size = sizeof kb;
-    }
+    put_u64(kb + 4, after + 1);
     if ((rc = mdb_cursor_open(t->txn, t->s->ags, &c)))
         return from_mdb(rc);
     for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
-         rc == 0 && !stop && k.mv_size == 4 + MIC_AKEY_LEN && get_u32(k.mv_data) == gid;
+         rc == 0 && !stop && k.mv_size == 12 && get_u32(k.mv_data) == gid;
          rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
         struct mic_ags a;
         if (v.mv_size < AGS_REC) {
@@ -1513,7 +1540,7 @@ int mic_store_ags_each(mic_txn *t, uint32_t gid, const uint8_t *after,
             break;
         }
         ags_decode(v.mv_data, &a);
-        stop = fn(arg, (const uint8_t *)k.mv_data + 4, &a);
+        stop = fn(arg, get_u64((uint8_t *)k.mv_data + 4), &a);
     }
     mdb_cursor_close(c);
     if (stop)
@@ -1521,7 +1548,7 @@ int mic_store_ags_each(mic_txn *t, uint32_t gid, const uint8_t *after,
     return rc == MDB_NOTFOUND || rc == 0 ? MIC_OK : from_mdb(rc);
 }
 
-/* ---- Per-group counters ---- */
+/* ---- Per-group figures ---- */
 
 int mic_store_gstat_get(mic_txn *t, uint32_t gid, uint64_t out[MIC_GSTAT_N])
 {
@@ -1536,36 +1563,20 @@ int mic_store_gstat_get(mic_txn *t, uint32_t gid, uint64_t out[MIC_GSTAT_N])
         return MIC_OK;
     if (rc)
         return rc;
-    for (size_t i = 0; i < MIC_GSTAT_N && (i + 1) * 8 <= v.mv_size; i++)
+    for (int i = 0; i < MIC_GSTAT_N && (size_t)(8 * i + 8) <= v.mv_size; i++)
         out[i] = get_u64((uint8_t *)v.mv_data + 8 * i);
     return MIC_OK;
 }
 
-/* Add 'delta' to the counters of 'gid' (one read and one write). */
-static int gstat_apply(mic_txn *t, uint32_t gid, const int64_t delta[MIC_GSTAT_N])
+int mic_store_gstat_put(mic_txn *t, uint32_t gid, const uint64_t in[MIC_GSTAT_N])
 {
-    uint64_t c[MIC_GSTAT_N];
     uint8_t kb[4], vb[8 * MIC_GSTAT_N];
     MDB_val k = {4, kb}, v = {sizeof vb, vb};
-    int rc;
 
-    if ((rc = mic_store_gstat_get(t, gid, c)))
-        return rc;
     put_u32(kb, gid);
-    for (int i = 0; i < MIC_GSTAT_N; i++) {
-        int64_t n = (int64_t)c[i] + delta[i];
-        put_u64(vb + 8 * i, n < 0 ? 0 : (uint64_t)n);
-    }
+    for (int i = 0; i < MIC_GSTAT_N; i++)
+        put_u64(vb + 8 * i, in[i]);
     return put(t, t->s->gstat, "gstat", &k, &v, 0);
-}
-
-int mic_store_gstat_add(mic_txn *t, uint32_t gid, int field, int64_t delta)
-{
-    int64_t d[MIC_GSTAT_N];
-
-    memset(d, 0, sizeof d);
-    d[field] = delta;
-    return gstat_apply(t, gid, d);
 }
 
 /* ---- Retention ---- */
@@ -1654,20 +1665,208 @@ int mic_store_id_del(mic_txn *t, const char *id, size_t idlen)
     return rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
 }
 
-int mic_store_dlv_del(mic_txn *t, uint32_t gid, uint64_t seq)
-{
-    uint8_t kb[12];
-    MDB_val k = {12, kb};
-    struct mic_dlv old;
-    int rc = mic_store_dlv_get(t, gid, seq, &old);
+/* ---- Migration from format 1 (one write transaction, at open) ----
+ *
+ * Format 2 keys the ordered groups' trees by an aggregate ordinal instead
+ * of the aggregate's hash, stores a compact delivery record with the
+ * aggregate's ordinal and order key, and keeps no blocked flag in 'ags'.
+ * Steps: give every aggregate an ordinal (in key order), rewrite 'ags' and
+ * 'aq' under the new keys, rewrite every delivery record.  Log records of
+ * format 1 stay as they are (rec_decode reads both). */
 
-    if (rc == MIC_ENOTFOUND)
-        return MIC_OK;
-    if (rc || (rc = dlv_account(t, gid, seq, &old, NULL)))
+struct mig_ags { uint8_t gid[4], akey[MIC_AKEY_LEN]; uint8_t v[33]; };
+struct mig_aq { uint8_t gid[4], akey[MIC_AKEY_LEN]; uint64_t k1, seq; };
+
+static int mig_ordinal(MDB_txn *txn, mic_store *s, const uint8_t *akey, uint64_t *ord)
+{
+    MDB_val k = {MIC_AKEY_LEN, (void *)akey}, v;
+    int rc = mdb_get(txn, s->aggs, &k, &v);
+    const uint8_t *p;
+    size_t tl, il;
+
+    if (rc)
         return rc;
-    put_u32(kb, gid);
-    put_u64(kb + 4, seq);
-    return from_mdb(mdb_del(t->txn, t->s->dlv, &k, NULL));
+    p = v.mv_data;
+    if (v.mv_size < AGG_REC + 4)
+        return MDB_CORRUPTED;
+    tl = (size_t)(p[33] << 8 | p[34]);
+    if (v.mv_size < AGG_REC + 4 + tl)
+        return MDB_CORRUPTED;
+    il = (size_t)(p[35 + tl] << 8 | p[36 + tl]);
+    if (v.mv_size < AGG_REC + 4 + tl + il + 8)
+        return MDB_CORRUPTED;
+    *ord = get_u64(p + 37 + tl + il);
+    return 0;
+}
+
+static int migrate_1_to_2(mic_store *s, MDB_txn *txn)
+{
+    struct mig_ags *ags = NULL;
+    struct mig_aq *aq = NULL;
+    size_t nags = 0, nagsc = 0, naq = 0, naqc = 0;
+    MDB_cursor *c = NULL;
+    MDB_val k, v;
+    int rc;
+
+    /* 1. An ordinal for every aggregate. */
+    if ((rc = mdb_cursor_open(txn, s->aggs, &c)))
+        return rc;
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+        uint8_t vb[AGG_REC + 4 + 2 * MIC_AGG_NAME_MAX + 8];
+        uint64_t ord;
+        MDB_val nv = {v.mv_size + 8, vb};
+        if (v.mv_size > sizeof vb - 8) {
+            rc = MDB_CORRUPTED;
+            break;
+        }
+        memcpy(vb, v.mv_data, v.mv_size);
+        if ((rc = next_ordinal(txn, s->meta, &ord)))
+            break;
+        put_u64(vb + v.mv_size, ord);
+        if ((rc = mdb_cursor_put(c, &k, &nv, MDB_CURRENT)))
+            break;
+    }
+    mdb_cursor_close(c);
+    if (rc != MDB_NOTFOUND)
+        return rc;
+    /* 2. Collect 'ags' and 'aq' under their old keys, remove them. */
+    if ((rc = mdb_cursor_open(txn, s->ags, &c)))
+        return rc;
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(c, &k, &v, MDB_FIRST)) {
+        if (k.mv_size != 4 + MIC_AKEY_LEN || v.mv_size < 33) {
+            rc = MDB_CORRUPTED;
+            break;
+        }
+        if (nags == nagsc) {
+            size_t cap = nagsc ? nagsc * 2 : 256;
+            struct mig_ags *p = realloc(ags, cap * sizeof *p);
+            if (!p) {
+                rc = ENOMEM;
+                break;
+            }
+            ags = p;
+            nagsc = cap;
+        }
+        memcpy(ags[nags].gid, k.mv_data, 4);
+        memcpy(ags[nags].akey, (uint8_t *)k.mv_data + 4, MIC_AKEY_LEN);
+        memcpy(ags[nags].v, v.mv_data, 33);
+        nags++;
+        if ((rc = mdb_cursor_del(c, 0)))
+            break;
+    }
+    mdb_cursor_close(c);
+    if (rc != MDB_NOTFOUND)
+        goto done;
+    if ((rc = mdb_cursor_open(txn, s->aq, &c)))
+        goto done;
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(c, &k, &v, MDB_FIRST)) {
+        if (k.mv_size != 4 + MIC_AKEY_LEN + 16 || v.mv_size != 8) {
+            rc = MDB_CORRUPTED;
+            break;
+        }
+        if (naq == naqc) {
+            size_t cap = naqc ? naqc * 2 : 1024;
+            struct mig_aq *p = realloc(aq, cap * sizeof *p);
+            if (!p) {
+                rc = ENOMEM;
+                break;
+            }
+            aq = p;
+            naqc = cap;
+        }
+        memcpy(aq[naq].gid, k.mv_data, 4);
+        memcpy(aq[naq].akey, (uint8_t *)k.mv_data + 4, MIC_AKEY_LEN);
+        aq[naq].k1 = get_u64((uint8_t *)k.mv_data + 4 + MIC_AKEY_LEN);
+        aq[naq].seq = get_u64(v.mv_data);
+        naq++;
+        if ((rc = mdb_cursor_del(c, 0)))
+            break;
+    }
+    mdb_cursor_close(c);
+    if (rc != MDB_NOTFOUND)
+        goto done;
+    /* 3. Put them back under (gid, ordinal). */
+    for (size_t i = 0; i < nags; i++) {
+        uint8_t kb[12], vb[AGS_REC];
+        MDB_val nk = {12, kb}, nv = {AGS_REC, vb};
+        uint64_t ord;
+        if ((rc = mig_ordinal(txn, s, ags[i].akey, &ord)))
+            goto done;
+        memcpy(kb, ags[i].gid, 4);
+        put_u64(kb + 4, ord);
+        memcpy(vb, ags[i].v, 32); /* active, missing, since, waiting */
+        put_u64(vb + 32, 0);      /* pos: format 1 deleted released entries */
+        memcpy(vb + 40, ags[i].akey, MIC_AKEY_LEN);
+        if ((rc = mdb_put(txn, s->ags, &nk, &nv, 0)))
+            goto done;
+    }
+    for (size_t i = 0; i < naq; i++) {
+        uint8_t kb[AQ_KEY];
+        MDB_val nk = {AQ_KEY, kb}, nv = {0, NULL};
+        uint64_t ord;
+        if ((rc = mig_ordinal(txn, s, aq[i].akey, &ord)))
+            goto done;
+        aq_key(kb, get_u32(aq[i].gid), ord, aq[i].k1, aq[i].seq);
+        if ((rc = mdb_put(txn, s->aq, &nk, &nv, 0)))
+            goto done;
+    }
+    /* 4. Every delivery record in the new layout. */
+    if ((rc = mdb_cursor_open(txn, s->dlv, &c)))
+        goto done;
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+        const uint8_t *p = v.mv_data;
+        uint8_t vb[DLV_HDR + DLV_ORD + MIC_WORKER_MAX + MIC_ERROR_MAX], lk[8];
+        MDB_val lkey = {8, lk}, lv, nv = {0, vb};
+        struct mic_dlv d;
+        struct mic_rec r;
+        if (k.mv_size != 12 || v.mv_size < DLV_V1_HDR) {
+            rc = MDB_CORRUPTED;
+            break;
+        }
+        memset(&d, 0, sizeof d);
+        d.state = p[0];
+        d.priority = p[1];
+        d.worker_len = p[2];
+        d.attempts = get_u32(p + 4);
+        d.not_before = (int64_t)get_u64(p + 8);
+        d.lease_expires = (int64_t)get_u64(p + 16);
+        d.terminal_at = (int64_t)get_u64(p + 24);
+        memcpy(d.token, p + 32, MIC_TOKEN_LEN);
+        d.error_len = (uint16_t)(p[48] << 8 | p[49]);
+        d.handed = p[50];
+        d.created_at = (int64_t)get_u64(p + 56);
+        if (d.worker_len > MIC_WORKER_MAX || d.error_len > MIC_ERROR_MAX ||
+            v.mv_size < (size_t)DLV_V1_HDR + d.worker_len + d.error_len) {
+            rc = MDB_CORRUPTED;
+            break;
+        }
+        memcpy(d.worker, p + DLV_V1_HDR, d.worker_len);
+        memcpy(d.last_error, p + DLV_V1_HDR + d.worker_len, d.error_len);
+        memcpy(lk, (uint8_t *)k.mv_data + 4, 8);
+        rc = mdb_get(txn, s->log, &lkey, &lv);
+        if (rc == 0 && rec_decode(get_u64(lk), &lv, &r) == MIC_OK && r.has_agg) {
+            if ((rc = mig_ordinal(txn, s, r.akey, &d.ord)))
+                break;
+            d.versioned = r.has_version;
+            d.k1 = r.has_version ? r.version : (uint64_t)r.created_at_us;
+        } else if (rc && rc != MDB_NOTFOUND) {
+            break;
+        }
+        nv.mv_size = dlv_encode(vb, &d);
+        if ((rc = mdb_cursor_put(c, &k, &nv, MDB_CURRENT)))
+            break;
+    }
+    mdb_cursor_close(c);
+    if (rc == MDB_NOTFOUND)
+        rc = 0;
+done:
+    free(ags);
+    free(aq);
+    return rc;
 }
 
 /* ---- Replay runs ---- */

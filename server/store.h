@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MIC_STORE_FORMAT 1
+#define MIC_STORE_FORMAT 2
 #define MIC_AKEY_LEN 16   /* aggregate key: SHA-256(type NUL id)[0..16) */
 #define MIC_DIGEST_LEN 32 /* SHA-256 */
 
@@ -28,6 +28,10 @@ struct mic_rec {
     int64_t created_at_us, received_at_us;
     uint64_t version;              /* aggregate_version, 0 if none */
     uint8_t akey[MIC_AKEY_LEN];    /* zeros if no aggregate */
+    uint64_t ordinal;              /* the aggregate's ordinal; 0 = not known
+                                    * (never stored in the log: publish sets
+                                    * it, readers look it up in aggs) */
+    int64_t deliver_at_us;         /* no group hands it out before; 0 = none */
     const char *json;              /* the stored event, compact JSON */
     size_t json_len;
 };
@@ -50,6 +54,7 @@ struct mic_agg_rec {
     uint64_t max_version;
     uint64_t events;
     uint64_t contig;     /* every version from baseline to here is stored or skipped */
+    uint64_t ordinal;    /* assigned in publish order (mic_store_next_ordinal) */
     uint16_t tlen, ilen; /* aggregate_type and aggregate_id */
     char type[MIC_AGG_NAME_MAX + 1];
     char id[MIC_AGG_NAME_MAX + 1];
@@ -94,6 +99,9 @@ void mic_txn_abort(mic_txn *t);
 int mic_store_last_seq(mic_txn *t, uint64_t *seq);
 /* Allocate the next topic id. */
 int mic_store_next_topic_id(mic_txn *t, uint32_t *id);
+/* Allocate the next aggregate ordinal (1, 2, ...: publish order, so the
+ * aggregates a batch settles are neighbours in the per-group trees). */
+int mic_store_next_ordinal(mic_txn *t, uint64_t *ord);
 
 /* ---- Log ---- */
 
@@ -175,7 +183,12 @@ int mic_store_drop_first(mic_txn *t, uint32_t *gid);
  * when none are left, forget the drop and set *finished. */
 int mic_store_drop_step(mic_txn *t, uint32_t gid, int budget, int *finished);
 
-/* ---- Deliveries ---- */
+/* ---- Deliveries ----
+ *
+ * The functions of this section and of "Ordered groups" and "Per-group
+ * figures" below are the raw indexes of the delivery engine: only
+ * server/delivery.c calls them (make check fails otherwise), and they keep
+ * no rule of their own -- the engine keeps the invariants between them. */
 
 enum mic_dlv_state {
     MIC_DLV_PENDING = 1,
@@ -189,20 +202,19 @@ enum mic_dlv_state {
 #define MIC_WORKER_MAX 64
 #define MIC_ERROR_MAX 1024
 
-/* Forward declaration for mic_store_dlv_each. */
-struct mic_dlv;
-
 /* The state of one event in one group. */
 struct mic_dlv {
     uint8_t state;             /* enum mic_dlv_state */
     uint8_t priority;
-    uint8_t queued;            /* ordered groups: waits behind its head */
     uint8_t handed;            /* claimed at least once (kept across a requeue) */
-    int64_t created_at;        /* the event's, for the oldest-unhandled index */
+    uint8_t versioned;         /* ord != 0: the aggregate carries versions */
     uint32_t attempts;         /* claims so far */
+    int64_t created_at;        /* the event's, for the oldest-unhandled index */
     int64_t not_before;        /* PENDING: claimable from (µs), 0 = now */
     int64_t lease_expires;     /* PROCESSING: lease end (µs) */
     int64_t terminal_at;       /* DISPATCHED / DLQ / SKIPPED since (µs) */
+    uint64_t ord;              /* ordered groups: the aggregate's ordinal, 0 = none */
+    uint64_t k1;               /* ordered groups: order key (version or created_at) */
     uint8_t token[MIC_TOKEN_LEN]; /* the last lease granted */
     uint8_t worker_len;
     char worker[MIC_WORKER_MAX + 1];
@@ -210,16 +222,21 @@ struct mic_dlv {
     char last_error[MIC_ERROR_MAX + 1];
 };
 
-/* Fill 'd' (a copy, NUL-terminated strings).  MIC_ENOTFOUND if absent. */
+/* Fill 'd' (a copy, NUL-terminated strings).  MIC_ENOTFOUND if absent,
+ * MIC_EIO for a record that does not decode. */
 int mic_store_dlv_get(mic_txn *t, uint32_t gid, uint64_t seq, struct mic_dlv *d);
+/* Write 'd' (one state of the three times is stored: not_before when
+ * pending, lease_expires when processing, terminal_at when terminal). */
 int mic_store_dlv_put(mic_txn *t, uint32_t gid, uint64_t seq,
                       const struct mic_dlv *d);
+int mic_store_dlv_del(mic_txn *t, uint32_t gid, uint64_t seq);
 /* Call fn with the state of every delivery of group 'gid', in seq order
- * (an admin's count over one group, e.g. a replay run's). */
+ * (a walk over one group: tests and the migration only). */
 int mic_store_dlv_each(mic_txn *t, uint32_t gid,
                        int (*fn)(void *arg, uint64_t seq, int state), void *arg);
 
-/* The ready set of a group: (priority desc, seq asc). */
+/* The ready set of a group: (priority desc, seq asc).  _del answers
+ * MIC_ENOTFOUND when the entry is absent. */
 int mic_store_ready_put(mic_txn *t, uint32_t gid, uint8_t prio, uint64_t seq);
 int mic_store_ready_del(mic_txn *t, uint32_t gid, uint8_t prio, uint64_t seq);
 /* Remove up to 'max' entries from the head of the ready set, storing their
@@ -231,17 +248,29 @@ int mic_store_ready_pop(mic_txn *t, uint32_t gid, uint64_t *seqs, int max,
 enum mic_timer_kind { MIC_TIMER_RETRY = 1, MIC_TIMER_LEASE = 2 };
 int mic_store_timer_put(mic_txn *t, int64_t due, uint32_t gid, uint64_t seq,
                         uint8_t kind);
+/* MIC_OK also when the timer is not there. */
 int mic_store_timer_del(mic_txn *t, int64_t due, uint32_t gid, uint64_t seq);
 /* The earliest deadline; MIC_ENOTFOUND if there is none. */
 int mic_store_timer_first(mic_txn *t, int64_t *due, uint32_t *gid,
                           uint64_t *seq, uint8_t *kind);
 
-/* Dead letters of a group, by seq. */
+/* Dead letters of a group, by seq (_del: MIC_OK also when absent). */
 int mic_store_dlq_put(mic_txn *t, uint32_t gid, uint64_t seq);
 int mic_store_dlq_del(mic_txn *t, uint32_t gid, uint64_t seq);
 /* Up to 'max' dead-lettered seqs greater than 'after', in order. */
 int mic_store_dlq_page(mic_txn *t, uint32_t gid, uint64_t after,
                        uint64_t *seqs, int max, int *n);
+
+/* The unhandled index (gid, created_at, seq) and the poison index (same
+ * key): 'on' puts the entry, else deletes it (MIC_OK when absent). */
+int mic_store_unh_set(mic_txn *t, uint32_t gid, int64_t created_at, uint64_t seq, int on);
+int mic_store_poison_set(mic_txn *t, uint32_t gid, int64_t created_at, uint64_t seq, int on);
+/* The first entry of group 'gid' in the unhandled (poison == 0) or poison
+ * index.  MIC_ENOTFOUND if none. */
+int mic_store_oldest(mic_txn *t, uint32_t gid, int poison, int64_t *created_at,
+                     uint64_t *seq);
+/* Up to 'max' unhandled deliveries of 'gid' from the oldest. */
+int mic_store_oldest_page(mic_txn *t, uint32_t gid, uint64_t *seqs, int max, int *n);
 
 /* ---- Log scans ---- */
 
@@ -260,52 +289,51 @@ int mic_store_aggidx_each(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN],
 int mic_store_gapskip_put(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN], uint64_t v);
 int mic_store_gapskip_get(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN], uint64_t v);
 
-/* ---- Ordered groups: per-aggregate queues ---- */
+/* ---- Ordered groups: per-aggregate queues ----
+ *
+ * An aggregate's queue in an ordered group is the range (gid, ord, ...) of
+ * 'aq', keyed by the aggregate's ordinal so that aggregates published
+ * together are neighbours: (gid, ord, k1, seq) with k1 the version or the
+ * created_at. */
 
-/* An entry of an aggregate's queue in an ordered group: its order key
- * (version, seq) or (created_at, seq), and the delivery's seq. */
-struct mic_aq {
-    uint64_t k1, k2, seq;
-};
-
-int mic_store_aq_put(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
-                     const struct mic_aq *e);
+int mic_store_aq_put(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t k1, uint64_t seq);
 /* MIC_ENOTFOUND if the entry is not there. */
-int mic_store_aq_del(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
-                     const struct mic_aq *e);
-/* MIC_OK if entry 'e' is in the queue, MIC_ENOTFOUND if not. */
-int mic_store_aq_has(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
-                     const struct mic_aq *e);
-/* The first entry of the queue; MIC_ENOTFOUND if it is empty. */
-int mic_store_aq_first(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
-                       struct mic_aq *e);
+int mic_store_aq_del(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t k1, uint64_t seq);
+/* MIC_OK if the entry is in the queue, MIC_ENOTFOUND if not. */
+int mic_store_aq_has(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t k1, uint64_t seq);
+/* The first entry whose k1 is greater than 'after' (0: the first entry);
+ * MIC_ENOTFOUND if there is none. */
+int mic_store_aq_first(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t after,
+                       uint64_t *k1, uint64_t *seq);
+/* Delete every entry whose k1 is at most 'upto'; *n (may be NULL) counts
+ * them. */
+int mic_store_aq_purge(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t upto, int *n);
 
 /* The state of an aggregate in an ordered group. */
 struct mic_ags {
     uint64_t active;      /* seq of the head handed to workers, 0 = none */
     uint64_t missing;     /* parked: the version it waits for, 0 = none */
     int64_t since;        /* the head (or the parking) dates from (µs) */
-    uint64_t waiting;     /* entries in the queue, head included */
-    uint8_t blocked;      /* counted in the group's blocked aggregates */
+    uint64_t waiting;     /* entries of the queue not yet released, head included */
+    uint64_t pos;         /* versioned: entries with k1 <= pos are released
+                           * (left in 'aq' until the queue empties) */
+    uint8_t akey[MIC_AKEY_LEN];
 };
 
-int mic_store_ags_get(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
-                      struct mic_ags *a);
-int mic_store_ags_put(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN],
-                      const struct mic_ags *a);
-int mic_store_ags_del(mic_txn *t, uint32_t gid, const uint8_t akey[MIC_AKEY_LEN]);
-/* Call fn for each aggregate with a queue in group 'gid', in akey order,
- * starting after 'after' (NULL = from the first); stops when fn returns
- * nonzero. */
-int mic_store_ags_each(mic_txn *t, uint32_t gid, const uint8_t *after,
-                       int (*fn)(void *arg, const uint8_t akey[MIC_AKEY_LEN],
-                                 const struct mic_ags *a),
+int mic_store_ags_get(mic_txn *t, uint32_t gid, uint64_t ord, struct mic_ags *a);
+int mic_store_ags_put(mic_txn *t, uint32_t gid, uint64_t ord, const struct mic_ags *a);
+/* MIC_OK also when absent. */
+int mic_store_ags_del(mic_txn *t, uint32_t gid, uint64_t ord);
+/* Call fn for each aggregate with a queue in group 'gid', in ordinal
+ * order, from the first ordinal greater than 'after'; stops when fn
+ * returns nonzero and returns that value. */
+int mic_store_ags_each(mic_txn *t, uint32_t gid, uint64_t after,
+                       int (*fn)(void *arg, uint64_t ord, const struct mic_ags *a),
                        void *arg);
 
-/* ---- Per-group counters, kept by the writer: gid -> u64[MIC_GSTAT_N] ---- */
-
-/* Kept by mic_store_dlv_put/_del and mic_store_ags_put/_del themselves, so
- * no state change can forget them. */
+/* ---- Per-group figures: gid -> u64[MIC_GSTAT_N] ----
+ * Kept by the delivery engine in the writer's memory and written once per
+ * group and commit; the store only reads and writes the record. */
 enum mic_gstat {
     MIC_GSTAT_GAP_PARKED = 0,  /* aggregates parked on a missing version */
     MIC_GSTAT_PENDING,         /* non-terminal, not leased */
@@ -313,20 +341,12 @@ enum mic_gstat {
     MIC_GSTAT_DLQ,
     MIC_GSTAT_DISPATCHED,      /* total ever dispatched */
     MIC_GSTAT_REDELIVERIES,    /* total claims after a delivery's first */
-    MIC_GSTAT_BLOCKED,         /* aggregates blocked by their head (ags.blocked) */
+    MIC_GSTAT_BLOCKED,         /* aggregates blocked by their head */
     MIC_GSTAT_N = 8,
 };
-int mic_store_gstat_add(mic_txn *t, uint32_t gid, int field, int64_t delta);
 /* All counters of 'gid' (zeros if none). */
 int mic_store_gstat_get(mic_txn *t, uint32_t gid, uint64_t out[MIC_GSTAT_N]);
-
-/* The oldest unhandled (non-terminal) delivery of group 'gid' by
- * (created_at, seq), and the oldest "poison" one (dead-lettered, or
- * non-terminal after a failed attempt).  MIC_ENOTFOUND if none. */
-int mic_store_oldest(mic_txn *t, uint32_t gid, int poison, int64_t *created_at,
-                     uint64_t *seq);
-/* Up to 'max' unhandled deliveries of 'gid' from the oldest. */
-int mic_store_oldest_page(mic_txn *t, uint32_t gid, uint64_t *seqs, int max, int *n);
+int mic_store_gstat_put(mic_txn *t, uint32_t gid, const uint64_t in[MIC_GSTAT_N]);
 
 /* Per-topic stored-event counts (retention decrements). */
 int mic_store_topic_events_add(mic_txn *t, uint32_t topic_id, int64_t delta);
@@ -345,7 +365,6 @@ int mic_store_log_del(mic_txn *t, uint64_t seq);
 int mic_store_time_del(mic_txn *t, uint32_t topic_id, int64_t created_at_us,
                        const char *id, size_t idlen);
 int mic_store_id_del(mic_txn *t, const char *id, size_t idlen);
-int mic_store_dlv_del(mic_txn *t, uint32_t gid, uint64_t seq);
 
 /* ---- Replay runs: run_id -> record (replay.c owns its layout) ---- */
 

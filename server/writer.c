@@ -210,7 +210,7 @@ static void aborted(mic_writer *w)
     if (!w->hooks.aborted)
         return;
     if (mic_txn_begin(w->store, 0, &t) == MIC_OK) {
-        w->hooks.aborted(w->hooks.app, t);
+        w->hooks.aborted(w->hooks.sched, t);
         mic_txn_abort(t);
     }
 }
@@ -228,16 +228,18 @@ static int run_batch(mic_writer *w, mic_op *list, int nops, struct mic_wctx *ctx
     ctx->now_us = mic_now_us();
     ctx->next_seq = w->next_seq;
     ctx->cfg = w->cfg;
-    ctx->app = w->hooks.app;
-    if (w->hooks.before && (rc = w->hooks.before(w->hooks.app, ctx)))
+    ctx->groups = w->hooks.groups;
+    if (w->hooks.before && (rc = w->hooks.before(w->hooks.sched, ctx)))
         goto fail;
     for (mic_op *op = list; op; op = op->next) {
         op->wait_key = 0;
         if ((rc = op->apply(op, ctx)))
             goto fail;
     }
+    if (w->hooks.before_commit && (rc = w->hooks.before_commit(w->hooks.sched, ctx)))
+        goto fail;
     if (w->hooks.next_due)
-        due = w->hooks.next_due(w->hooks.app, ctx);
+        due = w->hooks.next_due(w->hooks.sched, ctx);
     t0 = mic_mono_us();
     if ((rc = mic_txn_commit(ctx->txn))) {
         ctx->txn = NULL;
@@ -354,7 +356,7 @@ static void *writer_main(void *arg)
         int n = 0;
 
         while (!w->head && !w->stopping && !w->woken &&
-               !(w->hooks.busy && w->hooks.busy(w->hooks.app))) {
+               !(w->hooks.busy && w->hooks.busy(w->hooks.sched))) {
             int64_t until = next_wakeup(w), now = mic_mono_ms(), wake = until;
             struct timespec ts;
 

@@ -13,18 +13,21 @@
 #include "store.h"
 
 struct mic_config;
+struct mic_sched;
 typedef struct mic_writer mic_writer;
 typedef struct mic_op mic_op;
+typedef struct mic_groups mic_groups;
 
 /* What an op's apply() may use: the open write transaction, the time of
  * this batch, the seq counter (next seq to assign; apply advances it) and
- * the writer-owned application state given in the hooks ('app'). */
+ * the writer-owned registry of live groups given in the hooks (NULL when
+ * the writer runs without one, as in some unit tests). */
 struct mic_wctx {
     mic_txn *txn;
     int64_t now_us;
     uint64_t next_seq;
     const struct mic_config *cfg;
-    void *app;
+    mic_groups *groups;
     /* Keys whose parked ops retry after this batch (mic_wctx_wake). */
     uint32_t *wake;
     int nwake, wake_cap;
@@ -62,19 +65,25 @@ struct mic_op {
     int heap_pos;
 };
 
-/* Application hooks run by the writer thread (see writer.c). */
+/* The schedule's hooks, run by the writer thread (schedule.h makes them;
+ * every member may be NULL). */
 struct mic_writer_hooks {
-    void *app; /* handed to apply() as w->app */
+    struct mic_sched *sched; /* handed to every hook */
+    mic_groups *groups;      /* handed to apply() as w->groups */
     /* In each batch's transaction, before the ops: deadlines that came
      * due, background chunks.  Returns MIC_OK or an error that aborts. */
-    int (*before)(void *app, struct mic_wctx *w);
+    int (*before)(struct mic_sched *s, struct mic_wctx *w);
+    /* After the ops, before the commit: write what was kept in memory
+     * during the batch.  Returns MIC_OK or an error that aborts. */
+    int (*before_commit)(struct mic_sched *s, struct mic_wctx *w);
     /* Wall-clock µs of the earliest deadline still ahead, 0 if none;
      * called inside the transaction, after the ops. */
-    int64_t (*next_due)(void *app, struct mic_wctx *w);
+    int64_t (*next_due)(struct mic_sched *s, struct mic_wctx *w);
     /* Nonzero while background work remains (the writer keeps going). */
-    int (*busy)(void *app);
-    /* After an aborted transaction: drop state built on it. */
-    void (*aborted)(void *app, mic_txn *read);
+    int (*busy)(struct mic_sched *s);
+    /* After an aborted transaction: drop state built on it ('read' is a
+     * read transaction on the committed store). */
+    void (*aborted)(struct mic_sched *s, mic_txn *read);
 };
 
 /* Writer figures for /metrics. */

@@ -17,6 +17,7 @@
 #include "err.h"
 #include "group.h"
 #include "publish.h"
+#include "schedule.h"
 #include "store.h"
 #include "writer.h"
 
@@ -37,6 +38,7 @@ static int64_t fake_clock(void)
 }
 
 struct fx {
+    mic_sched *sched;
     char dir[64];
     struct mic_config cfg;
     mic_store *store;
@@ -73,7 +75,10 @@ static int setup(void **state)
         mic_store_open(&f->store, f->dir, f->cfg.map_size, f->cfg.map_max, 1) ||
         mic_groups_new(&f->groups, f->store))
         return -1;
-    mic_claim_hooks(f->groups, &h);
+    memset(&h, 0, sizeof h);
+    if (mic_sched_new(&f->sched, f->groups))
+        return -1;
+    mic_sched_hooks(f->sched, &h);
     if (mic_writer_start(&f->w, f->store, &f->cfg, &h))
         return -1;
     sem_init(&f->sem, 0, 0);
@@ -87,6 +92,8 @@ static int teardown(void **state)
     char p[128];
 
     mic_writer_free(f->w);
+    mic_sched_free(f->sched);
+    f->sched = NULL;
     mic_groups_free(f->groups);
     mic_store_close(f->store);
     mic_clock_set(NULL);

@@ -207,12 +207,12 @@ static int await_parked(const struct srv *s, int want, int exact, int ms,
     return 0;
 }
 
-/* A lease token: the group's id (8 hex digits) and 128 random bits. */
-static int is_hex40(const char *t)
+/* A lease token: 128 random bits as 32 lowercase hex digits. */
+static int is_hex32(const char *t)
 {
-    if (strlen(t) != 40)
+    if (strlen(t) != 32)
         return 0;
-    for (int i = 0; i < 40; i++)
+    for (int i = 0; i < 32; i++)
         if (!strchr("0123456789abcdef", t[i]))
             return 0;
     return 1;
@@ -485,7 +485,7 @@ static void claim_order_and_bounds(void **state)
             json_t *ev = json_object_get(d, "event");
             assert_string_equal(jstr(ev, "event_id"), want[k]);
             assert_int_equal(jint(ev, "seq"), jint(d, "seq"));
-            assert_true(is_hex40(jstr(d, "lease_token")));
+            assert_true(is_hex32(jstr(d, "lease_token")));
             assert_int_equal(jint(d, "attempt"), 1);
             assert_true(is_time(jstr(d, "lease_expires_at")));
             assert_string_equal(jstr(ev, "topic"), "co.t");
@@ -514,7 +514,7 @@ static void ack_nack_extend(void **state)
 {
     json_t *p, *r, *c, *items;
     json_int_t sa, sb, sc, sd;
-    char ta[41], tb[41], tc[41], td[41], exp1[32], zero[41];
+    char ta[41], tb[41], tc[41], td[41], exp1[32], zero[33];
 
     (void)state;
     put_group(&S, "an.g", "{\"topics\":[\"an.t\"],\"max_attempts\":2}");
@@ -537,19 +537,26 @@ static void ack_nack_extend(void **state)
     assert_int_equal(jint(json_array_get(dlvs(c), 3), "seq"), sd);
     snprintf(exp1, sizeof exp1, "%s", jstr(json_array_get(dlvs(c), 1), "lease_expires_at"));
     json_decref(c);
-    /* A wrong token of this group: its group id (8 hex digits), then zeros. */
-    snprintf(zero, sizeof zero, "%.8s00000000000000000000000000000000", ta);
+    /* A wrong token of the right form: zeros. */
+    snprintf(zero, sizeof zero, "00000000000000000000000000000000");
 
-    /* Per item, in request order. */
+    /* Per item, in request order; a token of the wrong form (too short,
+     * not hex, upper case) is that item's not_found, never a 422. */
     items = json_array();
     json_array_append_new(items, item(999999999, ta));
     json_array_append_new(items, item(sa, ta));
     json_array_append_new(items, item(sb, zero));
+    json_array_append_new(items, item(sb, "abc"));
+    json_array_append_new(items, item(sb, "zz000000000000000000000000000000"));
+    json_array_append_new(items, item(sb, "ABCDEF00000000000000000000000000"));
     r = settle(&S, "an.g", "ack", items, NULL);
-    assert_int_equal(json_array_size(json_object_get(r, "results")), 3);
+    assert_int_equal(json_array_size(json_object_get(r, "results")), 6);
     expect_result(r, 0, 999999999, "not_found");
     expect_result(r, 1, sa, "acked");
     expect_result(r, 2, sb, "lease_lost");
+    expect_result(r, 3, sb, "not_found");
+    expect_result(r, 4, sb, "not_found");
+    expect_result(r, 5, sb, "not_found");
     json_decref(r);
     expect_state(&S, "an-a", "an.g", "dispatched", 1);
     expect_state(&S, "an-b", "an.g", "processing", 1); /* the wrong token changed nothing */
@@ -600,11 +607,13 @@ static void ack_nack_extend(void **state)
     expect_result(r, 0, sc, "lease_lost");
     json_decref(r);
 
-    /* Malformed tokens and bodies. */
+    /* Bodies not of the documented shape (a token that is not a string, a
+     * seq that is not an integer, no deliveries); a token string of the
+     * wrong form is not one of them (above: not_found). */
     expect_error(&S, "POST", "/v1/groups/an.g/ack",
-                 "{\"deliveries\":[{\"seq\":1,\"lease_token\":\"xyz\"}]}", 422, "invalid_request");
+                 "{\"deliveries\":[{\"seq\":1,\"lease_token\":12}]}", 422, "invalid_request");
     expect_error(&S, "POST", "/v1/groups/an.g/ack",
-                 "{\"deliveries\":[{\"seq\":1,\"lease_token\":\"000000000000000000000000000000000000000\"}]}",
+                 "{\"deliveries\":[{\"seq\":\"1\",\"lease_token\":\"00000000000000000000000000000000\"}]}",
                  422, "invalid_request");
     expect_error(&S, "POST", "/v1/groups/an.g/ack", "{\"deliveries\":[]}", 422, "invalid_request");
     expect_error(&S, "POST", "/v1/groups/an.g/nack",

@@ -58,8 +58,9 @@
 #include "config.h"
 #include "err.h"
 #include "group.h"
-#include "order.h"
+#include "views.h"
 #include "publish.h"
+#include "schedule.h"
 #include "store.h"
 #include "writer.h"
 
@@ -85,8 +86,8 @@
 #define LEASE_TTL_S 10
 #define MAX_ATTEMPTS 3
 #define BACKOFF_MAX_MS 2000
-#define TOKLEN 40       /* group id (4 bytes) + 128 bits, in hex */
-#define LOGN 16
+#define TOKLEN 32       /* 128 bits, in hex */
+#define LOGN 400
 #define GROUP "g"
 
 static _Atomic int64_t fake_now;
@@ -150,6 +151,7 @@ struct stats {
 };
 
 struct fx {
+    mic_sched *sched;
     char dir[64];
     struct mic_config cfg;
     mic_store *store;
@@ -515,7 +517,9 @@ static void open_all(struct fx *f)
     assert_int_equal(mic_store_open(&f->store, f->dir, f->cfg.map_size, f->cfg.map_max, 1),
                      MIC_OK);
     assert_int_equal(mic_groups_new(&f->groups, f->store), MIC_OK);
-    mic_claim_hooks(f->groups, &h);
+    memset(&h, 0, sizeof h);
+    assert_int_equal(mic_sched_new(&f->sched, f->groups), MIC_OK);
+    mic_sched_hooks(f->sched, &h);
     assert_int_equal(mic_writer_start(&f->w, f->store, &f->cfg, &h), MIC_OK);
 }
 
@@ -525,6 +529,8 @@ static void close_all(struct fx *f)
         mic_writer_stop(f->w);
         mic_writer_free(f->w);
     }
+    mic_sched_free(f->sched);
+    f->sched = NULL;
     if (f->groups)
         mic_groups_free(f->groups);
     if (f->store)
@@ -709,12 +715,12 @@ static void reconcile(struct fx *f, int all)
                 hexd[2 * b + 1] = hx[d.token[b] & 15];
             }
             hexd[2 * MIC_TOKEN_LEN] = 0;
-            if (d.lease_expires != e->lease_exp || strcmp(hexd, e->token + 8))
+            if (d.lease_expires != e->lease_exp || strcmp(hexd, e->token))
                 mic_txn_abort(t);
             CHECK(f, d.lease_expires == e->lease_exp, "seq %llu: lease ends %+lld ms, model %+lld ms",
                   (unsigned long long)e->seq, (long long)((d.lease_expires - now()) / MS),
                   (long long)((e->lease_exp - now()) / MS));
-            CHECK(f, !strcmp(hexd, e->token + 8), "seq %llu: the stored token is not the last one granted",
+            CHECK(f, !strcmp(hexd, e->token), "seq %llu: the stored token is not the last one granted",
                   (unsigned long long)e->seq);
             if (e->agg >= 0)
                 held[e->agg]++;
@@ -1457,7 +1463,7 @@ static void finish(struct fx *f)
     }
     /* Nothing is listed as blocked any more. */
     mic_buf_init(&b);
-    assert_int_equal(mic_order_blocked(f->store, GROUP, NULL, NULL, &b, &err), MIC_OK);
+    assert_int_equal(mic_views_blocked(f->store, GROUP, NULL, NULL, &b, &err), MIC_OK);
     f->j = json_loadb(b.p, b.len, 0, NULL);
     mic_buf_fini(&b);
     CHECK(f, f->j && json_array_size(json_object_get(f->j, "aggregates")) == 0,
