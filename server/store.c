@@ -1713,13 +1713,16 @@ static int migrate_1_to_2(mic_store *s, MDB_txn *txn)
         return rc;
     for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
          rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
-        uint8_t vb[AGG_REC + 4 + 2 * MIC_AGG_NAME_MAX + 8];
+        uint8_t vb[AGG_REC + 4 + 2 * MIC_AGG_NAME_MAX + 8], kb[MIC_AKEY_LEN];
         uint64_t ord;
         MDB_val nv = {v.mv_size + 8, vb};
-        if (v.mv_size > sizeof vb - 8) {
+        if (v.mv_size > sizeof vb - 8 || k.mv_size != MIC_AKEY_LEN) {
             rc = MDB_CORRUPTED;
             break;
         }
+        /* The key and value point into the page the put rewrites: copy. */
+        memcpy(kb, k.mv_data, MIC_AKEY_LEN);
+        k.mv_data = kb;
         memcpy(vb, v.mv_data, v.mv_size);
         if ((rc = next_ordinal(txn, s->meta, &ord)))
             break;
@@ -1819,7 +1822,7 @@ static int migrate_1_to_2(mic_store *s, MDB_txn *txn)
     for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
          rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
         const uint8_t *p = v.mv_data;
-        uint8_t vb[DLV_HDR + DLV_ORD + MIC_WORKER_MAX + MIC_ERROR_MAX], lk[8];
+        uint8_t vb[DLV_HDR + DLV_ORD + MIC_WORKER_MAX + MIC_ERROR_MAX], lk[8], dk[12];
         MDB_val lkey = {8, lk}, lv, nv = {0, vb};
         struct mic_dlv d;
         struct mic_rec r;
@@ -1846,7 +1849,9 @@ static int migrate_1_to_2(mic_store *s, MDB_txn *txn)
         }
         memcpy(d.worker, p + DLV_V1_HDR, d.worker_len);
         memcpy(d.last_error, p + DLV_V1_HDR + d.worker_len, d.error_len);
-        memcpy(lk, (uint8_t *)k.mv_data + 4, 8);
+        memcpy(dk, k.mv_data, 12); /* the put rewrites the page 'k' points into */
+        k.mv_data = dk;
+        memcpy(lk, dk + 4, 8);
         rc = mdb_get(txn, s->log, &lkey, &lv);
         if (rc == 0 && rec_decode(get_u64(lk), &lv, &r) == MIC_OK && r.has_agg) {
             if ((rc = mig_ordinal(txn, s, r.akey, &d.ord)))
