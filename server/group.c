@@ -336,7 +336,7 @@ static void clear(mic_groups *g)
         free(g->cache[i].groups);
         memset(&g->cache[i], 0, sizeof g->cache[i]);
     }
-    g->backfilling = g->dropping = 0;
+    g->backfilling = g->dropping = g->selecting = 0;
     g->version++;
 }
 
@@ -355,6 +355,8 @@ static int load_one(void *arg, const char *name, size_t len,
     gr->backfilling = rec->backfilling == 1;
     gr->releasing = rec->backfilling == 2;
     g->backfilling |= rec->backfilling != 0;
+    /* A replay run's group still backfilling: its selection is not all in. */
+    g->selecting |= gr->cfg.replay_run && rec->backfilling == 1;
     gr->next = g->list;
     g->list = gr;
     return 0;
@@ -388,7 +390,6 @@ int mic_groups_new(mic_groups **out, mic_store *s)
     }
     mic_groups_reload(g, t);
     mic_txn_abort(t);
-    g->selecting = 1; /* look for unfinished selections at start */
     *out = g;
     return MIC_OK;
 }

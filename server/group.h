@@ -68,7 +68,8 @@ int mic_groups_fanout(mic_groups *g, struct mic_wctx *w, const char *topic,
 /* One bounded chunk of backfill or removal; *more set while work remains. */
 int mic_groups_background(mic_groups *g, struct mic_wctx *w);
 int mic_groups_busy(mic_groups *g);
-/* Set at start and from the creation of a 'selecting' group until
+/* Set while a replay run's group is still 'selecting' (from its creation,
+ * or from a load of the store that holds one) until
  * mic_groups_selecting_done: a replay run may still be adding its
  * selection (replay.c looks, a chunk per batch). */
 int mic_groups_selecting(mic_groups *g);

@@ -1,10 +1,10 @@
 /* test_model.c - a model-based randomized test of ordered consumer groups.
  *
- * Each test runs one fixed seed: a few thousand random steps against ONE
- * ordered group (max_attempts 3, lease 10 s, backoff up to 2 s, dlq_policy
- * release or hold) over six aggregates (three versioned, three not) and
- * events without an aggregate, through the real store, writer and group
- * registry in-process, with an injected clock (as tests/test_claim.c).
+ * Each test runs one fixed seed (1 to 32): a few thousand random steps
+ * against ONE ordered group (max_attempts 3, lease 10 s, backoff up to 2 s,
+ * dlq_policy release or hold) over six aggregates (three versioned, three
+ * not) and events without an aggregate, through the real store, writer and
+ * group registry in-process, with an injected clock (as tests/test_claim.c).
  * Steps: publish (version gaps, gap fills, late created_at, priorities),
  * claim, ack, nack, stale and reused tokens, lease expiry, small clock
  * moves, requeue all, DLQ skip, gap skip, restart of store + writer.
@@ -43,8 +43,22 @@
  * The clock moves only when the test moves it; after a move the test either
  * runs an inert op so that the writer's batch fires due deadlines, or (when
  * the group's backoff is 0, so the outcome is known) lets the next real op's
- * batch fire them first.  A failure prints the seed, the step, the last
- * operations and the model's open deliveries. */
+ * batch fire them first.
+ *
+ * Runs do not depend on thread timing either: the writer runs a batch only
+ * for an op of the test, which submits one at a time and waits for its
+ * done(), so nothing changes the store while the test reads it, predicts or
+ * moves the clock.  The writer's own wake-ups are what could break that: it
+ * sleeps until the next stored deadline and would fire it in a batch of its
+ * own as soon as it saw the moved clock (after a deferred move, before the
+ * model fires it at the next op; seed 8 once failed so at step 1050 on a
+ * loaded machine).  So the test hands the writer a next_due hook that runs
+ * the registry's but reports no deadline (no_wakeup); nothing else wakes it
+ * here (claims never wait, the group is created on an empty store so there
+ * is no backfill, and retention and dedupe expiries lie days past the
+ * clock's end), and every reconcile checks that each commit held one op
+ * (check_quiet).  A failure prints the seed, the step, the last operations
+ * and the model's open deliveries. */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stddef.h>
@@ -496,6 +510,26 @@ static void check_ack_order(struct fx *f, int i)
 
 /* ---- Store, writer and registry ---- */
 
+/* The schedule's next_due hook (mic_sched_hooks), called by no_wakeup. */
+static int64_t (*sched_next_due)(struct mic_sched *s, struct mic_wctx *w);
+
+/* The writer's next_due hook here: the registry's seek still runs in every
+ * batch, but the writer is told of no deadline ahead, so it never runs a
+ * batch of its own to fire one.  Left to itself it would: it turns the
+ * distance to the next deadline on the injected clock into a monotonic
+ * sleep and reads the injected clock again whenever it decides how long to
+ * sleep (after each batch, at each wake-up), so a clock move made while it
+ * was still finishing the last op's batch, or before it woke up, had it
+ * fire the deadline at once in a batch of its own, which committed before
+ * or after the test's next read depending on thread timing (seed 8, step
+ * 1050: a full reconcile right after a deferred "clock +11 s" read a lease
+ * expired that the model, firing deadlines at the next op, still held). */
+static int64_t no_wakeup(struct mic_sched *s, struct mic_wctx *w)
+{
+    (void)sched_next_due(s, w);
+    return 0;
+}
+
 static void done(mic_op *op)
 {
     sem_post(op->owner);
@@ -520,7 +554,21 @@ static void open_all(struct fx *f)
     memset(&h, 0, sizeof h);
     assert_int_equal(mic_sched_new(&f->sched, f->groups), MIC_OK);
     mic_sched_hooks(f->sched, &h);
+    sched_next_due = h.next_due;
+    h.next_due = no_wakeup;
     assert_int_equal(mic_writer_start(&f->w, f->store, &f->cfg, &h), MIC_OK);
+}
+
+/* Every commit of this writer held exactly one of the test's ops (they go
+ * one at a time): the writer ran no batch of its own. */
+static void check_quiet(struct fx *f)
+{
+    struct mic_writer_stats st;
+
+    mic_writer_stats(f->w, &st);
+    CHECK(f, st.commits == st.ops,
+          "test: the writer committed %llu batches for %llu ops: it ran batches of its own",
+          (unsigned long long)st.commits, (unsigned long long)st.ops);
 }
 
 static void close_all(struct fx *f)
@@ -670,6 +718,7 @@ static void reconcile(struct fx *f, int all)
     uint32_t gid;
     int n = all ? f->nev : f->ndirty;
 
+    check_quiet(f);
     assert_int_equal(mic_txn_begin(f->store, 0, &t), MIC_OK);
     if (mic_group_gid(t, GROUP, &gid) != MIC_OK) {
         mic_txn_abort(t);
@@ -736,7 +785,8 @@ static void reconcile(struct fx *f, int all)
 }
 
 /* Every op: the batch fires due deadlines first (model), then the op; the
- * deliveries touched are read back after. */
+ * deliveries touched are read back after.  Only the ops' batches fire
+ * deadlines (no_wakeup). */
 static void begin(struct fx *f)
 {
     apply_due(f);
@@ -1197,7 +1247,9 @@ static void op_token(struct fx *f)
 }
 
 /* Move the clock; then an inert op fires the deadlines, or (backoff 0: the
- * outcome is known) the next op's batch does. */
+ * outcome is known) the next op's batch does.  Either way no batch runs in
+ * between (no_wakeup), so the store keeps the state of the last op until
+ * then, whatever the threads' timing. */
 static void advance(struct fx *f, int64_t dt, int may_defer)
 {
     atomic_fetch_add(&fake_now, dt);
@@ -1679,6 +1731,30 @@ SEED_TEST(5)
 SEED_TEST(6)
 SEED_TEST(7)
 SEED_TEST(8)
+SEED_TEST(9)
+SEED_TEST(10)
+SEED_TEST(11)
+SEED_TEST(12)
+SEED_TEST(13)
+SEED_TEST(14)
+SEED_TEST(15)
+SEED_TEST(16)
+SEED_TEST(17)
+SEED_TEST(18)
+SEED_TEST(19)
+SEED_TEST(20)
+SEED_TEST(21)
+SEED_TEST(22)
+SEED_TEST(23)
+SEED_TEST(24)
+SEED_TEST(25)
+SEED_TEST(26)
+SEED_TEST(27)
+SEED_TEST(28)
+SEED_TEST(29)
+SEED_TEST(30)
+SEED_TEST(31)
+SEED_TEST(32)
 
 int main(void)
 {
@@ -1691,6 +1767,30 @@ int main(void)
         cmocka_unit_test_setup_teardown(model_seed_6, setup, teardown),
         cmocka_unit_test_setup_teardown(model_seed_7, setup, teardown),
         cmocka_unit_test_setup_teardown(model_seed_8, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_9, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_10, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_11, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_12, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_13, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_14, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_15, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_16, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_17, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_18, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_19, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_20, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_21, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_22, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_23, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_24, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_25, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_26, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_27, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_28, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_29, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_30, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_31, setup, teardown),
+        cmocka_unit_test_setup_teardown(model_seed_32, setup, teardown),
         cmocka_unit_test_setup_teardown(hold_requeued_head_is_next, setup, teardown),
         cmocka_unit_test_setup_teardown(hold_requeued_head_is_next_after_a_publish, setup, teardown),
     };
