@@ -141,6 +141,8 @@ static int dput(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
             fig_add(gr, gauge_of(ns), 1);
         if (ns == MIC_DLV_DISPATCHED)
             fig_add(gr, MIC_GSTAT_DISPATCHED, 1);
+        if (ns == MIC_DLV_SKIPPED)
+            fig_add(gr, MIC_GSTAT_SKIPPED, 1);
     }
     if (d && d->attempts > 1 && d->attempts > (old ? old->attempts : 0))
         fig_add(gr, MIC_GSTAT_REDELIVERIES, 1);

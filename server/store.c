@@ -1671,7 +1671,8 @@ int mic_store_id_del(mic_txn *t, const char *id, size_t idlen)
  * of the aggregate's hash, stores a compact delivery record with the
  * aggregate's ordinal and order key, and keeps no blocked flag in 'ags'.
  * Steps: give every aggregate an ordinal (in key order), rewrite 'ags' and
- * 'aq' under the new keys, rewrite every delivery record.  Log records of
+ * 'aq' under the new keys, rewrite every delivery record (counting the
+ * skipped ones, a figure format 2 adds).  Log records of
  * format 1 stay as they are (rec_decode reads both). */
 
 struct mig_ags { uint8_t gid[4], akey[MIC_AKEY_LEN]; uint8_t v[33]; };
@@ -1697,6 +1698,24 @@ static int mig_ordinal(MDB_txn *txn, mic_store *s, const uint8_t *akey, uint64_t
         return MDB_CORRUPTED;
     *ord = get_u64(p + 37 + tl + il);
     return 0;
+}
+
+/* Format 2 counts skipped deliveries in gstat slot 7 (reserved before). */
+static int mig_count_skip(MDB_txn *txn, mic_store *s, const uint8_t *gid)
+{
+    uint8_t vb[8 * MIC_GSTAT_N];
+    MDB_val k = {4, (void *)gid}, v;
+    int rc = mdb_get(txn, s->gstat, &k, &v);
+
+    memset(vb, 0, sizeof vb);
+    if (rc == 0)
+        memcpy(vb, v.mv_data, v.mv_size < sizeof vb ? v.mv_size : sizeof vb);
+    else if (rc != MDB_NOTFOUND)
+        return rc;
+    put_u64(vb + 8 * MIC_GSTAT_SKIPPED, get_u64(vb + 8 * MIC_GSTAT_SKIPPED) + 1);
+    v.mv_size = sizeof vb;
+    v.mv_data = vb;
+    return mdb_put(txn, s->gstat, &k, &v, 0);
 }
 
 static int migrate_1_to_2(mic_store *s, MDB_txn *txn)
@@ -1863,6 +1882,8 @@ static int migrate_1_to_2(mic_store *s, MDB_txn *txn)
         }
         nv.mv_size = dlv_encode(vb, &d);
         if ((rc = mdb_cursor_put(c, &k, &nv, MDB_CURRENT)))
+            break;
+        if (d.state == MIC_DLV_SKIPPED && (rc = mig_count_skip(txn, s, dk)))
             break;
     }
     mdb_cursor_close(c);

@@ -342,6 +342,7 @@ enum mic_gstat {
     MIC_GSTAT_DISPATCHED,      /* total ever dispatched */
     MIC_GSTAT_REDELIVERIES,    /* total claims after a delivery's first */
     MIC_GSTAT_BLOCKED,         /* aggregates blocked by their head */
+    MIC_GSTAT_SKIPPED,         /* total ever skipped */
     MIC_GSTAT_N = 8,
 };
 /* All counters of 'gid' (zeros if none). */

@@ -350,6 +350,17 @@ static void *writer_main(void *arg)
     struct mic_wctx ctx;
 
     memset(&ctx, 0, sizeof ctx);
+    /* The deadlines already stored (leases and retries that came due while
+     * micd was down, retention) set the first wake-up, in a read
+     * transaction: no batch is needed to learn them. */
+    if (w->hooks.next_due && mic_txn_begin(w->store, 0, &ctx.txn) == MIC_OK) {
+        ctx.now_us = mic_now_us();
+        ctx.cfg = w->cfg;
+        ctx.groups = w->hooks.groups;
+        w->next_due_us = w->hooks.next_due(w->hooks.sched, &ctx);
+        mic_txn_abort(ctx.txn);
+        ctx.txn = NULL;
+    }
     pthread_mutex_lock(&w->lock);
     for (;;) {
         mic_op *list = NULL, *last = NULL;
