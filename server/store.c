@@ -58,6 +58,7 @@ struct mic_store {
     MDB_dbi groups, drops, dlv, ready, timers, dlq, aq, ags, gapskip, runs, expiry, gstat;
     MDB_dbi unh, poison, tstat;
     uint64_t map_size, map_max;
+    int nosync;
     pthread_rwlock_t resize;
 };
 
@@ -70,6 +71,12 @@ struct mic_txn {
 };
 
 static int (*fault_hook)(const char *dbname);
+static int (*sync_fault_hook)(void);
+
+void mic_store_set_sync_fault(int (*hook)(void))
+{
+    sync_fault_hook = hook;
+}
 
 void mic_store_set_fault(int (*hook)(const char *dbname))
 {
@@ -245,13 +252,14 @@ int mic_store_open(mic_store **out, const char *dir, uint64_t map_size,
     pthread_rwlockattr_destroy(&attr);
     s->map_size = map_size;
     s->map_max = map_max;
+    s->nosync = nosync;
     if ((rc = mdb_env_create(&s->env)))
         goto fail_free;
     if ((rc = mdb_env_set_maxdbs(s->env, 32)) ||
         (rc = mdb_env_set_maxreaders(s->env, 1024)) ||
         (rc = mdb_env_set_mapsize(s->env, map_size)) ||
         (rc = mdb_env_open(s->env, dir,
-                           MDB_NOTLS | MDB_NORDAHEAD | (nosync ? MDB_NOSYNC : 0),
+                           MDB_NOTLS | MDB_NORDAHEAD | (nosync ? MDB_NOSYNC : MDB_NOMETASYNC),
                            0600)))
         goto fail_env;
     if ((rc = open_dbs(s)))
@@ -311,6 +319,31 @@ void mic_store_usage(mic_store *s, uint64_t *map_size, uint64_t *used,
     *map_size = info.me_mapsize;
     *used = (uint64_t)(info.me_last_pgno + 1) * st.ms_psize;
     *map_max = s->map_max;
+}
+
+/* ---- Durability ----
+ *
+ * The environment is opened with MDB_NOMETASYNC: a commit writes its pages,
+ * fdatasyncs them, then writes its meta page without a sync (LMDB keeps
+ * the store consistent: the meta of a commit reaches the disk only after
+ * its pages).  The commit is durable after the next fdatasync, which
+ * mic_store_sync makes (the writer's sync stage calls it before answering
+ * the commit's requests), or which the next commit makes. */
+
+int mic_store_sync(mic_store *s)
+{
+    int rc;
+
+    if (sync_fault_hook && (rc = sync_fault_hook()))
+        goto failed;
+    if (s->nosync)
+        return MIC_OK;
+    if ((rc = mdb_env_sync(s->env, 1))) {
+    failed:
+        mic_log(MIC_LOG_ERROR, NULL, "fdatasync failed", "error", mdb_strerror(rc), NULL);
+        return MIC_EIO;
+    }
+    return MIC_OK;
 }
 
 /* ---- Transactions ---- */

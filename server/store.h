@@ -85,12 +85,24 @@ void mic_store_usage(mic_store *s, uint64_t *map_size, uint64_t *used,
  * nonzero return (an MDB or errno code) makes that write fail with it. */
 void mic_store_set_fault(int (*hook)(const char *dbname));
 
+/* Test hook: called at every mic_store_sync; a nonzero return (an errno
+ * code) makes that sync fail with it. */
+void mic_store_set_sync_fault(int (*hook)(void));
+
 /* ---- Transactions ---- */
 
 /* Begin a read (write == 0) or write transaction. */
 int mic_txn_begin(mic_store *s, int write, mic_txn **out);
-/* Commit (syncing unless nosync) and free.  MIC_ENOSPC on a full disk. */
+/* Commit and free: the pages are synced (unless nosync), the meta page
+ * is written but not yet synced, so the commit is durable only after the
+ * next mic_store_sync (or the next commit).  MIC_ENOSPC on a full disk,
+ * MIC_EIO on another failure (nothing of the transaction is committed). */
 int mic_txn_commit(mic_txn *t);
+/* Make every commit so far durable (fdatasync; nothing with nosync).
+ * Returns MIC_OK, or MIC_EIO when the sync failed (logged): what was
+ * committed since the last good sync may then be lost, so the caller must
+ * not report it durable.  Any thread, also during a write transaction. */
+int mic_store_sync(mic_store *s);
 void mic_txn_abort(mic_txn *t);
 
 /* ---- Meta ---- */

@@ -15,6 +15,17 @@
  * the next stored deadline, the next parked op's deadline; idle after a
  * batch, it first hands freed memory back with malloc_trim (TRIM_MS).
  *
+ * Durability: a commit syncs its pages but not its meta page (store.c,
+ * "Durability"), so the ops it finished go to the sync stage, a thread of
+ * its own that makes one fdatasync for every commit queued since its last
+ * one and only then calls their done().  Meanwhile the writer already runs
+ * the next batch: the meta sync of commit N overlaps batch N+1.  No op is
+ * answered before the sync that covers its commit returned; a failed sync
+ * answers its ops MIC_EIO and stops the writer (fail-stop: after a failed
+ * fsync the kernel may have dropped the pages, so nothing later can be
+ * trusted to be on disk; DESIGN section 1).  Parked ops, and ops whose batch
+ * failed (it wrote nothing), are finished by the writer itself.
+ *
  * When an op reports MIC_ENOSPC (the map is full) the transaction is
  * aborted, the map grown and the whole batch applied again; when the map
  * cannot grow any more, the ops are applied one transaction each, so that
@@ -55,6 +66,14 @@ struct mic_writer {
     mic_op *woken;              /* to apply again in the next batch */
     int trim_pending;           /* batches ran since the last malloc_trim */
     int64_t trimmed_ms;         /* monotonic ms of the last malloc_trim */
+    /* The sync stage: finished ops of committed batches, guarded by
+     * 'slock'; 'scond' wakes the sync thread. */
+    pthread_t sync_thread;
+    pthread_mutex_t slock;
+    pthread_cond_t scond;
+    mic_op *shead, *stail;
+    int sstop;
+    int durable;                /* 0 with --durability none: no sync stage */
 };
 
 /* Once the queue is empty, give the memory a burst freed back to the
@@ -258,10 +277,61 @@ fail:
     return rc;
 }
 
-/* After the batch: park what asked for it, finish the rest. */
+/* ---- The sync stage ---- */
+
+static void *sync_main(void *arg)
+{
+    mic_writer *w = arg;
+
+    pthread_mutex_lock(&w->slock);
+    for (;;) {
+        mic_op *list;
+        int rc;
+
+        while (!w->shead && !w->sstop)
+            pthread_cond_wait(&w->scond, &w->slock);
+        if (!w->shead)
+            break;
+        list = w->shead;
+        w->shead = w->stail = NULL;
+        pthread_mutex_unlock(&w->slock);
+        rc = mic_store_sync(w->store);
+        if (rc) {
+            pthread_mutex_lock(&w->lock);
+            w->st.alive = 0; /* fail-stop: later submits answer not ready */
+            pthread_mutex_unlock(&w->lock);
+        }
+        while (list) {
+            mic_op *next = list->next;
+            list->result = rc;
+            list->done(list);
+            list = next;
+        }
+        pthread_mutex_lock(&w->slock);
+    }
+    pthread_mutex_unlock(&w->slock);
+    return NULL;
+}
+
+/* Hand the finished ops of a committed batch to the sync stage. */
+static void to_sync(mic_writer *w, mic_op *list, mic_op *last)
+{
+    pthread_mutex_lock(&w->slock);
+    if (w->stail)
+        w->stail->next = list;
+    else
+        w->shead = list;
+    w->stail = last;
+    pthread_cond_signal(&w->scond);
+    pthread_mutex_unlock(&w->slock);
+}
+
+/* After the batch: park what asked for it, finish the rest (through the
+ * sync stage when the batch committed). */
 static void settle(mic_writer *w, mic_op *list, int result)
 {
     int64_t now = mic_mono_ms();
+    mic_op *fin = NULL, *fin_last = NULL;
 
     while (list) {
         mic_op *next = list->next;
@@ -271,9 +341,20 @@ static void settle(mic_writer *w, mic_op *list, int result)
             continue;
         }
         list->result = result;
-        list->done(list);
+        if (result == MIC_OK && w->durable) {
+            list->next = NULL;
+            if (fin_last)
+                fin_last->next = list;
+            else
+                fin = list;
+            fin_last = list;
+        } else {
+            list->done(list);
+        }
         list = next;
     }
+    if (fin)
+        to_sync(w, fin, fin_last);
 }
 
 static void set_full(mic_writer *w, int full)
@@ -444,6 +525,12 @@ static void *writer_main(void *arg)
         op->done(op);
     }
     expire_parked(w, 1);
+    /* The sync stage answers what it holds, then ends. */
+    pthread_mutex_lock(&w->slock);
+    w->sstop = 1;
+    pthread_cond_signal(&w->scond);
+    pthread_mutex_unlock(&w->slock);
+    pthread_join(w->sync_thread, NULL);
     free(ctx.wake);
     pthread_mutex_lock(&w->lock);
     w->st.alive = 0;
@@ -476,15 +563,29 @@ int mic_writer_start(mic_writer **out, mic_store *s,
     w->next_seq = last + 1;
     w->st.committed_seq = last;
     w->st.alive = 1;
+    w->durable = cfg->durability != MIC_DURABILITY_NONE;
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->cond, NULL);
+    pthread_mutex_init(&w->slock, NULL);
+    pthread_cond_init(&w->scond, NULL);
+    if (pthread_create(&w->sync_thread, NULL, sync_main, w)) {
+        rc = MIC_ENOMEM;
+        goto fail_sync;
+    }
     if (pthread_create(&w->thread, NULL, writer_main, w)) {
+        pthread_mutex_lock(&w->slock);
+        w->sstop = 1;
+        pthread_cond_signal(&w->scond);
+        pthread_mutex_unlock(&w->slock);
+        pthread_join(w->sync_thread, NULL);
         rc = MIC_ENOMEM;
         goto fail_sync;
     }
     *out = w;
     return MIC_OK;
 fail_sync:
+    pthread_cond_destroy(&w->scond);
+    pthread_mutex_destroy(&w->slock);
     pthread_cond_destroy(&w->cond);
     pthread_mutex_destroy(&w->lock);
 fail_free:
@@ -534,6 +635,8 @@ void mic_writer_free(mic_writer *w)
     if (!w)
         return;
     mic_writer_stop(w);
+    pthread_cond_destroy(&w->scond);
+    pthread_mutex_destroy(&w->slock);
     pthread_cond_destroy(&w->cond);
     pthread_mutex_destroy(&w->lock);
     free(w->heap);

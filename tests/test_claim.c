@@ -14,6 +14,7 @@
 #include "claim.h"
 #include "clock.h"
 #include "config.h"
+#include "delivery.h"
 #include "err.h"
 #include "group.h"
 #include "publish.h"
@@ -187,7 +188,7 @@ static struct mic_dlv dlv_of(struct fx *f, const char *group, uint64_t seq)
 
     assert_int_equal(mic_txn_begin(f->store, 0, &t), MIC_OK);
     assert_int_equal(mic_group_gid(t, group, &gid), MIC_OK);
-    assert_int_equal(mic_store_dlv_get(t, gid, seq, &d), MIC_OK);
+    assert_int_equal(mic_delivery_get(t, gid, seq, &d), MIC_OK);
     mic_txn_abort(t);
     return d;
 }

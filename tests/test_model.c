@@ -70,6 +70,7 @@
 #include "claim.h"
 #include "clock.h"
 #include "config.h"
+#include "delivery.h"
 #include "err.h"
 #include "group.h"
 #include "views.h"
@@ -729,7 +730,7 @@ static void reconcile(struct fx *f, int all)
         struct mev *e = &f->ev[i];
         struct mic_dlv d;
         char hexd[2 * MIC_TOKEN_LEN + 1];
-        int rc = mic_store_dlv_get(t, gid, e->seq, &d);
+        int rc = mic_delivery_get(t, gid, e->seq, &d);
 
         if (rc != MIC_OK)
             mic_txn_abort(t);

@@ -1,7 +1,8 @@
 /* test_writer.c - the writer thread: group commit (ops queued while a
  * batch runs are committed together), the queue bound (MIC_EBUSY), a full
  * map (grow and retry; at the limit each op alone), a failing write that
- * aborts its batch, and draining on stop. */
+ * aborts its batch, a failing sync that answers its ops MIC_EIO and stops
+ * the writer (fail-stop), and draining on stop. */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stddef.h>
@@ -346,9 +347,47 @@ static void stop_drains_queue(void **state)
     fx_close(&f);
 }
 
+static int sync_fails(void)
+{
+    return EIO;
+}
+
+/* A commit whose sync fails is never answered MIC_OK, and the writer
+ * takes nothing more (after a failed fsync nothing it writes can be
+ * trusted to reach the disk). */
+static void failed_sync_stops(void **state)
+{
+    struct fx f;
+    struct mic_writer_stats st;
+    struct top a, b, c;
+    sem_t sem;
+
+    (void)state;
+    sem_init(&sem, 0, 0);
+    assert_int_equal(fx_open(&f, NULL), 0);
+    top_init(&a, 100, &sem);
+    assert_int_equal(mic_writer_submit(f.w, &a.op), MIC_OK);
+    sem_wait(&sem);
+    assert_int_equal(a.op.result, MIC_OK);
+    mic_store_set_sync_fault(sync_fails);
+    top_init(&b, 100, &sem);
+    assert_int_equal(mic_writer_submit(f.w, &b.op), MIC_OK);
+    sem_wait(&sem);
+    mic_store_set_sync_fault(NULL);
+    assert_int_equal(b.applied, 1);
+    assert_int_equal(b.op.result, MIC_EIO);
+    mic_writer_stats(f.w, &st);
+    assert_int_equal(st.alive, 0);
+    top_init(&c, 100, &sem);
+    assert_int_equal(mic_writer_submit(f.w, &c.op), MIC_ENOTREADY);
+    fx_close(&f);
+    sem_destroy(&sem);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(failed_sync_stops),
         cmocka_unit_test(group_commit),
         cmocka_unit_test(queue_bound),
         cmocka_unit_test(map_full_grows_then_refuses),
