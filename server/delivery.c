@@ -39,6 +39,11 @@
  * head before and after each change (agg_load / agg_store), and only the
  * count moves.
  *
+ * A replay run's deliveries carry their rank in the run's selection
+ * ((created_at, event_id) order): the ready set hands them out by rank
+ * instead of (priority, seq), so a run goes in selection order across
+ * aggregates (DESIGN section 5).
+ *
  * Lease tokens are 128 random bits.  A token that does not match the
  * delivery's last one answers lease_lost, or not_found when the delivery
  * was never leased in this group (a token of a deleted group whose name was
@@ -215,7 +220,7 @@ static int detach(struct mic_wctx *w, uint32_t gid, uint64_t seq, const struct m
     if (d->state == MIC_DLV_PENDING && d->not_before)
         return mic_store_timer_del(w->txn, d->not_before, gid, seq);
     if (d->state == MIC_DLV_PENDING) {
-        rc = mic_store_ready_del(w->txn, gid, d->priority, seq);
+        rc = mic_store_ready_del(w->txn, gid, d->rank ? 0 : d->priority, d->rank, seq);
         return rc == MIC_ENOTFOUND ? MIC_OK : rc;
     }
     return MIC_OK;
@@ -227,7 +232,7 @@ static int attach(struct mic_wctx *w, uint32_t gid, uint64_t seq, const struct m
     if (d->not_before)
         return mic_store_timer_put(w->txn, d->not_before, gid, seq, MIC_TIMER_RETRY);
     mic_wctx_wake(w, gid);
-    return mic_store_ready_put(w->txn, gid, d->priority, seq);
+    return mic_store_ready_put(w->txn, gid, d->rank ? 0 : d->priority, d->rank, seq);
 }
 
 /* ---- Ordered groups: an aggregate's state across one change ---- */
@@ -462,6 +467,7 @@ int mic_delivery_add(struct mic_wctx *w, struct mic_group *gr, const struct mic_
     d.priority = r->priority;
     d.created_at = r->created_at_us;
     d.not_before = r->deliver_at_us > w->now_us ? r->deliver_at_us : 0;
+    d.rank = r->rank;
     if (gr->cfg.ordered && r->has_agg) {
         d.ord = r->ordinal;
         if (!d.ord) {

@@ -505,6 +505,7 @@ static int rec_decode(uint64_t seq, const MDB_val *v, struct mic_rec *r)
     r->version = get_u64(p + 24);
     memcpy(r->akey, p + 32, MIC_AKEY_LEN);
     r->ordinal = 0;
+    r->rank = 0;
     r->deliver_at_us = hdr == REC_HDR ? (int64_t)get_u64(p + 48) : 0;
     r->json = (const char *)p + hdr;
     r->json_len = v->mv_size - hdr;
@@ -948,12 +949,14 @@ int mic_store_drop_step(mic_txn *t, uint32_t gid, int budget, int *finished)
 /* ---- Deliveries ---- */
 
 /* Delivery record, format 2 (proto/store-format.md):
- *   0 state, 1 priority, 2 flags (1 handed, 2 has ord/k1, 4 versioned),
- *   3 worker length, 4 attempts u32, 8 the state's time u64 (not_before,
- *   lease_expires or terminal_at), 16 created_at u64, 24 token[16],
- *   40 error length u16, [42 ord u64, 50 k1 u64], then worker, error. */
+ *   0 state, 1 priority, 2 flags (1 handed, 2 has ord/k1, 4 versioned,
+ *   8 has rank), 3 worker length, 4 attempts u32, 8 the state's time u64
+ *   (not_before, lease_expires or terminal_at), 16 created_at u64,
+ *   24 token[16], 40 error length u16, [ord u64, k1 u64], [rank u64],
+ *   then worker, error. */
 #define DLV_HDR 42
 #define DLV_ORD 16
+#define DLV_RANK 8
 #define DLV_V1_HDR 64
 
 static int nonterminal_state(int st)
@@ -979,13 +982,19 @@ static int dlv_decode(const MDB_val *v, struct mic_dlv *d)
     d->created_at = (int64_t)get_u64(p + 16);
     memcpy(d->token, p + 24, MIC_TOKEN_LEN);
     d->error_len = (uint16_t)(p[40] << 8 | p[41]);
-    d->ord = d->k1 = 0;
+    d->ord = d->k1 = d->rank = 0;
     if (p[2] & 2) {
-        if (v->mv_size < DLV_HDR + DLV_ORD)
+        if (v->mv_size < h + DLV_ORD)
             return MIC_EIO;
-        d->ord = get_u64(p + 42);
-        d->k1 = get_u64(p + 50);
+        d->ord = get_u64(p + h);
+        d->k1 = get_u64(p + h + 8);
         h += DLV_ORD;
+    }
+    if (p[2] & 8) {
+        if (v->mv_size < h + DLV_RANK)
+            return MIC_EIO;
+        d->rank = get_u64(p + h);
+        h += DLV_RANK;
     }
     d->not_before = d->state == MIC_DLV_PENDING ? tm : 0;
     d->lease_expires = d->state == MIC_DLV_PROCESSING ? tm : 0;
@@ -1002,13 +1011,14 @@ static int dlv_decode(const MDB_val *v, struct mic_dlv *d)
 
 static size_t dlv_encode(uint8_t *vb, const struct mic_dlv *d)
 {
-    size_t h = DLV_HDR + (d->ord ? DLV_ORD : 0);
+    size_t h = DLV_HDR;
     int64_t tm = d->state == MIC_DLV_PENDING ? d->not_before
                  : d->state == MIC_DLV_PROCESSING ? d->lease_expires : d->terminal_at;
 
     vb[0] = d->state;
     vb[1] = d->priority;
-    vb[2] = (uint8_t)((d->handed ? 1 : 0) | (d->ord ? 2 : 0) | (d->versioned ? 4 : 0));
+    vb[2] = (uint8_t)((d->handed ? 1 : 0) | (d->ord ? 2 : 0) | (d->versioned ? 4 : 0) |
+                      (d->rank ? 8 : 0));
     vb[3] = d->worker_len;
     put_u32(vb + 4, d->attempts);
     put_u64(vb + 8, (uint64_t)tm);
@@ -1017,8 +1027,13 @@ static size_t dlv_encode(uint8_t *vb, const struct mic_dlv *d)
     vb[40] = (uint8_t)(d->error_len >> 8);
     vb[41] = (uint8_t)d->error_len;
     if (d->ord) {
-        put_u64(vb + 42, d->ord);
-        put_u64(vb + 50, d->k1);
+        put_u64(vb + h, d->ord);
+        put_u64(vb + h + 8, d->k1);
+        h += DLV_ORD;
+    }
+    if (d->rank) {
+        put_u64(vb + h, d->rank);
+        h += DLV_RANK;
     }
     memcpy(vb + h, d->worker, d->worker_len);
     memcpy(vb + h + d->worker_len, d->last_error, d->error_len);
@@ -1041,7 +1056,7 @@ int mic_store_dlv_get(mic_txn *t, uint32_t gid, uint64_t seq, struct mic_dlv *d)
 int mic_store_dlv_put(mic_txn *t, uint32_t gid, uint64_t seq,
                       const struct mic_dlv *d)
 {
-    uint8_t kb[12], vb[DLV_HDR + DLV_ORD + MIC_WORKER_MAX + MIC_ERROR_MAX];
+    uint8_t kb[12], vb[DLV_HDR + DLV_ORD + DLV_RANK + MIC_WORKER_MAX + MIC_ERROR_MAX];
     MDB_val k = {12, kb}, v = {0, vb};
 
     put_u32(kb, gid);
@@ -1185,28 +1200,33 @@ int mic_store_dlv_each(mic_txn *t, uint32_t gid,
     return rc == MDB_NOTFOUND || rc == 0 ? MIC_OK : from_mdb(rc);
 }
 
-static void ready_key(uint8_t kb[13], uint32_t gid, uint8_t prio, uint64_t seq)
+static void ready_key(uint8_t kb[13], uint32_t gid, uint8_t prio, uint64_t pos)
 {
     put_u32(kb, gid);
     kb[4] = (uint8_t)(255 - prio);
-    put_u64(kb + 5, seq);
+    put_u64(kb + 5, pos);
 }
 
-int mic_store_ready_put(mic_txn *t, uint32_t gid, uint8_t prio, uint64_t seq)
+int mic_store_ready_put(mic_txn *t, uint32_t gid, uint8_t prio, uint64_t rank, uint64_t seq)
 {
-    uint8_t kb[13];
+    uint8_t kb[13], vb[8];
     MDB_val k = {13, kb}, v = {0, NULL};
 
-    ready_key(kb, gid, prio, seq);
+    ready_key(kb, gid, prio, rank ? rank : seq);
+    if (rank) {
+        put_u64(vb, seq);
+        v.mv_size = 8;
+        v.mv_data = vb;
+    }
     return put(t, t->s->ready, "ready", &k, &v, 0);
 }
 
-int mic_store_ready_del(mic_txn *t, uint32_t gid, uint8_t prio, uint64_t seq)
+int mic_store_ready_del(mic_txn *t, uint32_t gid, uint8_t prio, uint64_t rank, uint64_t seq)
 {
     uint8_t kb[13];
     MDB_val k = {13, kb};
 
-    ready_key(kb, gid, prio, seq);
+    ready_key(kb, gid, prio, rank ? rank : seq);
     return from_mdb(mdb_del(t->txn, t->s->ready, &k, NULL));
 }
 
@@ -1227,7 +1247,8 @@ int mic_store_ready_pop(mic_txn *t, uint32_t gid, uint64_t *seqs, int max,
     rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
     while (rc == 0 && *n < max && k.mv_size == 13 &&
            memcmp(k.mv_data, prefix, 4) == 0) {
-        seqs[(*n)++] = get_u64((uint8_t *)k.mv_data + 5);
+        /* A ranked entry carries its seq as its value. */
+        seqs[(*n)++] = v.mv_size == 8 ? get_u64(v.mv_data) : get_u64((uint8_t *)k.mv_data + 5);
         if ((rc = mdb_cursor_del(c, 0)))
             break;
         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT); /* after a delete: the next key */
@@ -1874,7 +1895,7 @@ static int migrate_1_to_2(mic_store *s, MDB_txn *txn)
     for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
          rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
         const uint8_t *p = v.mv_data;
-        uint8_t vb[DLV_HDR + DLV_ORD + MIC_WORKER_MAX + MIC_ERROR_MAX], lk[8], dk[12];
+        uint8_t vb[DLV_HDR + DLV_ORD + DLV_RANK + MIC_WORKER_MAX + MIC_ERROR_MAX], lk[8], dk[12];
         MDB_val lkey = {8, lk}, lv, nv = {0, vb};
         struct mic_dlv d;
         struct mic_rec r;

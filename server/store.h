@@ -32,6 +32,8 @@ struct mic_rec {
                                     * (never stored in the log: publish sets
                                     * it, readers look it up in aggs) */
     int64_t deliver_at_us;         /* no group hands it out before; 0 = none */
+    uint64_t rank;                 /* not stored: a replay run's selection
+                                    * order for mic_delivery_add, 0 = none */
     const char *json;              /* the stored event, compact JSON */
     size_t json_len;
 };
@@ -227,6 +229,8 @@ struct mic_dlv {
     int64_t terminal_at;       /* DISPATCHED / DLQ / SKIPPED since (µs) */
     uint64_t ord;              /* ordered groups: the aggregate's ordinal, 0 = none */
     uint64_t k1;               /* ordered groups: order key (version or created_at) */
+    uint64_t rank;             /* replay groups: the selection order, 0 = none
+                                * (the ready set then goes by seq) */
     uint8_t token[MIC_TOKEN_LEN]; /* the last lease granted */
     uint8_t worker_len;
     char worker[MIC_WORKER_MAX + 1];
@@ -247,10 +251,11 @@ int mic_store_dlv_del(mic_txn *t, uint32_t gid, uint64_t seq);
 int mic_store_dlv_each(mic_txn *t, uint32_t gid,
                        int (*fn)(void *arg, uint64_t seq, int state), void *arg);
 
-/* The ready set of a group: (priority desc, seq asc).  _del answers
- * MIC_ENOTFOUND when the entry is absent. */
-int mic_store_ready_put(mic_txn *t, uint32_t gid, uint8_t prio, uint64_t seq);
-int mic_store_ready_del(mic_txn *t, uint32_t gid, uint8_t prio, uint64_t seq);
+/* The ready set of a group: (priority desc, rank or seq asc).  A delivery
+ * with a rank (rank != 0) sorts by it and carries its seq in the entry.
+ * _del answers MIC_ENOTFOUND when the entry is absent. */
+int mic_store_ready_put(mic_txn *t, uint32_t gid, uint8_t prio, uint64_t rank, uint64_t seq);
+int mic_store_ready_del(mic_txn *t, uint32_t gid, uint8_t prio, uint64_t rank, uint64_t seq);
 /* Remove up to 'max' entries from the head of the ready set, storing their
  * seqs in order; *n receives how many. */
 int mic_store_ready_pop(mic_txn *t, uint32_t gid, uint64_t *seqs, int max,
