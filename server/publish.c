@@ -409,6 +409,7 @@ static int write_item(mic_publish *p, struct mic_wctx *w, struct item *it)
     r.has_agg = ev->has_agg;
     r.has_version = ev->has_version;
     r.created_at_us = ev->created_at_us;
+    r.deliver_at_us = ev->deliver_at_us;
     r.received_at_us = w->now_us;
     r.version = ev->version;
     memcpy(r.akey, ev->akey, MIC_AKEY_LEN);
