@@ -197,7 +197,9 @@ static int topic_resolve(mic_publish *p, struct mic_wctx *w,
         tr->max_payload_bytes = TOPIC_PAYLOAD_DEFAULT;
         if (create && ((rc = mic_store_next_topic_id(w->txn, &tr->id)) ||
                        (rc = mic_store_topic_put(w->txn, ev->topic,
-                                                 ev->topiclen, tr))))
+                                                 ev->topiclen, tr)) ||
+                       (w->groups && (rc = mic_groups_topic_named(w->groups, tr->id,
+                                                                  ev->topic, ev->topiclen)))))
             return rc;
     } else if (rc) {
         return rc;
