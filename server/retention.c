@@ -4,8 +4,10 @@
  * retention_s in the `expiry` index (due, seq); the writer seeks the first
  * entry before each batch, so the sweep is deadline-driven and never scans
  * the log.  An event is removed only when its delivery is terminal
- * (dispatched, dead-lettered, skipped) in every group; otherwise it is
- * looked at again one retention period later (at most RECHECK_MAX_S).  Nothing is walked per removal: the event's
+ * (dispatched, dead-lettered, skipped) in every group, and no replay run
+ * still adding its selection has it ahead (mic_replay_holds: it is pending
+ * in that run); otherwise it is looked at again one retention period later
+ * (at most RECHECK_MAX_S).  Nothing is walked per removal: the event's
  * topic comes from the writer's map of topic names by id
  * (mic_groups_topic_find), and only the groups that can hold a delivery of
  * it are asked -- the live groups subscribed to its topic and the replay
@@ -25,6 +27,7 @@
 #include "err.h"
 #include "event.h"
 #include "log.h"
+#include "replay.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -130,15 +133,17 @@ static struct mic_group *holder(const struct holders *h, struct mic_group *prev,
     return i < h->n ? h->v[i] : NULL;
 }
 
-/* Nonzero if event 'r' has a delivery that is not terminal in some group.
- * A store error goes to *rc. */
+/* Nonzero if event 'r' must stay for some group: a delivery not terminal,
+ * or a replay run that has still to add it.  A store error goes to *rc. */
 static int busy_somewhere(struct mic_wctx *w, const struct holders *h, const struct mic_rec *r,
-                          int *rc)
+                          const char *id, size_t idlen, int *rc)
 {
     struct mic_group *gr = NULL;
 
     for (int i = 0; (gr = holder(h, gr, i)); i++) {
         int busy, e = mic_delivery_busy(w, gr, r->seq, &busy);
+        if (!e && !busy)
+            e = mic_replay_holds(w, gr, r, id, idlen, &busy);
         if (e) {
             *rc = e;
             return 1;
@@ -179,7 +184,7 @@ static int remove_event(struct mic_wctx *w, mic_groups *g, int64_t due, uint64_t
     }
     if (rc)
         return rc;
-    if (busy_somewhere(w, &h, &r, &rc)) {
+    if (busy_somewhere(w, &h, &r, id, idlen, &rc)) {
         /* Look again later: after the topic's retention, at most a minute. */
         int64_t again = retention_s < RECHECK_MAX_S ? (int64_t)retention_s : RECHECK_MAX_S;
         if (rc)
@@ -191,7 +196,7 @@ static int remove_event(struct mic_wctx *w, mic_groups *g, int64_t due, uint64_t
         (rc = archive(w, arch, name[0] ? name : "unknown", r.json, r.json_len)))
         return rc;
     for (int i = 0; (gr = holder(&h, gr, i)); i++)
-        if ((rc = mic_delivery_remove(w, gr, seq)))
+        if ((rc = mic_replay_removing(w, gr, seq)) || (rc = mic_delivery_remove(w, gr, seq)))
             return rc;
     if ((rc = mic_store_time_del(w->txn, r.topic_id, r.created_at_us, id, idlen)) ||
         (rc = mic_store_log_del(w->txn, seq)) ||
