@@ -942,7 +942,7 @@ int mic_replay_removing(struct mic_wctx *w, const struct mic_group *gr, uint64_t
     return run_put(w, gr->cfg.replay_run, &run);
 }
 
-/* ---- GET /v1/replays/{run_id} ---- */
+/* ---- GET /v1/replays, GET /v1/replays/{run_id} ---- */
 
 /* Append the status of run 'id' (record 'val', borrowed from 't'). */
 static int run_status(mic_txn *t, const char *id, size_t len, const void *val, size_t vlen,
@@ -993,6 +993,37 @@ int mic_replay_get(mic_store *s, const char *run_id, struct mic_buf *out,
     mic_txn_abort(t);
     if (rc == MIC_ENOTFOUND)
         return mic_error_set(err, rc, "not_found", NULL, "no replay run %s", run_id);
+    if (rc)
+        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+    return MIC_OK;
+}
+
+struct list {
+    mic_txn *t;
+    struct mic_buf *out;
+    int n;
+};
+
+static int list_one(void *arg, const char *id, size_t len, const void *val, size_t vlen)
+{
+    struct list *l = arg;
+
+    if (l->n++)
+        mic_buf_add(l->out, ",", 1);
+    return run_status(l->t, id, len, val, vlen, l->out);
+}
+
+int mic_replay_list(mic_store *s, struct mic_buf *out, struct mic_error *err)
+{
+    struct list l = {NULL, out, 0};
+    int rc;
+
+    if ((rc = mic_txn_begin(s, 0, &l.t)))
+        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+    mic_buf_puts(out, "{\"replays\":[");
+    rc = mic_store_run_each(l.t, list_one, &l);
+    mic_buf_puts(out, "]}");
+    mic_txn_abort(l.t);
     if (rc)
         return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
     return MIC_OK;

@@ -58,6 +58,11 @@ void mic_replay_op_free(mic_replay_op *o);
 int mic_replay_get(mic_store *s, const char *run_id, struct mic_buf *out,
                    struct mic_error *err);
 
+/* GET /v1/replays: append {"replays":[...]} to 'out', each item what
+ * mic_replay_get answers, in run_id order.  Returns MIC_OK, or MIC_EIO
+ * with 'err' filled. */
+int mic_replay_list(mic_store *s, struct mic_buf *out, struct mic_error *err);
+
 /* Writer hook: add one chunk (RUN_CHUNK events) of the selection of a run
  * still selecting to its group, while mic_groups_selecting says one may
  * be.  Returns MIC_OK or a store error (the batch aborts). */

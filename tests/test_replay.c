@@ -453,6 +453,52 @@ static void replay_counts_follow_deliveries(void **state)
     json_decref(ev);
 }
 
+/* GET /v1/replays lists every run, in run_id order, each item exactly what
+ * GET /v1/replays/{run_id} answers. */
+static void replay_list(void **state)
+{
+    json_t *l, *it, *st;
+    char path[128], prev[80] = "";
+    size_t i;
+    int a = 0, b = 0;
+
+    (void)state;
+    json_decref(call(&S, "POST", "/v1/replays", "{\"topic\":\"rr\",\"run_id\":\"ls-b\"}", 201));
+    json_decref(call(&S, "POST", "/v1/replays",
+                     "{\"topic\":\"ro\",\"run_id\":\"ls-a\",\"kind\":\"effect\",\"effects\":\"allow\"}", 201));
+    l = call(&S, "GET", "/v1/replays", NULL, 200);
+    assert_int_equal(json_object_size(l), 1);
+    assert_true(json_array_size(json_object_get(l, "replays")) >= 2);
+    json_array_foreach(json_object_get(l, "replays"), i, it) {
+        const char *id = jstr(it, "run_id");
+
+        assert_true(strcmp(prev, id) < 0);
+        snprintf(prev, sizeof prev, "%s", id);
+        a += !strcmp(id, "ls-a");
+        b += !strcmp(id, "ls-b");
+        snprintf(path, sizeof path, "/v1/replays/%s", id);
+        st = call(&S, "GET", path, NULL, 200);
+        if (!json_equal(st, it)) {
+            char *x = json_dumps(it, JSON_SORT_KEYS), *y = json_dumps(st, JSON_SORT_KEYS);
+            fprintf(stderr, "list item %s\n  != status %s\n", x, y);
+            free(x);
+            free(y);
+        }
+        assert_true(json_equal(st, it));
+        json_decref(st);
+    }
+    assert_int_equal(a, 1);
+    assert_int_equal(b, 1);
+    json_decref(l);
+    json_decref(call(&S, "PUT", "/v1/replays", "{}", 405));
+    json_decref(call(&S, "DELETE", "/v1/replays/ls-a", NULL, 204));
+    json_decref(call(&S, "DELETE", "/v1/replays/ls-b", NULL, 204));
+    l = call(&S, "GET", "/v1/replays", NULL, 200);
+    json_array_foreach(json_object_get(l, "replays"), i, it)
+        assert_true(strcmp(jstr(it, "run_id"), "ls-a") && strcmp(jstr(it, "run_id"), "ls-b"));
+    json_decref(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -464,6 +510,7 @@ int main(void)
         cmocka_unit_test(replay_keeps_aggregate_order),
         cmocka_unit_test(replay_counts_from_the_start),
         cmocka_unit_test(replay_counts_follow_deliveries),
+        cmocka_unit_test(replay_list),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

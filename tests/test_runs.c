@@ -4,7 +4,7 @@
  * when retention removes what it may -- a dead letter of the run, or an
  * event removed between the selection and the run's record -- while an
  * event a run has still to add is kept.  A run record of the first layout
- * (168-byte header) is still read. */
+ * (168-byte header) is still read, and listed (mic_replay_list). */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stddef.h>
@@ -476,8 +476,36 @@ static void first_layout_record_is_read(void **state)
 
     after = status(f, "old");
     assert_true(json_equal(before, after));
+    /* The listing answers the same. */
+    {
+        struct mic_error e;
+        struct mic_buf b;
+        json_t *l;
+
+        mic_buf_init(&b);
+        assert_int_equal(mic_replay_list(f->store, &b, &e), MIC_OK);
+        l = json_loadb(b.p, b.len, 0, NULL);
+        mic_buf_fini(&b);
+        assert_int_equal(json_array_size(json_object_get(l, "replays")), 1);
+        assert_true(json_equal(json_array_get(json_object_get(l, "replays"), 0), after));
+        json_decref(l);
+    }
     json_decref(before);
     json_decref(after);
+}
+
+/* No run: an empty list. */
+static void no_runs_list(void **state)
+{
+    struct fx *f = *state;
+    struct mic_error e;
+    struct mic_buf b;
+
+    mic_buf_init(&b);
+    assert_int_equal(mic_replay_list(f->store, &b, &e), MIC_OK);
+    assert_int_equal(b.len, strlen("{\"replays\":[]}"));
+    assert_memory_equal(b.p, "{\"replays\":[]}", b.len);
+    mic_buf_fini(&b);
 }
 
 int main(void)
@@ -487,6 +515,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(run_keeps_what_it_has_not_added, setup, teardown),
         cmocka_unit_test_setup_teardown(removed_before_the_record_is_lost, setup, teardown),
         cmocka_unit_test_setup_teardown(first_layout_record_is_read, setup, teardown),
+        cmocka_unit_test_setup_teardown(no_runs_list, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
