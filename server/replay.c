@@ -870,8 +870,9 @@ int mic_replay_background(mic_groups *g, struct mic_wctx *w)
 /* ---- Retention (writer thread) ---- */
 
 /* The run of replay group 'gr', decoded into *r from a record borrowed
- * from w->txn.  MIC_ENOTFOUND when 'gr' is not a replay group or its run
- * is gone. */
+ * from w->txn.  MIC_ENOTFOUND when 'gr' is not a replay group, its run is
+ * gone, or its record does not decode (retention then treats the group as
+ * any other, rather than failing every batch). */
 static int run_of(struct mic_wctx *w, const struct mic_group *gr, struct run *r)
 {
     const void *val;
@@ -883,7 +884,7 @@ static int run_of(struct mic_wctx *w, const struct mic_group *gr, struct run *r)
     if ((rc = mic_store_run_get(w->txn, gr->cfg.replay_run, strlen(gr->cfg.replay_run),
                                 &val, &vlen)))
         return rc;
-    return run_decode(val, vlen, r);
+    return run_decode(val, vlen, r) ? MIC_ENOTFOUND : MIC_OK;
 }
 
 /* (a_us, a) against (b_us, b) in the time index's order: created_at, then
