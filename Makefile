@@ -100,6 +100,7 @@ run: deps build/micd
 
 check: build/san/micd build/san/mic-events-replay build/san/mic $(UNIT) \
        build/micd build/loadgen build/workers build/rangeread $(PEER_DRIVERS)
+	tests/check-layers.sh
 	MICD=build/san/micd MIC_REPLAY=build/san/mic-events-replay MIC_CLI=build/san/mic \
 	    tests/run.sh $(UNIT)
 	@# the peer harness at tiny sizes (make bench-smoke), against MIC and

@@ -35,9 +35,15 @@ SIZES = {  # the issue's sizes; SMOKE shrinks them
 OUT = os.environ.get("OUT", "build/RESULTS-smoke.md" if SMOKE else "bench/RESULTS.md")
 procs = []
 PEAK_RSS = {}  # system -> MiB after W1-W5
+PAGES = []  # bench/pages.sh lines (not in SMOKE)
 BACKLOG_P99 = []  # (pending events, claim p99 ms), for the chart
 TARGETS = []  # (scaling target, measured text, met), filled by scaling()
 GOALS = (("W1", 1.0), ("W2", 2.0), ("W3", 2.0), ("W4", 2.0), ("W5", 2.0))  # MIC / best peer
+# Floors against the best *durable* peer (Redis with appendfsync always, or
+# PostgreSQL; NATS 2.9 acknowledges before any fsync): W3 and W4 for the
+# delivery engine, W1 and W2 for the publish path.
+DURABLE = ("redis", "postgres")
+FLOORS = (("W1", 1.0), ("W2", 1.0), ("W3", 1.0), ("W4", 1.0))
 
 
 def free_port():
@@ -420,6 +426,13 @@ def main():
     finally:
         stop_all()
         shutil.rmtree(tmp, ignore_errors=True)
+    if not SMOKE and shutil.which("strace"):
+        # Pages per commit, measured alone after the peers are stopped.
+        r = subprocess.run(["bench/pages.sh"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if r.returncode == 0:
+            PAGES.extend(json.loads(line) for line in r.stdout.decode().splitlines() if line.startswith("{"))
+        else:
+            problems.append("bench/pages.sh: exit %d: %s" % (r.returncode, r.stderr.decode()[-300:]))
     for (name, w), runs in sorted(results.items()):
         bad = ["%s %d" % (k, sum(r.get(k) or 0 for r in runs))
                for k in ("duplicates", "missing", "order_violations") if any(r.get(k) for r in runs)]
@@ -530,11 +543,11 @@ def write(results, systems, problems, workloads, scale_rows=()):
              "servers are up for the whole run and take turns (one workload, one system at a time), "
              "so a server's background work (PostgreSQL's checkpointer, NATS's sync) can touch "
              "another's figures." % machine(), "",
-             "| workload | " + " | ".join(s.name for s in systems) + " | MIC / best peer |",
-             "|---|" + "---|" * len(systems) + "---|"]
-    ratios = {}
+             "| workload | " + " | ".join(s.name for s in systems) + " | MIC / best peer | MIC / best durable peer |",
+             "|---|" + "---|" * len(systems) + "---|---|"]
+    ratios, dratios = {}, {}
     for w in workloads:
-        cells, best = [], None
+        cells, best, dbest = [], None, None
         for s in systems:
             m = med(results.get((s.name, w), []), "events_per_s")
             if m is None:
@@ -548,10 +561,14 @@ def write(results, systems, problems, workloads, scale_rows=()):
             cells.append("%.0f (%.0f-%.0f)%s" % (m[0], m[1], m[2], (" " + ", ".join(extra)) if extra else ""))
             if s.name != "mic" and m[0] > 0 and (best is None or m[0] > best):
                 best = m[0]
+            if s.name in DURABLE and m[0] > 0 and (dbest is None or m[0] > dbest):
+                dbest = m[0]
         micm = med(results.get(("mic", w), []), "events_per_s")
         ratio = micm[0] / best if micm and best else None
-        ratios[w] = ratio
-        lines.append("| %s %s | %s | %s |" % (w, label[w], " | ".join(cells), "%.2fx" % ratio if ratio else "-"))
+        dratio = micm[0] / dbest if micm and dbest else None
+        ratios[w], dratios[w] = ratio, dratio
+        lines.append("| %s %s | %s | %s | %s |" % (w, label[w], " | ".join(cells), "%.2fx" % ratio if ratio else "-",
+                                                "%.2fx" % dratio if dratio else "-"))
     lines += ["", "Latency, median of the runs, p50 / p99 in ms (W1, W2: per request; W3, W4: per claim "
               "request; W5 is one streamed read):", "",
               "| workload | " + " | ".join(s.name for s in systems) + " |", "|---|" + "---|" * len(systems)]
@@ -585,6 +602,10 @@ def write(results, systems, problems, workloads, scale_rows=()):
         r = ratios.get(w)
         lines.append("| %s >= %.1fx the best peer | %s | %s |" % (w, goal, "%.2fx" % r if r else "-",
                                                             "yes" if r and r >= goal else "no"))
+    for w, floor in FLOORS:
+        r = dratios.get(w)
+        lines.append("| %s >= %.1fx the best durable peer (%s) | %s | %s |" % (
+            w, floor, " or ".join(DURABLE), "%.2fx" % r if r else "-", "yes" if r and r >= floor else "no"))
     for name, value, met in TARGETS:
         lines.append("| %s | %s | %s |" % (name, value, "yes" if met else "no"))
     missed = [w for w, goal in GOALS if not (ratios.get(w) and ratios[w] >= goal)]
@@ -595,6 +616,17 @@ def write(results, systems, problems, workloads, scale_rows=()):
     if scale_rows:
         lines += ["", "## MIC scaling (same run)", "", "| measure | MIC |", "|---|---|"]
         lines += ["| %s | %s |" % r for r in scale_rows]
+    if PAGES:
+        lines += ["", "## Pages written and fdatasyncs per commit (make bench-pages, same run)", "",
+                  "`strace -f -e trace=pwrite64,pwritev,fdatasync` on micd's writer during W3 and W4 "
+                  "(bench/pages.sh; strace slows micd down, so only the counts mean something here). "
+                  "A commit is what the writer writes between two of its fdatasyncs; the fdatasyncs "
+                  "per commit include the sync stage's, which makes each commit's meta page durable.", "",
+                  "| workload | commits | pages per commit (mean / median) | fdatasyncs per commit |",
+                  "|---|---|---|---|"]
+        for r in PAGES:
+            lines.append("| %s | %d | %.1f / %.1f | %.2f |" % (r["workload"], r["commits"], r["pages_per_commit_mean"],
+                                                           r["pages_per_commit_median"], r["fdatasyncs_per_commit"]))
     if problems:
         lines += ["", "Problems (nothing is left out silently):", ""] + ["* " + p for p in problems]
     with open(OUT, "w") as f:

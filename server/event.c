@@ -5,7 +5,9 @@
  * the server fills in are not part of it, a default the client wrote out
  * is.  The stored form is the same canonical text with created_at
  * normalised to UTC microseconds and event_id, schema_version and priority
- * filled in; the writer completes it with seq and received_at. */
+ * filled in; the writer completes it with seq and received_at.  A
+ * deliver_at is part of the digest as sent and is stored normalised like
+ * created_at, in its sorted place. */
 #include "event.h"
 
 #include "buf.h"
@@ -23,6 +25,7 @@
 #define HEADER_KEY_MAX 64
 #define HEADER_VAL_MAX 1024
 #define FUTURE_MAX_US (300 * 1000000LL)
+#define DELIVER_AT_MAX_US (365 * 86400 * 1000000LL)
 
 static int name_char(char c, int colon)
 {
@@ -153,7 +156,7 @@ static int check_headers(struct ctx *c, json_t *h)
 static const char *const known[] = {
     "event_id", "topic", "aggregate_type", "aggregate_id", "aggregate_version",
     "schema_version", "event_type", "correlation_id", "priority",
-    "created_at", "headers", "payload", NULL,
+    "created_at", "deliver_at", "headers", "payload", NULL,
 };
 
 static int check_known(struct ctx *c, json_t *obj)
@@ -236,8 +239,9 @@ static int canonical(json_t *obj, struct mic_buf *canon, struct piece *pieces,
     return canon->oom ? MIC_ENOMEM : MIC_OK;
 }
 
-/* The stored form: every piece but created_at, then the server's fields;
- * no closing brace (the writer appends seq and received_at). */
+/* The stored form: every piece but created_at (deliver_at normalised),
+ * then the server's fields; no closing brace (the writer appends seq and
+ * received_at). */
 static int stored_form(struct mic_event *ev, const struct mic_buf *canon,
                        const struct piece *pieces, size_t n, json_t *obj)
 {
@@ -254,6 +258,13 @@ static int stored_form(struct mic_event *ev, const struct mic_buf *canon,
         mic_buf_add(&b, ",", 1);
         mic_buf_json_str(&b, pieces[i].key, strlen(pieces[i].key));
         mic_buf_add(&b, ":", 1);
+        if (!strcmp(pieces[i].key, "deliver_at")) {
+            mic_time_format(ev->deliver_at_us, t);
+            mic_buf_add(&b, "\"", 1);
+            mic_buf_add(&b, t, MIC_TIME_LEN);
+            mic_buf_add(&b, "\"", 1);
+            continue;
+        }
         mic_buf_add(&b, canon->p + pieces[i].off, pieces[i].len);
         if (!strcmp(pieces[i].key, "payload"))
             ev->payload_len = pieces[i].len;
@@ -335,6 +346,16 @@ int mic_event_parse(json_t *obj, int64_t now_us, const char *path,
         if (ev->created_at_us > now_us + FUTURE_MAX_US)
             return BAD(fname(&c, "created_at"),
                        "created_at is more than 300 s in the future");
+    }
+    if ((v = json_object_get(obj, "deliver_at"))) {
+        if (!json_is_string(v) ||
+            mic_time_parse(json_string_value(v), json_string_length(v),
+                           &ev->deliver_at_us))
+            return BAD(fname(&c, "deliver_at"),
+                       "deliver_at must be an RFC 3339 time with at most 6 fractional digits");
+        if (ev->deliver_at_us > now_us + DELIVER_AT_MAX_US)
+            return BAD(fname(&c, "deliver_at"),
+                       "deliver_at is more than 365 days ahead");
     }
     if ((v = json_object_get(obj, "headers")) && (rc = check_headers(&c, v)))
         return rc;

@@ -22,6 +22,7 @@ struct mic_event {
     char topic[MIC_TOPIC_MAX + 1];
     size_t topiclen;
     int64_t created_at_us;
+    int64_t deliver_at_us;  /* no group hands it out before; 0 = none */
     uint8_t has_agg, has_version, priority;
     uint64_t version;
     uint8_t akey[MIC_AKEY_LEN];
@@ -34,7 +35,7 @@ struct mic_event {
 };
 
 /* Validate the object 'obj' as an event received at 'now_us' (the default
- * created_at) and fill 'ev'.  'path' prefixes field names in errors
+ * created_at; deliver_at may be at most 365 days after it) and fill 'ev'.  'path' prefixes field names in errors
  * ("events[3]." or "").  Returns MIC_OK, or MIC_EINVAL / MIC_ENOMEM with
  * 'err' filled. */
 int mic_event_parse(json_t *obj, int64_t now_us, const char *path,

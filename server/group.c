@@ -34,11 +34,19 @@
 #define TOPICS_MAX 64
 #define CACHE_SLOTS 64
 
+/* The groups of one topic: the live subscribers [0, nlive), then the
+ * replay groups whose run is over it [nlive, n). */
 struct cache_slot {
     char topic[MIC_TOPIC_MAX + 1];
     uint64_t version;
     struct mic_group **groups;
-    int n;
+    int nlive, n;
+};
+
+/* Topic names by id: open addressing, id 0 = free slot. */
+struct topic_name {
+    uint32_t id;
+    char *name;
 };
 
 struct mic_groups {
@@ -48,6 +56,8 @@ struct mic_groups {
     struct cache_slot cache[CACHE_SLOTS];
     int backfilling, dropping;
     int selecting;          /* a replay run may still be selecting */
+    struct topic_name *names; /* topic id -> name (retention) */
+    size_t names_cap, names_n;
 };
 
 struct mic_group_op {
@@ -317,6 +327,110 @@ static int cfg_same_topics(const struct mic_group_cfg *a, const struct mic_group
     return 1;
 }
 
+/* ---- Topic names by id ----
+ *
+ * Retention knows an event's topic by id only.  The writer keeps the name
+ * of every topic it knows by id: loaded with the registry (at start and
+ * after an aborted batch), told of each topic created (publish, PUT), and
+ * checked at each use against the topics index (ids are never reused, a
+ * name may be): a miss or a stale entry reloads the map from the
+ * transaction, so the map is a cache that is never wrong. */
+
+static void names_clear(mic_groups *g)
+{
+    for (size_t i = 0; i < g->names_cap; i++)
+        free(g->names[i].name);
+    free(g->names);
+    g->names = NULL;
+    g->names_cap = g->names_n = 0;
+}
+
+static size_t name_slot(const mic_groups *g, uint32_t id)
+{
+    size_t i = (id * 2654435761u) & (g->names_cap - 1);
+
+    while (g->names[i].id && g->names[i].id != id)
+        i = (i + 1) & (g->names_cap - 1);
+    return i;
+}
+
+int mic_groups_topic_named(mic_groups *g, uint32_t id, const char *name, size_t len)
+{
+    size_t i;
+    char *copy;
+
+    if (!id || len > MIC_TOPIC_MAX)
+        return MIC_EINVAL;
+    if ((g->names_n + 1) * 2 > g->names_cap) {
+        struct topic_name *old = g->names;
+        size_t cap = g->names_cap ? g->names_cap * 2 : 64, ocap = g->names_cap;
+
+        if (!(g->names = calloc(cap, sizeof *g->names))) {
+            g->names = old;
+            return MIC_ENOMEM;
+        }
+        g->names_cap = cap;
+        for (size_t j = 0; j < ocap; j++)
+            if (old[j].id)
+                g->names[name_slot(g, old[j].id)] = old[j];
+        free(old);
+    }
+    if (!(copy = malloc(len + 1)))
+        return MIC_ENOMEM;
+    memcpy(copy, name, len);
+    copy[len] = 0;
+    i = name_slot(g, id);
+    if (g->names[i].id)
+        free(g->names[i].name);
+    else
+        g->names_n++;
+    g->names[i].id = id;
+    g->names[i].name = copy;
+    return MIC_OK;
+}
+
+static int name_load(void *arg, const char *name, size_t len, const struct mic_topic_rec *tr)
+{
+    return mic_groups_topic_named(arg, tr->id, name, len);
+}
+
+/* Rebuild the map from the topics index of 't'. */
+static int names_load(mic_groups *g, mic_txn *t)
+{
+    names_clear(g);
+    return mic_store_topic_each(t, name_load, g);
+}
+
+/* The cached name of topic 'id' if the topics index of 't' agrees. */
+static int name_check(mic_groups *g, mic_txn *t, uint32_t id, char *name,
+                      struct mic_topic_rec *tr)
+{
+    size_t i, len;
+    int rc;
+
+    if (!g->names_cap || !g->names[i = name_slot(g, id)].id)
+        return MIC_ENOTFOUND;
+    len = strlen(g->names[i].name);
+    rc = mic_store_topic_get(t, g->names[i].name, len, tr);
+    if (rc == MIC_OK && tr->id != id)
+        rc = MIC_ENOTFOUND;
+    if (rc == MIC_OK)
+        memcpy(name, g->names[i].name, len + 1);
+    return rc;
+}
+
+int mic_groups_topic_find(mic_groups *g, mic_txn *t, uint32_t id, char *name,
+                          struct mic_topic_rec *tr)
+{
+    int rc = name_check(g, t, id, name, tr);
+
+    if (rc != MIC_ENOTFOUND)
+        return rc;
+    if ((rc = names_load(g, t)))
+        return rc;
+    return name_check(g, t, id, name, tr);
+}
+
 /* ---- The registry ---- */
 
 static void group_free(struct mic_group *gr)
@@ -338,6 +452,7 @@ static void clear(mic_groups *g)
     }
     g->backfilling = g->dropping = g->selecting = 0;
     g->version++;
+    names_clear(g);
 }
 
 static int load_one(void *arg, const char *name, size_t len,
@@ -373,6 +488,8 @@ void mic_groups_reload(mic_groups *g, mic_txn *t)
     clear(g);
     mic_store_group_each(t, load_one, g);
     g->dropping = mic_store_drop_first(t, &gid) == MIC_OK;
+    if (names_load(g, t))
+        names_clear(g); /* out of memory: filled again at the next use */
 }
 
 int mic_groups_new(mic_groups **out, mic_store *s)
@@ -438,7 +555,8 @@ void mic_groups_selecting_done(mic_groups *g)
     g->selecting = 0;
 }
 
-/* The groups subscribed to 'topic', through a small direct-mapped cache. */
+/* The groups of 'topic' (see struct cache_slot), through a small
+ * direct-mapped cache.  NULL when out of memory. */
 static struct cache_slot *subscribers(mic_groups *g, const char *topic, size_t tlen)
 {
     uint64_t h = 1469598103934665603ull;
@@ -453,15 +571,19 @@ static struct cache_slot *subscribers(mic_groups *g, const char *topic, size_t t
         return c;
     free(c->groups);
     c->groups = NULL;
-    c->n = 0;
+    c->nlive = c->n = 0;
     c->version = 0;
     for (struct mic_group *gr = g->list; gr; gr = gr->next)
-        n += !gr->cfg.replay_run && cfg_subscribes(&gr->cfg, topic, tlen);
+        n += cfg_subscribes(&gr->cfg, topic, tlen);
     if (n && !(c->groups = malloc((size_t)n * sizeof *c->groups)))
         return NULL;
-    for (struct mic_group *gr = g->list; gr; gr = gr->next)
-        if (!gr->cfg.replay_run && cfg_subscribes(&gr->cfg, topic, tlen))
-            c->groups[c->n++] = gr;
+    for (int replay = 0; replay < 2; replay++) {
+        for (struct mic_group *gr = g->list; gr; gr = gr->next)
+            if (!gr->cfg.replay_run == !replay && cfg_subscribes(&gr->cfg, topic, tlen))
+                c->groups[c->n++] = gr;
+        if (!replay)
+            c->nlive = c->n;
+    }
     memcpy(c->topic, topic, tlen);
     c->topic[tlen] = 0;
     c->version = g->version;
@@ -478,13 +600,29 @@ int mic_groups_fanout(mic_groups *g, struct mic_wctx *w, const char *topic,
         return MIC_OK;
     if (!(c = subscribers(g, topic, tlen)))
         return MIC_ENOMEM;
-    for (int i = 0; i < c->n; i++) {
+    for (int i = 0; i < c->nlive; i++) {
         struct mic_group *gr = c->groups[i];
         if (gr->cfg.start == MIC_START_TIME && r->created_at_us < gr->cfg.start_us)
             continue;
         if ((rc = mic_delivery_add(w, gr, r)))
             return rc;
     }
+    return MIC_OK;
+}
+
+int mic_groups_holders(mic_groups *g, const char *topic, size_t tlen,
+                       struct mic_group *const **out, int *n)
+{
+    struct cache_slot *c;
+
+    *out = NULL;
+    *n = 0;
+    if (!g->list)
+        return MIC_OK;
+    if (!(c = subscribers(g, topic, tlen)))
+        return MIC_ENOMEM;
+    *out = c->groups;
+    *n = c->n;
     return MIC_OK;
 }
 

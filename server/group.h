@@ -65,6 +65,26 @@ struct mic_group *mic_groups_first(mic_groups *g);
  * that subscribes to it. */
 int mic_groups_fanout(mic_groups *g, struct mic_wctx *w, const char *topic,
                       size_t tlen, const struct mic_rec *r);
+/* The groups that can hold a delivery of an event of 'topic' (retention):
+ * the live groups subscribed to it, then the replay groups whose run is
+ * over it.  Stores in *out an array of *n groups, borrowed from the
+ * registry and valid until the next call of this function or of
+ * mic_groups_fanout, or a change of the registry.  Returns MIC_OK or
+ * MIC_ENOMEM. */
+int mic_groups_holders(mic_groups *g, const char *topic, size_t tlen,
+                       struct mic_group *const **out, int *n);
+/* The registry's map of topic names by id (writer thread).
+ * mic_groups_topic_named records that topic 'id' is called 'name' (len
+ * bytes): call it when a topic is created.  Returns MIC_OK, MIC_ENOMEM, or
+ * MIC_EINVAL for id 0 or a name too long.
+ * mic_groups_topic_find copies the name of topic 'id' (NUL-terminated)
+ * into 'name' (MIC_TOPIC_MAX + 1 bytes) and its record into *tr, checked against the topics index of
+ * 't' (the map is reloaded from it on a miss: it is never wrong).
+ * Returns MIC_OK, MIC_ENOTFOUND when no topic has that id, or a store
+ * error. */
+int mic_groups_topic_named(mic_groups *g, uint32_t id, const char *name, size_t len);
+int mic_groups_topic_find(mic_groups *g, mic_txn *t, uint32_t id, char *name,
+                          struct mic_topic_rec *tr);
 /* One bounded chunk of backfill or removal; *more set while work remains. */
 int mic_groups_background(mic_groups *g, struct mic_wctx *w);
 int mic_groups_busy(mic_groups *g);

@@ -197,7 +197,9 @@ static int topic_resolve(mic_publish *p, struct mic_wctx *w,
         tr->max_payload_bytes = TOPIC_PAYLOAD_DEFAULT;
         if (create && ((rc = mic_store_next_topic_id(w->txn, &tr->id)) ||
                        (rc = mic_store_topic_put(w->txn, ev->topic,
-                                                 ev->topiclen, tr))))
+                                                 ev->topiclen, tr)) ||
+                       (w->groups && (rc = mic_groups_topic_named(w->groups, tr->id,
+                                                                  ev->topic, ev->topiclen)))))
             return rc;
     } else if (rc) {
         return rc;
@@ -409,6 +411,7 @@ static int write_item(mic_publish *p, struct mic_wctx *w, struct item *it)
     r.has_agg = ev->has_agg;
     r.has_version = ev->has_version;
     r.created_at_us = ev->created_at_us;
+    r.deliver_at_us = ev->deliver_at_us;
     r.received_at_us = w->now_us;
     r.version = ev->version;
     memcpy(r.akey, ev->akey, MIC_AKEY_LEN);

@@ -270,16 +270,35 @@ void mic_range_close(mic_range *r)
  * requests.  When the walk is done, the group's heads are released (ordered
  * groups pick no head before all events are in).
  *
- * Run record (`runs` value): a RUN_HDR-byte header, then the run's
- * description as JSON (what POST answers, plus from/to/kind/...):
+ * Status.  GET /v1/replays/{run_id} reads the run record and its group's
+ * figures (a few seeks, whatever the run's size): every delivery of the
+ * group is one of the run's selected events, so dispatched = dispatched +
+ * skipped (totals), dlq = dead letters now + lost, and pending = selected
+ * - dispatched - dlq, which counts the selected events not added yet too;
+ * so selected = dispatched + pending + dlq from the moment the run exists.
+ * 'lost' counts the selected events retention removed before they could be
+ * dispatched: a dead letter removed (mic_replay_removing), or an event
+ * removed between the selection and the run's record (the walk finds fewer
+ * events than selected: 'added' tells).  Retention keeps every event a run
+ * still has to add (mic_replay_holds), so the last case needs that race.
+ *
+ * Run record (`runs` value): a header, then the run's description as JSON
+ * (what POST answers, plus from/to/kind/...) without its closing brace:
  *   0 u8 selecting, 1 u8 cursor id length, 2 u8 cursor exclusive,
- *   3 u8 reserved, 4 u32 topic_id, 8 u64 from µs, 16 u64 to µs,
- *   24 u64 seq_max, 32 u64 cursor µs, 40 cursor id (128 bytes). */
+ *   3 u8 layout (0: the first, 168-byte header; 1: RUN_HDR bytes),
+ *   4 u32 topic_id, 8 u64 from µs, 16 u64 to µs, 24 u64 seq_max,
+ *   32 u64 cursor µs, 40 cursor id (128 bytes),
+ *   layout 1: 168 u64 selected, 176 u64 added (deliveries made so far),
+ *   184 u64 lost.
+ * A layout-0 record is read with 'selected' from its description, 'added'
+ * unknown and 'lost' 0; the writer rewrites it in layout 1 when it changes
+ * it. */
 
-
-#define RUN_HDR 168
+#define RUN_HDR_V0 168
+#define RUN_HDR 192
 #define RUN_CHUNK 2000
 #define RUN_ID_MAX 64
+#define ADDED_UNKNOWN UINT64_MAX
 
 static void put64(uint8_t *p, uint64_t v)
 {
@@ -294,6 +313,115 @@ static uint64_t get64(const uint8_t *p)
     for (int i = 0; i < 8; i++)
         v = v << 8 | p[i];
     return v;
+}
+
+/* A run record, decoded. */
+struct run {
+    uint8_t selecting, cur_excl;
+    uint32_t topic_id;
+    int64_t from_us, to_us, cur_us;
+    uint64_t seq_max, selected, added, lost;
+    size_t cur_len;
+    char cur_id[MIC_EVENT_ID_MAX + 1];
+    const char *desc;   /* the description, borrowed from the record */
+    size_t desc_len;
+};
+
+/* The "selected" member of a layout-0 description (the first one: no
+ * string of the description can hold ,"selected": unescaped). */
+static int desc_selected(const char *d, size_t n, uint64_t *out)
+{
+    static const char key[] = ",\"selected\":";
+    size_t k = sizeof key - 1;
+
+    for (size_t i = 0; i + k <= n; i++) {
+        if (memcmp(d + i, key, k))
+            continue;
+        *out = 0;
+        for (i += k; i < n && d[i] >= '0' && d[i] <= '9'; i++)
+            *out = *out * 10 + (uint64_t)(d[i] - '0');
+        return MIC_OK;
+    }
+    return MIC_EIO;
+}
+
+/* Decode 'val' (borrowed: r->desc points into it).  MIC_EIO if it is not
+ * a run record. */
+static int run_decode(const void *val, size_t vlen, struct run *r)
+{
+    const uint8_t *p = val;
+    size_t hdr;
+
+    memset(r, 0, sizeof *r);
+    if (vlen < RUN_HDR_V0)
+        return MIC_EIO;
+    hdr = p[3] == 0 ? RUN_HDR_V0 : p[3] == 1 ? RUN_HDR : 0;
+    if (!hdr || vlen < hdr || p[1] > MIC_EVENT_ID_MAX)
+        return MIC_EIO;
+    r->selecting = p[0];
+    r->cur_len = p[1];
+    r->cur_excl = p[2];
+    r->topic_id = (uint32_t)p[4] << 24 | (uint32_t)p[5] << 16 | (uint32_t)p[6] << 8 | p[7];
+    r->from_us = (int64_t)get64(p + 8);
+    r->to_us = (int64_t)get64(p + 16);
+    r->seq_max = get64(p + 24);
+    r->cur_us = (int64_t)get64(p + 32);
+    memcpy(r->cur_id, p + 40, r->cur_len);
+    r->desc = (const char *)p + hdr;
+    r->desc_len = vlen - hdr;
+    if (hdr == RUN_HDR) {
+        r->selected = get64(p + 168);
+        r->added = get64(p + 176);
+        r->lost = get64(p + 184);
+        return MIC_OK;
+    }
+    r->added = ADDED_UNKNOWN;
+    return desc_selected(r->desc, r->desc_len, &r->selected);
+}
+
+/* Encode 'r' in layout 1 into a new buffer (*out, free() it).  Returns
+ * MIC_OK or MIC_ENOMEM. */
+static int run_encode(const struct run *r, uint8_t **out, size_t *len)
+{
+    uint8_t *p = calloc(1, RUN_HDR + r->desc_len);
+
+    if (!p)
+        return MIC_ENOMEM;
+    p[0] = r->selecting;
+    p[1] = (uint8_t)r->cur_len;
+    p[2] = r->cur_excl;
+    p[3] = 1;
+    p[4] = (uint8_t)(r->topic_id >> 24);
+    p[5] = (uint8_t)(r->topic_id >> 16);
+    p[6] = (uint8_t)(r->topic_id >> 8);
+    p[7] = (uint8_t)r->topic_id;
+    put64(p + 8, (uint64_t)r->from_us);
+    put64(p + 16, (uint64_t)r->to_us);
+    put64(p + 24, r->seq_max);
+    put64(p + 32, (uint64_t)r->cur_us);
+    memcpy(p + 40, r->cur_id, r->cur_len);
+    put64(p + 168, r->selected);
+    put64(p + 176, r->added);
+    put64(p + 184, r->lost);
+    if (r->desc_len)
+        memcpy(p + RUN_HDR, r->desc, r->desc_len);
+    *out = p;
+    *len = RUN_HDR + r->desc_len;
+    return MIC_OK;
+}
+
+/* Write 'r' back as run 'id' (writer thread). */
+static int run_put(struct mic_wctx *w, const char *id, const struct run *r)
+{
+    uint8_t *p;
+    size_t len;
+    int rc = run_encode(r, &p, &len);
+
+    if (rc)
+        return rc;
+    rc = mic_store_run_put(w->txn, id, strlen(id), p, len);
+    free(p);
+    return rc;
 }
 
 struct mic_replay_op {
@@ -477,23 +605,28 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
                    tbuf, effect ? "effect" : "projection", allow ? "allow" : "forbid", tpv_txt,
                    o->run_id, (unsigned long long)sel.n, digest);
     /* The record: header, then the description (without its closing brace). */
-    if (info.oom || !(o->rec = calloc(1, RUN_HDR + info.len))) {
+    if (info.oom) {
         rc = mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
         goto fail;
     }
     {
-        uint8_t *p = (uint8_t *)o->rec;
-        p[0] = 1; /* selecting */
-        p[4] = (uint8_t)(q.topic_id >> 24);
-        p[5] = (uint8_t)(q.topic_id >> 16);
-        p[6] = (uint8_t)(q.topic_id >> 8);
-        p[7] = (uint8_t)q.topic_id;
-        put64(p + 8, (uint64_t)q.from_us);
-        put64(p + 16, (uint64_t)q.to_us);
-        put64(p + 24, sel.seq_max);
-        put64(p + 32, (uint64_t)q.from_us);
-        memcpy(p + RUN_HDR, info.p, info.len);
-        o->rec_len = RUN_HDR + info.len;
+        struct run r;
+        uint8_t *p;
+
+        memset(&r, 0, sizeof r);
+        r.selecting = 1;
+        r.topic_id = q.topic_id;
+        r.from_us = r.cur_us = q.from_us;
+        r.to_us = q.to_us;
+        r.seq_max = sel.seq_max;
+        r.selected = sel.n;
+        r.desc = info.p;
+        r.desc_len = info.len;
+        if (run_encode(&r, &p, &o->rec_len)) {
+            rc = mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+            goto fail;
+        }
+        o->rec = (char *)p;
     }
     /* The run's group. */
     mic_buf_printf(&gj, "{\"name\":\"replay.%s\",\"topics\":[", o->run_id);
@@ -629,20 +762,22 @@ void mic_replay_op_free(mic_replay_op *o)
 
 struct find_run {
     char id[RUN_ID_MAX + 1];
-    uint8_t *rec;
-    size_t len;
+    uint8_t *rec;       /* a copy of the record (run.desc points into it) */
+    struct run run;
 };
 
 static int find_selecting(void *arg, const char *id, size_t len, const void *val, size_t vlen)
 {
     struct find_run *f = arg;
+    struct run r;
 
-    if (vlen < RUN_HDR || !((const uint8_t *)val)[0] || len > RUN_ID_MAX)
+    if (len > RUN_ID_MAX || run_decode(val, vlen, &r) || !r.selecting)
         return 0;
     if (!(f->rec = malloc(vlen)))
         return MIC_ENOMEM;
     memcpy(f->rec, val, vlen);
-    f->len = vlen;
+    if (run_decode(f->rec, vlen, &f->run))
+        return MIC_EIO;
     memcpy(f->id, id, len);
     f->id[len] = 0;
     return 1;
@@ -651,108 +786,205 @@ static int find_selecting(void *arg, const char *id, size_t len, const void *val
 struct add_chunk {
     struct mic_wctx *w;
     struct mic_group *gr;
-    uint64_t seq_max;
-    uint8_t *rec;
+    struct run *run;
     int n, rc;
 };
 
 static int add_one(void *arg, int64_t at, const char *id, size_t idlen, uint64_t seq)
 {
     struct add_chunk *a = arg;
+    struct run *run = a->run;
     struct mic_rec r;
 
     a->n++;
-    a->rec[2] = 1; /* exclusive from now on */
-    put64(a->rec + 32, (uint64_t)at);
-    a->rec[1] = (uint8_t)idlen;
-    memcpy(a->rec + 40, id, idlen);
-    if (seq > a->seq_max)
+    run->cur_excl = 1; /* exclusive from now on */
+    run->cur_us = at;
+    run->cur_len = idlen;
+    memcpy(run->cur_id, id, idlen);
+    if (seq > run->seq_max)
         return 0; /* stored after the selection was fixed */
     if ((a->rc = mic_store_log_get(a->w->txn, seq, &r)))
         return a->rc == MIC_ENOTFOUND ? (a->rc = 0) : 1;
-    return (a->rc = mic_delivery_add(a->w, a->gr, &r)) != MIC_OK;
+    /* Its rank in the selection: the run goes out in (created_at,
+     * event_id) order across aggregates (a record of the first layout,
+     * which does not count what it added, goes by seq). */
+    r.rank = run->added != ADDED_UNKNOWN ? run->added + 1 : 0;
+    if ((a->rc = mic_delivery_add(a->w, a->gr, &r)))
+        return 1;
+    if (run->added != ADDED_UNKNOWN)
+        run->added++;
+    return 0;
 }
 
 int mic_replay_background(mic_groups *g, struct mic_wctx *w)
 {
-    struct find_run f = {"", NULL, 0};
+    struct find_run f;
     struct add_chunk a;
     struct mic_group *gr;
     char name[8 + RUN_ID_MAX + 1];
-    uint8_t *p;
+    struct run *run = &f.run;
     int rc;
 
     if (!mic_groups_selecting(g))
         return MIC_OK;
+    memset(&f, 0, sizeof f);
     rc = mic_store_run_each(w->txn, find_selecting, &f);
     if (rc == 0) {
         mic_groups_selecting_done(g);
         return MIC_OK;
     }
-    if (rc != 1)
+    if (rc != 1) {
+        free(f.rec);
         return rc;
-    p = f.rec;
+    }
     snprintf(name, sizeof name, "replay.%s", f.id);
     if (!(gr = mic_groups_find(g, name, strlen(name)))) {
-        p[0] = 0; /* its group is gone: nothing to add */
+        run->selecting = 0; /* its group is gone: nothing to add */
     } else {
-        uint32_t topic_id = (uint32_t)p[4] << 24 | (uint32_t)p[5] << 16 |
-                            (uint32_t)p[6] << 8 | p[7];
         memset(&a, 0, sizeof a);
         a.w = w;
         a.gr = gr;
-        a.seq_max = get64(p + 24);
-        a.rec = p;
-        rc = mic_store_time_scan(w->txn, topic_id, (int64_t)get64(p + 32), (const char *)p + 40,
-                                 p[1], p[2], (int64_t)get64(p + 16), RUN_CHUNK, add_one, &a);
+        a.run = run;
+        rc = mic_store_time_scan(w->txn, run->topic_id, run->cur_us, run->cur_id,
+                                 run->cur_len, run->cur_excl, run->to_us, RUN_CHUNK,
+                                 add_one, &a);
         if (rc == 1)
             rc = a.rc;
         if (rc) {
-            free(p);
+            free(f.rec);
             return rc;
         }
         if (a.n < RUN_CHUNK) {
-            p[0] = 0; /* all in */
+            run->selecting = 0; /* all in */
+            /* Selected events gone before the run could add them (removed
+             * between the selection and the run's record). */
+            if (run->added != ADDED_UNKNOWN && run->added < run->selected)
+                run->lost += run->selected - run->added;
             if ((rc = mic_groups_selected(g, w, gr))) {
-                free(p);
+                free(f.rec);
                 return rc;
             }
         }
     }
-    rc = mic_store_run_put(w->txn, f.id, strlen(f.id), p, f.len);
-    free(p);
+    rc = run_put(w, f.id, run);
+    free(f.rec);
     return rc;
 }
 
-/* ---- GET /v1/replays/{run_id} ---- */
+/* ---- Retention (writer thread) ---- */
 
-struct counts {
-    uint64_t dispatched, pending, dlq;
-};
-
-static int count_one(void *arg, uint64_t seq, int state)
+/* The run of replay group 'gr', decoded into *r from a record borrowed
+ * from w->txn.  MIC_ENOTFOUND when 'gr' is not a replay group, its run is
+ * gone, or its record does not decode (retention then treats the group as
+ * any other, rather than failing every batch). */
+static int run_of(struct mic_wctx *w, const struct mic_group *gr, struct run *r)
 {
-    struct counts *c = arg;
+    const void *val;
+    size_t vlen;
+    int rc;
 
-    (void)seq;
-    if (state == MIC_DLV_DISPATCHED || state == MIC_DLV_SKIPPED)
-        c->dispatched++;
-    else if (state == MIC_DLV_DLQ)
-        c->dlq++;
-    else
-        c->pending++;
-    return 0;
+    if (!gr->cfg.replay_run)
+        return MIC_ENOTFOUND;
+    if ((rc = mic_store_run_get(w->txn, gr->cfg.replay_run, strlen(gr->cfg.replay_run),
+                                &val, &vlen)))
+        return rc;
+    return run_decode(val, vlen, r) ? MIC_ENOTFOUND : MIC_OK;
+}
+
+/* (a_us, a) against (b_us, b) in the time index's order: created_at, then
+ * the id's bytes (a shorter prefix first). */
+static int pos_cmp(int64_t a_us, const char *a, size_t alen, int64_t b_us, const char *b,
+                   size_t blen)
+{
+    int c;
+
+    if (a_us != b_us)
+        return a_us < b_us ? -1 : 1;
+    if ((c = memcmp(a, b, alen < blen ? alen : blen)))
+        return c;
+    return alen < blen ? -1 : alen > blen;
+}
+
+int mic_replay_holds(struct mic_wctx *w, const struct mic_group *gr, const struct mic_rec *r,
+                     const char *id, size_t idlen, int *holds)
+{
+    struct run run;
+    int rc = run_of(w, gr, &run);
+
+    *holds = 0;
+    if (rc == MIC_ENOTFOUND)
+        return MIC_OK;
+    if (rc)
+        return rc;
+    if (!run.selecting || r->topic_id != run.topic_id || r->seq > run.seq_max ||
+        r->created_at_us < run.from_us || r->created_at_us > run.to_us)
+        return MIC_OK;
+    /* Not walked yet: after the cursor (or at it, before the first chunk). */
+    rc = pos_cmp(r->created_at_us, id, idlen, run.cur_us, run.cur_id, run.cur_len);
+    *holds = run.cur_excl ? rc > 0 : rc >= 0;
+    return MIC_OK;
+}
+
+int mic_replay_removing(struct mic_wctx *w, const struct mic_group *gr, uint64_t seq)
+{
+    struct mic_dlv d;
+    struct run run;
+    int rc;
+
+    if (!gr->cfg.replay_run)
+        return MIC_OK;
+    rc = mic_delivery_get(w->txn, gr->gid, seq, &d);
+    if (rc == MIC_ENOTFOUND || (rc == MIC_OK && d.state != MIC_DLV_DLQ))
+        return MIC_OK;
+    if (rc)
+        return rc;
+    rc = run_of(w, gr, &run);
+    if (rc == MIC_ENOTFOUND)
+        return MIC_OK;
+    if (rc)
+        return rc;
+    run.lost++;
+    return run_put(w, gr->cfg.replay_run, &run);
+}
+
+/* ---- GET /v1/replays, GET /v1/replays/{run_id} ---- */
+
+/* Append the status of run 'id' (record 'val', borrowed from 't'). */
+static int run_status(mic_txn *t, const char *id, size_t len, const void *val, size_t vlen,
+                      struct mic_buf *out)
+{
+    uint64_t fig[MIC_GSTAT_N], dispatched, dlq, pending;
+    char name[8 + RUN_ID_MAX + 1];
+    struct run r;
+    uint32_t gid;
+    int rc;
+
+    if (len > RUN_ID_MAX || (rc = run_decode(val, vlen, &r)))
+        return MIC_EIO;
+    memset(fig, 0, sizeof fig);
+    snprintf(name, sizeof name, "replay.%.*s", (int)len, id);
+    rc = mic_group_gid(t, name, &gid);
+    if (rc == MIC_OK)
+        rc = mic_delivery_figures(t, gid, fig);
+    else if (rc == MIC_ENOTFOUND)
+        rc = MIC_OK;
+    if (rc)
+        return rc;
+    dispatched = fig[MIC_GSTAT_DISPATCHED] + fig[MIC_GSTAT_SKIPPED];
+    dlq = fig[MIC_GSTAT_DLQ] + r.lost;
+    pending = r.selected > dispatched + dlq ? r.selected - dispatched - dlq : 0;
+    mic_buf_add(out, r.desc, r.desc_len);
+    mic_buf_printf(out, ",\"dispatched\":%llu,\"pending\":%llu,\"dlq\":%llu,\"state\":\"%s\"}",
+                   (unsigned long long)dispatched, (unsigned long long)pending,
+                   (unsigned long long)dlq, r.selecting || pending ? "running" : "drained");
+    return MIC_OK;
 }
 
 int mic_replay_get(mic_store *s, const char *run_id, struct mic_buf *out,
                    struct mic_error *err)
 {
-    char name[8 + RUN_ID_MAX + 1];
-    struct counts c = {0, 0, 0};
-    const uint8_t *p;
     const void *val;
     size_t vlen;
-    uint32_t gid;
     mic_txn *t;
     int rc;
 
@@ -761,25 +993,42 @@ int mic_replay_get(mic_store *s, const char *run_id, struct mic_buf *out,
     if ((rc = mic_txn_begin(s, 0, &t)))
         return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
     rc = mic_store_run_get(t, run_id, strlen(run_id), &val, &vlen);
-    if (rc == MIC_OK && vlen < RUN_HDR)
-        rc = MIC_EIO;
-    if (rc == MIC_OK) {
-        p = val;
-        snprintf(name, sizeof name, "replay.%s", run_id);
-        if (mic_group_gid(t, name, &gid) == MIC_OK)
-            rc = mic_store_dlv_each(t, gid, count_one, &c);
-        if (rc == MIC_OK) {
-            mic_buf_add(out, p + RUN_HDR, vlen - RUN_HDR);
-            mic_buf_printf(out, ",\"dispatched\":%llu,\"pending\":%llu,\"dlq\":%llu,"
-                                "\"state\":\"%s\"}",
-                           (unsigned long long)c.dispatched, (unsigned long long)c.pending,
-                           (unsigned long long)c.dlq,
-                           p[0] || c.pending ? "running" : "drained");
-        }
-    }
+    if (rc == MIC_OK)
+        rc = run_status(t, run_id, strlen(run_id), val, vlen, out);
     mic_txn_abort(t);
     if (rc == MIC_ENOTFOUND)
         return mic_error_set(err, rc, "not_found", NULL, "no replay run %s", run_id);
+    if (rc)
+        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+    return MIC_OK;
+}
+
+struct list {
+    mic_txn *t;
+    struct mic_buf *out;
+    int n;
+};
+
+static int list_one(void *arg, const char *id, size_t len, const void *val, size_t vlen)
+{
+    struct list *l = arg;
+
+    if (l->n++)
+        mic_buf_add(l->out, ",", 1);
+    return run_status(l->t, id, len, val, vlen, l->out);
+}
+
+int mic_replay_list(mic_store *s, struct mic_buf *out, struct mic_error *err)
+{
+    struct list l = {NULL, out, 0};
+    int rc;
+
+    if ((rc = mic_txn_begin(s, 0, &l.t)))
+        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+    mic_buf_puts(out, "{\"replays\":[");
+    rc = mic_store_run_each(l.t, list_one, &l);
+    mic_buf_puts(out, "]}");
+    mic_txn_abort(l.t);
     if (rc)
         return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
     return MIC_OK;

@@ -49,12 +49,35 @@ int mic_replay_op_result(mic_replay_op *o, struct mic_buf *out,
                          struct mic_error *err);
 void mic_replay_op_free(mic_replay_op *o);
 
-/* GET /v1/replays/{run_id}. */
+/* GET /v1/replays/{run_id}: append the run's status (its description,
+ * then dispatched, pending, dlq and state, from the run record and its
+ * group's figures: a few seeks whatever the run's size) to 'out'.  Read
+ * transaction, any thread.  Returns MIC_OK; MIC_ENOTFOUND (no such run)
+ * or MIC_EIO (a record that does not decode, or the store) with 'err'
+ * filled. */
 int mic_replay_get(mic_store *s, const char *run_id, struct mic_buf *out,
                    struct mic_error *err);
 
-/* Writer hooks: add one chunk of a run's selected events to its group;
- * nonzero from mic_replay_busy while a selection is being added. */
+/* GET /v1/replays: append {"replays":[...]} to 'out', each item what
+ * mic_replay_get answers, in run_id order.  Returns MIC_OK, or MIC_EIO
+ * with 'err' filled. */
+int mic_replay_list(mic_store *s, struct mic_buf *out, struct mic_error *err);
+
+/* Writer hook: add one chunk (RUN_CHUNK events) of the selection of a run
+ * still selecting to its group, while mic_groups_selecting says one may
+ * be.  Returns MIC_OK or a store error (the batch aborts). */
 int mic_replay_background(mic_groups *g, struct mic_wctx *w);
+
+/* Retention (writer thread), for any group 'gr' (nothing to do unless it
+ * is a replay run's group).  mic_replay_holds sets *holds when event 'r'
+ * (its id 'id', idlen bytes) belongs to the run's selection and the run
+ * has not added it yet: the event is pending in the run and must stay.
+ * mic_replay_removing is called before the event 'seq' is removed: a dead
+ * letter of the run is then counted as lost, so the run's counts still add
+ * up to its selection.  Both return MIC_OK or a store error (MIC_EIO,
+ * MIC_ENOSPC, MIC_ENOMEM: the batch aborts). */
+int mic_replay_holds(struct mic_wctx *w, const struct mic_group *gr, const struct mic_rec *r,
+                     const char *id, size_t idlen, int *holds);
+int mic_replay_removing(struct mic_wctx *w, const struct mic_group *gr, uint64_t seq);
 
 #endif

@@ -4,8 +4,15 @@
  * retention_s in the `expiry` index (due, seq); the writer seeks the first
  * entry before each batch, so the sweep is deadline-driven and never scans
  * the log.  An event is removed only when its delivery is terminal
- * (dispatched, dead-lettered, skipped) in every group; otherwise it is
- * looked at again one retention period later (at most RECHECK_MAX_S).  Before the removal commits, the event's
+ * (dispatched, dead-lettered, skipped) in every group, and no replay run
+ * still adding its selection has it ahead (mic_replay_holds: it is pending
+ * in that run); otherwise it is looked at again one retention period later
+ * (at most RECHECK_MAX_S).  Nothing is walked per removal: the event's
+ * topic comes from the writer's map of topic names by id
+ * (mic_groups_topic_find), and only the groups that can hold a delivery of
+ * it are asked -- the live groups subscribed to its topic and the replay
+ * groups over it (mic_groups_holders, cached per topic), or every group if
+ * its topic is unknown.  Before the removal commits, the event's
  * stored JSON is appended to `<archive-dir>/<topic>.ndjson` and fsync'd (a
  * crash between the two can leave a line twice: consumers of archives
  * deduplicate by event_id).  The removal drops the log record, its time
@@ -20,6 +27,7 @@
 #include "err.h"
 #include "event.h"
 #include "log.h"
+#include "replay.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,21 +55,6 @@ int64_t mic_retention_next(struct mic_wctx *w)
     uint8_t kind;
 
     return mic_store_expiry_first(w->txn, &due, &seq, &kind, id, &idlen) == MIC_OK ? due : 0;
-}
-
-/* Nonzero if 'seq' has a delivery that is not terminal in some group. */
-static int busy_somewhere(struct mic_wctx *w, mic_groups *g, uint64_t seq, int *rc)
-{
-    for (struct mic_group *gr = mic_groups_first(g); gr; gr = gr->next) {
-        int busy, r = mic_delivery_busy(w, gr, seq, &busy);
-        if (r) {
-            *rc = r;
-            return 1;
-        }
-        if (busy)
-            return 1;
-    }
-    return 0;
 }
 
 /* The archive files written during one sweep: all fsync'd before the
@@ -125,29 +118,50 @@ fail:
     return MIC_EIO;
 }
 
-struct topic_name {
-    uint32_t id;
-    char name[MIC_TOPIC_MAX + 1];
-    uint64_t dedupe_s, retention_s;
+/* The groups that can hold a delivery of an event: the holders of its
+ * topic (mic_groups_holders), or every group when the topic is unknown. */
+struct holders {
+    struct mic_group *const *v;
+    int n, all;
+    struct mic_group *first;
 };
 
-static int find_topic(void *arg, const char *name, size_t len, const struct mic_topic_rec *tr)
+static struct mic_group *holder(const struct holders *h, struct mic_group *prev, int i)
 {
-    struct topic_name *t = arg;
+    if (h->all)
+        return i ? prev->next : h->first;
+    return i < h->n ? h->v[i] : NULL;
+}
 
-    if (tr->id != t->id)
-        return 0;
-    memcpy(t->name, name, len);
-    t->name[len] = 0;
-    t->dedupe_s = tr->dedupe_retain_s;
-    t->retention_s = tr->retention_s;
-    return 1;
+/* Nonzero if event 'r' must stay for some group: a delivery not terminal,
+ * or a replay run that has still to add it.  A store error goes to *rc. */
+static int busy_somewhere(struct mic_wctx *w, const struct holders *h, const struct mic_rec *r,
+                          const char *id, size_t idlen, int *rc)
+{
+    struct mic_group *gr = NULL;
+
+    for (int i = 0; (gr = holder(h, gr, i)); i++) {
+        int busy, e = mic_delivery_busy(w, gr, r->seq, &busy);
+        if (!e && !busy)
+            e = mic_replay_holds(w, gr, r, id, idlen, &busy);
+        if (e) {
+            *rc = e;
+            return 1;
+        }
+        if (busy)
+            return 1;
+    }
+    return 0;
 }
 
 static int remove_event(struct mic_wctx *w, mic_groups *g, int64_t due, uint64_t seq,
                         const char *id, size_t idlen, struct archive *arch)
 {
-    struct topic_name tn;
+    char name[MIC_TOPIC_MAX + 1] = "";
+    uint64_t dedupe_s = 7 * 86400, retention_s = 7 * 86400;
+    struct mic_topic_rec tr;
+    struct holders h = {NULL, 0, 0, NULL};
+    struct mic_group *gr = NULL;
     struct mic_rec r;
     int rc = MIC_OK;
 
@@ -158,31 +172,37 @@ static int remove_event(struct mic_wctx *w, mic_groups *g, int64_t due, uint64_t
         return MIC_OK;
     if (rc)
         return rc;
-    memset(&tn, 0, sizeof tn);
-    tn.id = r.topic_id;
-    tn.dedupe_s = tn.retention_s = 7 * 86400;
-    if ((rc = mic_store_topic_each(w->txn, find_topic, &tn)) && rc != 1)
+    rc = mic_groups_topic_find(g, w->txn, r.topic_id, name, &tr);
+    if (rc == MIC_OK) {
+        dedupe_s = tr.dedupe_retain_s;
+        retention_s = tr.retention_s;
+        rc = mic_groups_holders(g, name, strlen(name), &h.v, &h.n);
+    } else if (rc == MIC_ENOTFOUND) {
+        h.all = 1; /* no topic of that id: ask every group */
+        h.first = mic_groups_first(g);
+        rc = MIC_OK;
+    }
+    if (rc)
         return rc;
-    rc = MIC_OK;
-    if (busy_somewhere(w, g, seq, &rc)) {
+    if (busy_somewhere(w, &h, &r, id, idlen, &rc)) {
         /* Look again later: after the topic's retention, at most a minute. */
-        int64_t again = tn.retention_s < RECHECK_MAX_S ? (int64_t)tn.retention_s : RECHECK_MAX_S;
+        int64_t again = retention_s < RECHECK_MAX_S ? (int64_t)retention_s : RECHECK_MAX_S;
         if (rc)
             return rc;
         return mic_store_expiry_put(w->txn, w->now_us + (again ? again : 1) * 1000000LL, seq,
                                     MIC_EXPIRE_EVENT, id, idlen);
     }
     if (w->cfg->archive_dir[0] &&
-        (rc = archive(w, arch, tn.name[0] ? tn.name : "unknown", r.json, r.json_len)))
+        (rc = archive(w, arch, name[0] ? name : "unknown", r.json, r.json_len)))
         return rc;
-    for (struct mic_group *gr = mic_groups_first(g); gr; gr = gr->next)
-        if ((rc = mic_delivery_remove(w, gr, seq)))
+    for (int i = 0; (gr = holder(&h, gr, i)); i++)
+        if ((rc = mic_replay_removing(w, gr, seq)) || (rc = mic_delivery_remove(w, gr, seq)))
             return rc;
     if ((rc = mic_store_time_del(w->txn, r.topic_id, r.created_at_us, id, idlen)) ||
         (rc = mic_store_log_del(w->txn, seq)) ||
         (rc = mic_store_topic_events_add(w->txn, r.topic_id, -1)))
         return rc;
-    return mic_store_expiry_put(w->txn, due + (int64_t)tn.dedupe_s * 1000000, seq,
+    return mic_store_expiry_put(w->txn, due + (int64_t)dedupe_s * 1000000, seq,
                                 MIC_EXPIRE_ID, id, idlen);
 }
 

@@ -588,6 +588,16 @@ static enum MHD_Result h_replay_del(struct req *r, const char **args)
     return submit(r, mic_replay_op_base(r->u.replay));
 }
 
+static enum MHD_Result h_replay_list(struct req *r, const char **args)
+{
+    struct mic_error e;
+    struct mic_buf b;
+
+    (void)args;
+    mic_buf_init(&b);
+    return answer(r, mic_replay_list(r->h->store, &b, &e), &b, &e, MHD_HTTP_OK);
+}
+
 static enum MHD_Result h_replay_get(struct req *r, const char **args)
 {
     struct mic_error e;
@@ -725,6 +735,7 @@ static const struct route routes[] = {
     {"POST", "/v1/aggregates/*/*/gaps/*/skip", "/v1/aggregates/{type}/{id}/gaps/{version}/skip",
      h_gap_skip},
     {"POST", "/v1/replays", "/v1/replays", h_replay_post},
+    {"GET", "/v1/replays", "/v1/replays", h_replay_list},
     {"GET", "/v1/replays/*", "/v1/replays/{run_id}", h_replay_get},
     {"DELETE", "/v1/replays/*", "/v1/replays/{run_id}", h_replay_del},
     {"GET", "/v1/stats", "/v1/stats", h_stats},

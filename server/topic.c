@@ -9,6 +9,7 @@
 #include "config.h"
 #include "err.h"
 #include "event.h"
+#include "group.h"
 #include "json.h"
 
 #include <stdlib.h>
@@ -85,7 +86,11 @@ static int apply(mic_op *op, struct mic_wctx *w)
     } else {
         t->rec.id = old.id;
     }
-    return mic_store_topic_put(w->txn, t->name, t->len, &t->rec);
+    if ((rc = mic_store_topic_put(w->txn, t->name, t->len, &t->rec)))
+        return rc;
+    /* The writer's map of topic names by id (retention's lookup). */
+    return t->created && w->groups ? mic_groups_topic_named(w->groups, t->rec.id, t->name, t->len)
+                                   : MIC_OK;
 }
 
 /* ---- Handler side ---- */

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/evp.h>
+
 #include "clock.h"
 #include "err.h"
 #include "event.h"
@@ -411,6 +413,70 @@ static void bad_created_at(void **state)
     expect_bad("{\"topic\":\"t\",\"created_at\":\"\"}", "created_at");
 }
 
+static void deliver_at_accepted(void **state)
+{
+    struct mic_event ev;
+    char when[MIC_TIME_LEN + 1], text[160];
+    json_t *j;
+
+    (void)state;
+    /* normalised like created_at, in its sorted place; the rest unchanged */
+    parse_ok("{\"topic\":\"t\",\"event_id\":\"e1\",\"deliver_at\":\"2026-09-29T10:00:00.25+02:00\","
+             "\"payload\":1}", NOW, &ev);
+    assert_int_equal(ev.deliver_at_us, NOW + 250000);
+    assert_int_equal(ev.created_at_us, NOW);
+    mic_time_format(NOW, when);
+    snprintf(text, sizeof text,
+             "{\"event_id\":\"e1\",\"deliver_at\":\"2026-09-29T08:00:00.250000Z\",\"payload\":1,"
+             "\"topic\":\"t\",\"created_at\":\"%s\",\"schema_version\":1,\"priority\":0",
+             when);
+    assert_int_equal(ev.json_len, strlen(text));
+    assert_memory_equal(ev.json, text, ev.json_len);
+    mic_event_fini(&ev);
+
+    /* in the past: allowed (deliverable at once) */
+    parse_ok("{\"topic\":\"t\",\"deliver_at\":\"2001-01-01T00:00:00Z\"}", NOW, &ev);
+    assert_int_equal(ev.deliver_at_us, 978307200LL * SEC);
+    j = stored(&ev);
+    assert_string_equal(json_string_value(json_object_get(j, "deliver_at")),
+                        "2001-01-01T00:00:00.000000Z");
+    json_decref(j);
+    mic_event_fini(&ev);
+
+    /* exactly 365 days ahead of the receive time is the limit */
+    mic_time_format(NOW + 365 * 86400 * SEC, when);
+    snprintf(text, sizeof text, "{\"topic\":\"t\",\"deliver_at\":\"%s\"}", when);
+    parse_ok(text, NOW, &ev);
+    assert_int_equal(ev.deliver_at_us, NOW + 365 * 86400 * SEC);
+    mic_event_fini(&ev);
+
+    /* absent: 0, and no member in the stored form */
+    parse_ok("{\"topic\":\"t\"}", NOW, &ev);
+    assert_int_equal(ev.deliver_at_us, 0);
+    assert_null(strstr(ev.json, "deliver_at"));
+    mic_event_fini(&ev);
+}
+
+static void bad_deliver_at(void **state)
+{
+    char when[MIC_TIME_LEN + 1];
+
+    (void)state;
+    mic_time_format(NOW + 365 * 86400 * SEC + 1, when);
+    expect_bad_obj(with("deliver_at", json_string(when)), "deliver_at",
+                   "deliver_at 365 days and 1 µs ahead");
+    mic_time_format(NOW + 400 * 86400 * SEC, when);
+    expect_bad_obj(with("deliver_at", json_string(when)), "deliver_at",
+                   "deliver_at 400 days ahead");
+    expect_bad("{\"topic\":\"t\",\"deliver_at\":\"2026-09-29T08:00:00\"}", "deliver_at");
+    expect_bad("{\"topic\":\"t\",\"deliver_at\":\"2026-09-29 08:00:00Z\"}", "deliver_at");
+    expect_bad("{\"topic\":\"t\",\"deliver_at\":\"2026-09-29T08:00:00.1234567Z\"}", "deliver_at");
+    expect_bad("{\"topic\":\"t\",\"deliver_at\":\"tomorrow\"}", "deliver_at");
+    expect_bad("{\"topic\":\"t\",\"deliver_at\":\"\"}", "deliver_at");
+    expect_bad("{\"topic\":\"t\",\"deliver_at\":1790668800}", "deliver_at");
+    expect_bad("{\"topic\":\"t\",\"deliver_at\":null}", "deliver_at");
+}
+
 static void bad_headers(void **state)
 {
     json_t *h = json_object();
@@ -551,6 +617,55 @@ static void digest_excludes_filled_defaults(void **state)
     mic_event_fini(&b);
 }
 
+/* The digest is SHA-256 of the canonical text itself: compact, keys sorted
+ * at every level, values as sent.  Pinned bytes, so that adding fields
+ * (deliver_at) leaves the digest of every event that does not carry them
+ * unchanged. */
+static void assert_digest_of_text(const char *event, const char *canon)
+{
+    struct mic_event ev;
+    unsigned char md[MIC_DIGEST_LEN];
+
+    parse_ok(event, NOW, &ev);
+    EVP_Digest(canon, strlen(canon), md, NULL, EVP_sha256(), NULL);
+    if (memcmp(md, ev.digest, MIC_DIGEST_LEN))
+        fail_msg("the digest of %s is not SHA-256 of %s", event, canon);
+    mic_event_fini(&ev);
+}
+
+static void digest_is_sha256_of_canonical_text(void **state)
+{
+    (void)state;
+    assert_digest_of_text(
+        "{\"topic\":\"t\",\"event_id\":\"e1\",\"priority\":3,\"created_at\":\"2026-09-29T10:00:00+02:00\","
+        "\"headers\":{\"z\":\"1\",\"a\":\"2\"},\"payload\":{\"b\":[1,{\"y\":1,\"x\":null}],\"a\":\"\\u00e9\"}}",
+        "{\"created_at\":\"2026-09-29T10:00:00+02:00\",\"event_id\":\"e1\",\"headers\":{\"a\":\"2\",\"z\":\"1\"},"
+        "\"payload\":{\"a\":\"\xc3\xa9\",\"b\":[1,{\"x\":null,\"y\":1}]},\"priority\":3,\"topic\":\"t\"}");
+    /* deliver_at is covered as sent (not normalised), in its sorted place */
+    assert_digest_of_text(
+        "{\"topic\":\"t\",\"event_id\":\"e1\",\"deliver_at\":\"2026-09-29T10:00:00.5+02:00\"}",
+        "{\"deliver_at\":\"2026-09-29T10:00:00.5+02:00\",\"event_id\":\"e1\",\"topic\":\"t\"}");
+}
+
+static void digest_covers_deliver_at(void **state)
+{
+    uint8_t a[MIC_DIGEST_LEN], b[MIC_DIGEST_LEN], c[MIC_DIGEST_LEN], d[MIC_DIGEST_LEN];
+
+    (void)state;
+    digest_of("{\"topic\":\"t\",\"event_id\":\"e1\"}", NOW, a);
+    digest_of("{\"topic\":\"t\",\"event_id\":\"e1\",\"deliver_at\":\"2026-09-29T09:00:00Z\"}", NOW, b);
+    digest_of("{\"topic\":\"t\",\"event_id\":\"e1\",\"deliver_at\":\"2026-09-29T09:00:01Z\"}", NOW, c);
+    /* the same instant written otherwise is other content, as for created_at */
+    digest_of("{\"topic\":\"t\",\"event_id\":\"e1\",\"deliver_at\":\"2026-09-29T11:00:00+02:00\"}", NOW, d);
+    assert_memory_not_equal(a, b, MIC_DIGEST_LEN);
+    assert_memory_not_equal(b, c, MIC_DIGEST_LEN);
+    assert_memory_not_equal(b, d, MIC_DIGEST_LEN);
+    /* a resend at another receive time is the same content */
+    digest_of("{\"topic\":\"t\",\"event_id\":\"e1\",\"deliver_at\":\"2026-09-29T09:00:00Z\"}",
+              NOW + 10 * SEC, c);
+    assert_memory_equal(b, c, MIC_DIGEST_LEN);
+}
+
 /* ---- Payload size and aggregate key ---- */
 
 static void assert_payload_len(const char *payload)
@@ -664,6 +779,8 @@ int main(void)
         cmocka_unit_test(bad_aggregate),
         cmocka_unit_test(bad_integers),
         cmocka_unit_test(bad_created_at),
+        cmocka_unit_test(deliver_at_accepted),
+        cmocka_unit_test(bad_deliver_at),
         cmocka_unit_test(bad_headers),
         cmocka_unit_test(bad_strings),
         cmocka_unit_test(not_an_object),
@@ -671,6 +788,8 @@ int main(void)
         cmocka_unit_test(digest_counts_written_defaults),
         cmocka_unit_test(digest_covers_payload),
         cmocka_unit_test(digest_excludes_filled_defaults),
+        cmocka_unit_test(digest_is_sha256_of_canonical_text),
+        cmocka_unit_test(digest_covers_deliver_at),
         cmocka_unit_test(payload_len_is_compact_size),
         cmocka_unit_test(akey_matches_store),
         cmocka_unit_test(topic_and_id_names),

@@ -2,7 +2,8 @@
  * inclusive bounds, ties on created_at ordered by event_id, cursor pages,
  * the NDJSON stream, and replay runs (selection fixed once, digest as
  * DESIGN section 12 defines it, replay metadata, effect runs refused,
- * aggregate order, live state untouched, drained state, delete). */
+ * aggregate order, (created_at, event_id) order across aggregates, live
+ * state untouched, drained state, delete). */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stddef.h>
@@ -291,6 +292,243 @@ static void replay_keeps_aggregate_order(void **state)
     json_decref(c);
 }
 
+/* A run goes out in (created_at, event_id) order across aggregates and
+ * without priority, whatever the arrival (seq) order and the events'
+ * priorities: published newest first, with the newest at a high priority,
+ * the run hands them out oldest first. */
+static void replay_order_across_aggregates(void **state)
+{
+    static const char *const want[] = {"x-1", "x-2", "x-3", "x-4", "x-5"};
+    json_t *c;
+    size_t i;
+    json_t *d;
+
+    (void)state;
+    json_decref(call(&S, "POST", "/v1/events",
+                     "{\"events\":["
+                     "{\"event_id\":\"x-5\",\"topic\":\"rx\",\"priority\":9,\"aggregate_type\":\"rxa\",\"aggregate_id\":\"5\",\"created_at\":\"2026-03-02T10:00:05Z\"},"
+                     "{\"event_id\":\"x-4\",\"topic\":\"rx\",\"aggregate_type\":\"rxa\",\"aggregate_id\":\"4\",\"created_at\":\"2026-03-02T10:00:04Z\"},"
+                     "{\"event_id\":\"x-3\",\"topic\":\"rx\",\"created_at\":\"2026-03-02T10:00:03Z\"},"
+                     "{\"event_id\":\"x-2\",\"topic\":\"rx\",\"priority\":5,\"aggregate_type\":\"rxa\",\"aggregate_id\":\"2\",\"created_at\":\"2026-03-02T10:00:02Z\"},"
+                     "{\"event_id\":\"x-1\",\"topic\":\"rx\",\"aggregate_type\":\"rxa\",\"aggregate_id\":\"1\",\"created_at\":\"2026-03-02T10:00:01Z\"}]}",
+                     201));
+    json_decref(call(&S, "POST", "/v1/replays", "{\"topic\":\"rx\",\"run_id\":\"rx-1\"}", 201));
+    c = call(&S, "POST", "/v1/groups/replay.rx-1/claim", "{\"max\":10,\"wait_s\":5}", 200);
+    assert_int_equal(json_array_size(json_object_get(c, "deliveries")), 5);
+    json_array_foreach(json_object_get(c, "deliveries"), i, d)
+        assert_string_equal(json_string_value(json_object_get(json_object_get(d, "event"), "event_id")),
+                            want[i]);
+    json_decref(c);
+}
+
+/* GET /v1/replays/{run_id}, with the invariant selected = dispatched +
+ * pending + dlq checked; returns the answer. */
+static json_t *run_status(const char *run_id)
+{
+    char path[128];
+    json_t *st;
+
+    snprintf(path, sizeof path, "/v1/replays/%s", run_id);
+    st = call(&S, "GET", path, NULL, 200);
+    assert_int_equal(jint(st, "selected"),
+                     jint(st, "dispatched") + jint(st, "pending") + jint(st, "dlq"));
+    return st;
+}
+
+static void expect_counts(const char *run_id, json_int_t dispatched, json_int_t pending,
+                          json_int_t dlq, const char *state)
+{
+    json_t *st = run_status(run_id);
+
+    assert_int_equal(jint(st, "dispatched"), dispatched);
+    assert_int_equal(jint(st, "pending"), pending);
+    assert_int_equal(jint(st, "dlq"), dlq);
+    assert_string_equal(jstr(st, "state"), state);
+    json_decref(st);
+}
+
+struct group_pending {
+    const char *group;
+    json_int_t want;
+};
+
+/* The group's pending count in GET /v1/stats has reached 'want'. */
+static int group_pending_is(void *arg)
+{
+    struct group_pending *g = arg;
+    json_t *st = call(&S, "GET", "/v1/stats", NULL, 200), *it;
+    size_t i;
+    int ok = 0;
+
+    json_array_foreach(json_object_get(st, "groups"), i, it)
+        if (!strcmp(jstr(it, "group"), g->group))
+            ok = jint(it, "pending") == g->want;
+    json_decref(st);
+    return ok;
+}
+
+/* A run over more events than one selection chunk (2000): its status adds
+ * up from the moment it exists, while its deliveries are still being
+ * added, and after. */
+static void replay_counts_from_the_start(void **state)
+{
+    struct group_pending gp = {"replay.rc-1", 4500};
+    struct mic_buf b;
+    json_t *st;
+
+    (void)state;
+    for (int k = 0; k < 5; k++) {
+        mic_buf_init(&b);
+        mic_buf_puts(&b, "{\"events\":[");
+        for (int i = 0; i < 900; i++)
+            mic_buf_printf(&b, "%s{\"event_id\":\"rc-%d\",\"topic\":\"rc\"}", i ? "," : "",
+                           k * 900 + i);
+        mic_buf_puts(&b, "]}");
+        json_decref(call(&S, "POST", "/v1/events", b.p, 201));
+        mic_buf_fini(&b);
+    }
+    st = call(&S, "POST", "/v1/replays", "{\"topic\":\"rc\",\"run_id\":\"rc-1\"}", 201);
+    assert_int_equal(jint(st, "selected"), 4500);
+    json_decref(st);
+    /* At once: everything pending, filled into the group or not. */
+    expect_counts("rc-1", 0, 4500, 0, "running");
+    /* Once every delivery is in the group: the same. */
+    assert_true(await(group_pending_is, &gp, 20000));
+    expect_counts("rc-1", 0, 4500, 0, "running");
+    json_decref(call(&S, "DELETE", "/v1/replays/rc-1", NULL, 204));
+}
+
+/* Claim the one claimable delivery of 'group' and nack it at once, from
+ * attempt 'first' until it is dead-lettered (10 attempts); returns its seq. */
+static json_int_t dead_letter(const char *group, int first)
+{
+    char path[128];
+    json_int_t seq = 0;
+
+    snprintf(path, sizeof path, "/v1/groups/%s/claim", group);
+    for (int attempt = first; attempt <= 10; attempt++) {
+        json_t *c = call(&S, "POST", path, "{\"max\":1,\"wait_s\":5}", 200), *r;
+        assert_int_equal(json_array_size(dlvs(c)), 1);
+        seq = jint(dlv(c, 0), "seq");
+        r = settle(&S, group, "nack", items_of(c), "{\"error\":\"boom\",\"retry_after_s\":0}");
+        expect_result(r, 0, seq, attempt < 10 ? "retrying" : "dead_lettered");
+        json_decref(r);
+        json_decref(c);
+    }
+    return seq;
+}
+
+/* dispatched counts acks and skips, dlq the dead letters (a requeue puts
+ * one back to pending); a run's deliveries show in the event lookup. */
+static void replay_counts_follow_deliveries(void **state)
+{
+    json_t *c, *r, *ev, *d;
+    json_int_t seq;
+    char body[64];
+    size_t i;
+    int found = 0;
+
+    (void)state;
+    json_decref(call(&S, "POST", "/v1/events",
+                     "{\"events\":[{\"event_id\":\"rd-1\",\"topic\":\"rd\"},"
+                     "{\"event_id\":\"rd-2\",\"topic\":\"rd\"}]}", 201));
+    json_decref(call(&S, "POST", "/v1/replays", "{\"topic\":\"rd\",\"run_id\":\"rd-1\"}", 201));
+    /* rd-2 is acked; rd-1 goes to the DLQ. */
+    c = call(&S, "POST", "/v1/groups/replay.rd-1/claim", "{\"max\":10,\"wait_s\":5}", 200);
+    assert_int_equal(json_array_size(dlvs(c)), 2);
+    for (i = 0; i < 2; i++)
+        if (!strcmp(jstr(json_object_get(dlv(c, i), "event"), "event_id"), "rd-2")) {
+            r = settle(&S, "replay.rd-1", "ack",
+                       json_pack("[o]", item(jint(dlv(c, i), "seq"), jstr(dlv(c, i), "lease_token"))),
+                       NULL);
+            json_decref(r);
+        } else {
+            r = settle(&S, "replay.rd-1", "nack",
+                       json_pack("[o]", item(jint(dlv(c, i), "seq"), jstr(dlv(c, i), "lease_token"))),
+                       "{\"retry_after_s\":0}");
+            json_decref(r);
+        }
+    json_decref(c);
+    expect_counts("rd-1", 1, 1, 0, "running");
+    seq = dead_letter("replay.rd-1", 2);
+    expect_counts("rd-1", 1, 0, 1, "drained");
+    /* A requeue makes it pending again; dead-lettered again, then skipped. */
+    json_decref(call(&S, "POST", "/v1/groups/replay.rd-1/dlq/requeue", "{\"all\":true}", 200));
+    expect_counts("rd-1", 1, 1, 0, "running");
+    assert_int_equal(dead_letter("replay.rd-1", 1), seq);
+    expect_counts("rd-1", 1, 0, 1, "drained");
+    snprintf(body, sizeof body, "{\"seqs\":[%lld]}", (long long)seq);
+    r = call(&S, "POST", "/v1/groups/replay.rd-1/dlq/skip", body, 200);
+    expect_result(r, 0, seq, "skipped");
+    json_decref(r);
+    expect_counts("rd-1", 2, 0, 0, "drained");
+    /* The run's deliveries are in the event lookup, like any group's. */
+    ev = call(&S, "GET", "/v1/events/rd-1", NULL, 200);
+    json_array_foreach(json_object_get(ev, "deliveries"), i, d)
+        if (!strcmp(jstr(d, "group"), "replay.rd-1")) {
+            found++;
+            assert_string_equal(jstr(d, "state"), "skipped");
+            assert_int_equal(jint(d, "attempts"), 10);
+        }
+    assert_int_equal(found, 1);
+    json_decref(ev);
+    ev = call(&S, "GET", "/v1/events/rd-2", NULL, 200);
+    found = 0;
+    json_array_foreach(json_object_get(ev, "deliveries"), i, d)
+        if (!strcmp(jstr(d, "group"), "replay.rd-1")) {
+            found++;
+            assert_string_equal(jstr(d, "state"), "dispatched");
+        }
+    assert_int_equal(found, 1);
+    json_decref(ev);
+}
+
+/* GET /v1/replays lists every run, in run_id order, each item exactly what
+ * GET /v1/replays/{run_id} answers. */
+static void replay_list(void **state)
+{
+    json_t *l, *it, *st;
+    char path[128], prev[80] = "";
+    size_t i;
+    int a = 0, b = 0;
+
+    (void)state;
+    json_decref(call(&S, "POST", "/v1/replays", "{\"topic\":\"rr\",\"run_id\":\"ls-b\"}", 201));
+    json_decref(call(&S, "POST", "/v1/replays",
+                     "{\"topic\":\"ro\",\"run_id\":\"ls-a\",\"kind\":\"effect\",\"effects\":\"allow\"}", 201));
+    l = call(&S, "GET", "/v1/replays", NULL, 200);
+    assert_int_equal(json_object_size(l), 1);
+    assert_true(json_array_size(json_object_get(l, "replays")) >= 2);
+    json_array_foreach(json_object_get(l, "replays"), i, it) {
+        const char *id = jstr(it, "run_id");
+
+        assert_true(strcmp(prev, id) < 0);
+        snprintf(prev, sizeof prev, "%s", id);
+        a += !strcmp(id, "ls-a");
+        b += !strcmp(id, "ls-b");
+        snprintf(path, sizeof path, "/v1/replays/%s", id);
+        st = call(&S, "GET", path, NULL, 200);
+        if (!json_equal(st, it)) {
+            char *x = json_dumps(it, JSON_SORT_KEYS), *y = json_dumps(st, JSON_SORT_KEYS);
+            fprintf(stderr, "list item %s\n  != status %s\n", x, y);
+            free(x);
+            free(y);
+        }
+        assert_true(json_equal(st, it));
+        json_decref(st);
+    }
+    assert_int_equal(a, 1);
+    assert_int_equal(b, 1);
+    json_decref(l);
+    json_decref(call(&S, "PUT", "/v1/replays", "{}", 405));
+    json_decref(call(&S, "DELETE", "/v1/replays/ls-a", NULL, 204));
+    json_decref(call(&S, "DELETE", "/v1/replays/ls-b", NULL, 204));
+    l = call(&S, "GET", "/v1/replays", NULL, 200);
+    json_array_foreach(json_object_get(l, "replays"), i, it)
+        assert_true(strcmp(jstr(it, "run_id"), "ls-a") && strcmp(jstr(it, "run_id"), "ls-b"));
+    json_decref(l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -300,6 +538,10 @@ int main(void)
         cmocka_unit_test(range_ndjson_large),
         cmocka_unit_test(replay_run),
         cmocka_unit_test(replay_keeps_aggregate_order),
+        cmocka_unit_test(replay_order_across_aggregates),
+        cmocka_unit_test(replay_counts_from_the_start),
+        cmocka_unit_test(replay_counts_follow_deliveries),
+        cmocka_unit_test(replay_list),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

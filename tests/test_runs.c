@@ -1,0 +1,521 @@
+/* test_runs.c - replay runs' status in-process, against a real store and
+ * writer with an injected clock (no sleeps): the status comes from the run
+ * record and its group's counters, and still adds up to the selection
+ * when retention removes what it may -- a dead letter of the run, or an
+ * event removed between the selection and the run's record -- while an
+ * event a run has still to add is kept.  A run record of the first layout
+ * (168-byte header) is still read, and listed (mic_replay_list). */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "buf.h"
+#include "claim.h"
+#include "clock.h"
+#include "config.h"
+#include "delivery.h"
+#include "err.h"
+#include "group.h"
+#include "harness.h"
+#include "publish.h"
+#include "replay.h"
+#include "schedule.h"
+#include "store.h"
+#include "topic.h"
+#include "writer.h"
+
+#include <jansson.h>
+#include <semaphore.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define T0 1790000000000000LL
+#define SEC 1000000LL
+
+static int64_t fake_now;
+static int64_t fake_clock(void)
+{
+    return fake_now;
+}
+
+struct fx {
+    mic_sched *sched;
+    char dir[64];
+    struct mic_config cfg;
+    mic_store *store;
+    mic_groups *groups;
+    mic_writer *w;
+    sem_t sem;
+};
+
+static void done(mic_op *op)
+{
+    sem_post(op->owner);
+}
+
+static void run(struct fx *f, mic_op *op)
+{
+    if (!op->done)
+        op->done = done;
+    op->owner = &f->sem;
+    assert_int_equal(mic_writer_submit(f->w, op), MIC_OK);
+    sem_wait(&f->sem);
+    assert_int_equal(op->result, MIC_OK);
+}
+
+static int setup(void **state)
+{
+    struct fx *f = calloc(1, sizeof *f);
+    const char *argv[] = {"micd"};
+    struct mic_writer_hooks h;
+    char err[128];
+
+    fake_now = T0;
+    mic_clock_set(fake_clock);
+    snprintf(f->dir, sizeof f->dir, "/tmp/mic-runs-XXXXXX");
+    if (!mkdtemp(f->dir) || mic_config_load(&f->cfg, 1, (char **)argv, err, sizeof err) ||
+        mic_store_open(&f->store, f->dir, f->cfg.map_size, f->cfg.map_max, 1) ||
+        mic_groups_new(&f->groups, f->store) || mic_sched_new(&f->sched, f->groups))
+        return -1;
+    memset(&h, 0, sizeof h);
+    mic_sched_hooks(f->sched, &h);
+    if (mic_writer_start(&f->w, f->store, &f->cfg, &h))
+        return -1;
+    sem_init(&f->sem, 0, 0);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fx *f = *state;
+    char p[128];
+
+    mic_writer_free(f->w);
+    mic_sched_free(f->sched);
+    mic_groups_free(f->groups);
+    mic_store_close(f->store);
+    mic_clock_set(NULL);
+    sem_destroy(&f->sem);
+    snprintf(p, sizeof p, "%s/data.mdb", f->dir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/lock.mdb", f->dir);
+    unlink(p);
+    rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
+static void make_topic(struct fx *f, const char *name, const char *body)
+{
+    struct mic_error e;
+    struct mic_buf b;
+    mic_topic_op *o;
+    int created;
+
+    assert_int_equal(mic_topic_put_parse(name, body, strlen(body), &f->cfg, &o, &e), MIC_OK);
+    run(f, mic_topic_op_base(o));
+    mic_buf_init(&b);
+    assert_int_equal(mic_topic_op_result(o, &b, &created, &e), MIC_OK);
+    mic_buf_fini(&b);
+    mic_topic_op_free(o);
+}
+
+static void publish(struct fx *f, const char *body)
+{
+    struct mic_error e;
+    struct mic_buf b;
+    mic_publish *p;
+    int dup;
+
+    assert_int_equal(mic_publish_parse(body, strlen(body), &f->cfg, &p, &e), MIC_OK);
+    run(f, mic_publish_op(p));
+    mic_buf_init(&b);
+    assert_int_equal(mic_publish_result(p, &b, &dup, &e), MIC_OK);
+    mic_buf_fini(&b);
+    mic_publish_free(p);
+}
+
+/* Record a replay run prepared by create_parse; 'on_done' (may be NULL)
+ * runs in the writer thread right after the run's batch committed. */
+static void record_run(struct fx *f, mic_replay_op *o, void (*on_done)(mic_op *))
+{
+    struct mic_error e;
+    struct mic_buf b;
+    mic_op *op = mic_replay_op_base(o);
+
+    op->done = on_done;
+    run(f, op);
+    mic_buf_init(&b);
+    assert_int_equal(mic_replay_op_result(o, &b, &e), MIC_OK);
+    mic_buf_fini(&b);
+    mic_replay_op_free(o);
+}
+
+static mic_replay_op *prepare_run(struct fx *f, const char *body)
+{
+    struct mic_error e;
+    mic_replay_op *o;
+
+    assert_int_equal(mic_replay_create_parse(f->store, body, strlen(body), &f->cfg, &o, &e), MIC_OK);
+    return o;
+}
+
+/* A claim-family request; returns the answer. */
+static json_t *req(struct fx *f, int kind, const char *group, const char *body)
+{
+    struct mic_error e;
+    struct mic_buf b;
+    mic_claim *c;
+    json_t *j;
+
+    assert_int_equal(mic_claim_parse(kind, group, body, strlen(body), &f->cfg, &c, &e), MIC_OK);
+    run(f, mic_claim_op(c));
+    mic_buf_init(&b);
+    assert_int_equal(mic_claim_result(c, f->store, &b, &e), MIC_OK);
+    j = json_loadb(b.p, b.len, 0, NULL);
+    assert_non_null(j);
+    mic_buf_fini(&b);
+    mic_claim_free(c);
+    return j;
+}
+
+/* The run's status; asserts selected = dispatched + pending + dlq. */
+static json_t *status(struct fx *f, const char *run_id)
+{
+    struct mic_error e;
+    struct mic_buf b;
+    json_t *j;
+
+    mic_buf_init(&b);
+    assert_int_equal(mic_replay_get(f->store, run_id, &b, &e), MIC_OK);
+    j = json_loadb(b.p, b.len, 0, NULL);
+    assert_non_null(j);
+    mic_buf_fini(&b);
+    assert_int_equal(json_integer_value(json_object_get(j, "selected")),
+                     json_integer_value(json_object_get(j, "dispatched")) +
+                         json_integer_value(json_object_get(j, "pending")) +
+                         json_integer_value(json_object_get(j, "dlq")));
+    return j;
+}
+
+static void expect_counts(struct fx *f, const char *run_id, json_int_t dispatched,
+                          json_int_t pending, json_int_t dlq, const char *state)
+{
+    json_t *j = status(f, run_id);
+
+    assert_int_equal(json_integer_value(json_object_get(j, "dispatched")), dispatched);
+    assert_int_equal(json_integer_value(json_object_get(j, "pending")), pending);
+    assert_int_equal(json_integer_value(json_object_get(j, "dlq")), dlq);
+    assert_string_equal(json_string_value(json_object_get(j, "state")), state);
+    json_decref(j);
+}
+
+static int stored(struct fx *f, const char *id)
+{
+    struct mic_error e;
+    struct mic_buf b;
+    int rc;
+
+    mic_buf_init(&b);
+    rc = mic_publish_lookup(f->store, id, strlen(id), &b, &e);
+    mic_buf_fini(&b);
+    assert_true(rc == MIC_OK || rc == MIC_ENOTFOUND);
+    return rc == MIC_OK;
+}
+
+static int noop_apply(mic_op *op, struct mic_wctx *w)
+{
+    (void)op;
+    (void)w;
+    return MIC_OK;
+}
+
+/* One writer batch (retention sweeps, selection chunks run first). */
+static void batch(struct fx *f)
+{
+    mic_op op;
+
+    memset(&op, 0, sizeof op);
+    op.apply = noop_apply;
+    run(f, &op);
+}
+
+struct pending_of {
+    struct fx *f;
+    const char *group;
+    uint64_t want;
+};
+
+/* The group's committed pending figure is 'want' (its selection is in). */
+static int pending_is(void *arg)
+{
+    struct pending_of *p = arg;
+    uint64_t fig[MIC_GSTAT_N];
+    uint32_t gid;
+    mic_txn *t;
+    int ok;
+
+    assert_int_equal(mic_txn_begin(p->f->store, 0, &t), MIC_OK);
+    ok = mic_group_gid(t, p->group, &gid) == MIC_OK &&
+         mic_delivery_figures(t, gid, fig) == MIC_OK && fig[MIC_GSTAT_PENDING] == p->want;
+    mic_txn_abort(t);
+    return ok;
+}
+
+struct state_of {
+    struct fx *f;
+    const char *run_id, *want;
+};
+
+static int state_is(void *arg)
+{
+    struct state_of *s = arg;
+    json_t *j = status(s->f, s->run_id);
+    int ok = !strcmp(json_string_value(json_object_get(j, "state")), s->want);
+
+    json_decref(j);
+    return ok;
+}
+
+/* Claim up to 'max' of 'group', through as many batches as its heads take
+ * to be released (at most 100); returns the answer. */
+static json_t *claim_some(struct fx *f, const char *group, int max)
+{
+    char body[32];
+    json_t *c = NULL;
+
+    snprintf(body, sizeof body, "{\"max\":%d}", max);
+    for (int i = 0; i < 100; i++) {
+        c = req(f, MIC_CLAIM, group, body);
+        if (json_array_size(json_object_get(c, "deliveries")))
+            return c;
+        json_decref(c);
+    }
+    fail_msg("nothing to claim in %s", group);
+    return NULL;
+}
+
+/* Settle delivery 'd' (a claimed one) with 'kind'. */
+static void settle_one(struct fx *f, int kind, const char *group, json_t *d)
+{
+    char body[256];
+
+    snprintf(body, sizeof body,
+             "{\"deliveries\":[{\"seq\":%lld,\"lease_token\":\"%s\"}]%s}",
+             (long long)json_integer_value(json_object_get(d, "seq")),
+             json_string_value(json_object_get(d, "lease_token")),
+             kind == MIC_NACK ? ",\"retry_after_s\":0" : "");
+    json_decref(req(f, kind, group, body));
+}
+
+/* ---- Tests ---- */
+
+/* A dead letter of the run whose event retention removes stays counted in
+ * dlq: the run drains instead of waiting for it forever. */
+static void removed_dead_letter_stays_counted(void **state)
+{
+    struct fx *f = *state;
+    struct pending_of p = {f, "replay.r1", 2};
+    json_t *c, *d;
+    size_t i;
+
+    make_topic(f, "t", "{\"retention_s\":1}");
+    publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}");
+    publish(f, "{\"event_id\":\"e2\",\"topic\":\"t\"}");
+    record_run(f, prepare_run(f, "{\"topic\":\"t\",\"run_id\":\"r1\"}"), NULL);
+    assert_true(await(pending_is, &p, 10000));
+    expect_counts(f, "r1", 0, 2, 0, "running");
+    /* e1 is acked, e2 dead-lettered (10 attempts, retried at once). */
+    for (int attempt = 1; attempt <= 10; attempt++) {
+        c = claim_some(f, "replay.r1", 2);
+        assert_int_equal(json_array_size(json_object_get(c, "deliveries")), attempt == 1 ? 2 : 1);
+        json_array_foreach(json_object_get(c, "deliveries"), i, d) {
+            const char *id = json_string_value(json_object_get(json_object_get(d, "event"),
+                                                               "event_id"));
+            settle_one(f, strcmp(id, "e1") ? MIC_NACK : MIC_ACK, "replay.r1", d);
+        }
+        json_decref(c);
+    }
+    expect_counts(f, "r1", 1, 0, 1, "drained");
+    /* Past retention: both go (terminal in every group). */
+    fake_now += 2 * SEC;
+    batch(f);
+    assert_false(stored(f, "e1"));
+    assert_false(stored(f, "e2"));
+    expect_counts(f, "r1", 1, 0, 1, "drained");
+}
+
+static void advance_clock(mic_op *op)
+{
+    fake_now += 2 * SEC; /* before the next batch: its sweep sees all due */
+    done(op);
+}
+
+/* A run keeps the events it has still to add: retention, due for all of
+ * them right after the run is recorded, removes none of its selection. */
+static void run_keeps_what_it_has_not_added(void **state)
+{
+    struct fx *f = *state;
+    struct pending_of p = {f, "replay.big", 5000};
+    struct mic_buf b;
+    uint64_t n;
+    mic_txn *t;
+    char when[MIC_TIME_LEN + 1];
+
+    make_topic(f, "t", "{\"retention_s\":1}");
+    /* created_at falls as seq rises: the selection walk (created_at order)
+     * reaches last the events retention looks at first (received order). */
+    for (int k = 0; k < 5; k++) {
+        mic_buf_init(&b);
+        mic_buf_puts(&b, "{\"events\":[");
+        for (int i = 0; i < 1000; i++) {
+            int ix = k * 1000 + i;
+            mic_time_format(T0 - (int64_t)(ix + 1) * 1000, when);
+            mic_buf_printf(&b, "%s{\"event_id\":\"e%d\",\"topic\":\"t\",\"created_at\":\"%s\"}",
+                           i ? "," : "", ix, when);
+        }
+        mic_buf_puts(&b, "]}");
+        assert_false(b.oom);
+        publish(f, b.p);
+        mic_buf_fini(&b);
+    }
+    record_run(f, prepare_run(f, "{\"topic\":\"t\",\"run_id\":\"big\"}"), advance_clock);
+    expect_counts(f, "big", 0, 5000, 0, "running");
+    assert_true(await(pending_is, &p, 20000));
+    batch(f);
+    assert_int_equal(mic_txn_begin(f->store, 0, &t), MIC_OK);
+    assert_int_equal(mic_store_log_count(t, &n), MIC_OK);
+    mic_txn_abort(t);
+    assert_int_equal(n, 5000);
+    assert_true(stored(f, "e0"));
+    expect_counts(f, "big", 0, 5000, 0, "running");
+}
+
+/* Selected events removed between the selection (handler) and the run's
+ * record (writer) are counted lost (in dlq) when the walk ends. */
+static void removed_before_the_record_is_lost(void **state)
+{
+    struct fx *f = *state;
+    struct state_of s = {f, "late", "drained"};
+    mic_replay_op *o;
+
+    make_topic(f, "t", "{\"retention_s\":1}");
+    publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}");
+    publish(f, "{\"event_id\":\"e2\",\"topic\":\"t\"}");
+    o = prepare_run(f, "{\"topic\":\"t\",\"run_id\":\"late\"}");
+    fake_now += 2 * SEC;
+    batch(f); /* e1 and e2 go: no group holds them yet */
+    assert_false(stored(f, "e1"));
+    assert_false(stored(f, "e2"));
+    record_run(f, o, NULL);
+    assert_true(await(state_is, &s, 10000));
+    expect_counts(f, "late", 0, 0, 2, "drained");
+}
+
+struct put_run {
+    mic_op op; /* first */
+    const char *id;
+    const void *val;
+    size_t len;
+};
+
+static int put_run_apply(mic_op *op, struct mic_wctx *w)
+{
+    struct put_run *p = (struct put_run *)op;
+
+    return mic_store_run_put(w->txn, p->id, strlen(p->id), p->val, p->len);
+}
+
+/* A record of the first layout (168-byte header, byte 3 zero) answers the
+ * same status. */
+static void first_layout_record_is_read(void **state)
+{
+    struct fx *f = *state;
+    struct put_run p;
+    json_t *before, *after, *c;
+    const void *val;
+    uint8_t *old;
+    size_t vlen, olen;
+    mic_txn *t;
+
+    publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}");
+    publish(f, "{\"event_id\":\"e2\",\"topic\":\"t\"}");
+    record_run(f, prepare_run(f, "{\"topic\":\"t\",\"run_id\":\"old\"}"), NULL);
+    /* Ack one. */
+    c = claim_some(f, "replay.old", 1);
+    settle_one(f, MIC_ACK, "replay.old", json_array_get(json_object_get(c, "deliveries"), 0));
+    json_decref(c);
+    before = status(f, "old");
+    assert_int_equal(json_integer_value(json_object_get(before, "dispatched")), 1);
+    assert_int_equal(json_integer_value(json_object_get(before, "pending")), 1);
+
+    assert_int_equal(mic_txn_begin(f->store, 0, &t), MIC_OK);
+    assert_int_equal(mic_store_run_get(t, "old", 3, &val, &vlen), MIC_OK);
+    assert_true(vlen > 192);
+    assert_int_equal(((const uint8_t *)val)[3], 1);
+    olen = vlen - 192 + 168;
+    old = malloc(olen);
+    assert_non_null(old);
+    memcpy(old, val, 168);
+    memcpy(old + 168, (const uint8_t *)val + 192, vlen - 192);
+    mic_txn_abort(t);
+    old[3] = 0;
+    memset(&p, 0, sizeof p);
+    p.op.apply = put_run_apply;
+    p.id = "old";
+    p.val = old;
+    p.len = olen;
+    run(f, &p.op);
+    free(old);
+
+    after = status(f, "old");
+    assert_true(json_equal(before, after));
+    /* The listing answers the same. */
+    {
+        struct mic_error e;
+        struct mic_buf b;
+        json_t *l;
+
+        mic_buf_init(&b);
+        assert_int_equal(mic_replay_list(f->store, &b, &e), MIC_OK);
+        l = json_loadb(b.p, b.len, 0, NULL);
+        mic_buf_fini(&b);
+        assert_int_equal(json_array_size(json_object_get(l, "replays")), 1);
+        assert_true(json_equal(json_array_get(json_object_get(l, "replays"), 0), after));
+        json_decref(l);
+    }
+    json_decref(before);
+    json_decref(after);
+}
+
+/* No run: an empty list. */
+static void no_runs_list(void **state)
+{
+    struct fx *f = *state;
+    struct mic_error e;
+    struct mic_buf b;
+
+    mic_buf_init(&b);
+    assert_int_equal(mic_replay_list(f->store, &b, &e), MIC_OK);
+    assert_int_equal(b.len, strlen("{\"replays\":[]}"));
+    assert_memory_equal(b.p, "{\"replays\":[]}", b.len);
+    mic_buf_fini(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(removed_dead_letter_stays_counted, setup, teardown),
+        cmocka_unit_test_setup_teardown(run_keeps_what_it_has_not_added, setup, teardown),
+        cmocka_unit_test_setup_teardown(removed_before_the_record_is_lost, setup, teardown),
+        cmocka_unit_test_setup_teardown(first_layout_record_is_read, setup, teardown),
+        cmocka_unit_test_setup_teardown(no_runs_list, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
