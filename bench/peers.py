@@ -458,25 +458,32 @@ PROFILES = {
   event; jansson's `json_loadb` 47% of the instructions, its dump of the
   payload 18%, SHA-256 (content digest, aggregate key) 12%.  Two cores
   parse about 200k events/s before the writer or the load generator run.""",
-    "W3": """**W3 work cycle**: bound by the durable page writes of the writer
-  thread.  Each claim and ack is a durable transition (delivery record,
-  ready entry, lease timer, the admin figures kept with them); a commit
-  holds about 4 requests (8 workers, one request each in flight) and
-  writes about 22 pages (`strace -f -e pwrite64,fdatasync`).  `perf
-  record -g -p $(pidof micd)`: pwrite and fdatasync are 28% of micd's
-  samples, and the writer waits on the disk for most of the rest; the
-  same drain with `--durability none` runs 234k events/s, 2.6x, so the
-  fsync'd pages cost 60% of the time.""",
-    "W4": """**W4 ordered**: as W3, and every ack also pops its aggregate's
-  queue entry and rewrites its state.  Both are keyed by a hash of the
-  aggregate, so the ~128 aggregates settled in one commit land on ~128
-  different leaf pages: about 150 pages written a commit, against 22
-  for the sequential keys of W3; pwrite and fdatasync are 42% of the writer
-  thread's samples, and `--durability none` runs 68.7k events/s, 2.6x.
-  Tried: the state stored next to its queue in one tree -- worse (181
-  pages a commit), since the claim of the next head then dirties the
-  queue's leaf a second time.  Next step: key the queues by an aggregate
-  ordinal in publish order, so aggregates settled together share pages.""",
+    "W3": """**W3 work cycle**: bound by the commit's fdatasync.  The
+  delivery engine (server/delivery.c) writes a claim as the delivery
+  record, its ready entry and its lease timer, an ack as the record, the
+  timer and the unhandled index, and the figures once per group and
+  commit: about 20 pages a commit (`make bench-pages`, 22 before the
+  engine), scattered over five B-trees (LMDB reuses freed pages, so they
+  are not contiguous).  In a W3 drain (`/metrics`): 3.4 requests a
+  commit (8 workers, one request each in flight), commits take 0.49 ms
+  on average and the writer spends 68% of the wall time in them; the
+  sync stage overlaps each commit's meta-page fdatasync with the next
+  batch.  `--durability none` runs the same drain at 178k events/s,
+  2.3x: what is left is the latency of the fsync'd pages plus about eight
+  system calls and three thread switches a request on libmicrohttpd's
+  suspend/resume path (the publish-path issue's part).  Next steps: fewer
+  trees a transition (the lease timer and the ready entry in one tree
+  with the unhandled index, so they share their upper pages), and one
+  wake-up of the HTTP side per batch instead of one per connection.""",
+    "W4": """**W4 ordered**: as W3; an ack also releases its aggregate's
+  head and makes the next one ready.  The per-aggregate trees are keyed
+  by an aggregate ordinal in publish order and a versioned aggregate's
+  released entries are skipped by a position instead of deleted one by
+  one, so the aggregates settled in one commit share their leaves: about
+  25 pages a commit (`make bench-pages`; 138 before the engine).  In a
+  W4 drain (`/metrics`): 4 requests a commit, 0.70 ms a commit, 61% of
+  the wall time; `--durability none` runs 110k events/s, 2.0x.  Same
+  next steps as W3.""",
     "W5": """**W5 range read**: one HTTP stream; `perf record -p $(pidof micd)`:
   53% in the kernel (TCP send), 20% LMDB cursor steps, 13% copying
   events from the map into libmicrohttpd's buffer.  Alone on the machine
