@@ -14,9 +14,11 @@ struct mic_buf {
     int oom;
 };
 
+/* An empty buffer (no allocation yet); _fini frees what it holds. */
 void mic_buf_init(struct mic_buf *b);
 void mic_buf_fini(struct mic_buf *b);
-/* Hand the bytes to the caller (free() them); the buffer is reset. */
+/* Hand the bytes to the caller (free() them; NULL when empty or after an
+ * allocation failure, see 'oom'); the buffer is reset. */
 char *mic_buf_steal(struct mic_buf *b, size_t *len);
 
 void mic_buf_add(struct mic_buf *b, const void *p, size_t n);

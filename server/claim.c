@@ -100,12 +100,12 @@ static int unhex(const char *s, size_t len, uint8_t *out, size_t n)
 
 static int apply_claim(mic_claim *c, struct mic_wctx *w, struct mic_group *gr)
 {
-    int64_t ttl_us = (int64_t)(c->lease_ttl_s ? c->lease_ttl_s : gr->cfg.lease_ttl_s) * 1000000;
+    int64_t ttl_us = (int64_t)(c->lease_ttl_s ? c->lease_ttl_s : mic_group_config(gr)->lease_ttl_s) * 1000000;
     int rc;
 
     c->granted = 0;
     free(c->replay);
-    c->replay = gr->cfg.replay_fields ? strdup(gr->cfg.replay_fields) : NULL;
+    c->replay = mic_group_config(gr)->replay_fields ? strdup(mic_group_config(gr)->replay_fields) : NULL;
     c->lease_expires = w->now_us + ttl_us;
     if (c->op.alive && !c->op.alive(&c->op))
         return MIC_OK; /* the client left: take nothing */
@@ -113,7 +113,7 @@ static int apply_claim(mic_claim *c, struct mic_wctx *w, struct mic_group *gr)
                                  c->attempts, c->tokens, &c->granted)))
         return rc;
     if (c->granted == 0 && c->deadline_ms > mic_mono_ms()) {
-        c->op.wait_key = gr->gid;
+        c->op.wait_key = mic_group_id(gr);
         c->op.wait_until_ms = c->deadline_ms;
     }
     return MIC_OK;
@@ -122,8 +122,8 @@ static int apply_claim(mic_claim *c, struct mic_wctx *w, struct mic_group *gr)
 static int settle_one(mic_claim *c, struct mic_wctx *w, struct mic_group *gr,
                       struct item *it)
 {
-    const uint8_t *tok = it->token_ok && (!it->legacy || it->gid == gr->gid) ? it->token : NULL;
-    int64_t ttl_us = (int64_t)(c->lease_ttl_s ? c->lease_ttl_s : gr->cfg.lease_ttl_s) * 1000000;
+    const uint8_t *tok = it->token_ok && (!it->legacy || it->gid == mic_group_id(gr)) ? it->token : NULL;
+    int64_t ttl_us = (int64_t)(c->lease_ttl_s ? c->lease_ttl_s : mic_group_config(gr)->lease_ttl_s) * 1000000;
     int64_t retry_us = it->has_retry ? (int64_t)it->retry_after_s * 1000000
                        : c->has_retry ? (int64_t)c->retry_after_s * 1000000 : -1;
 
@@ -248,7 +248,7 @@ static int parse_settle(mic_claim *c, json_t *o, struct mic_error *err)
             return BADREQ("error", "error is a string");
         c->error_len = json_string_length(e);
         if (!(c->error = malloc(c->error_len + 1)))
-            return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+            return mic_error_internal(err, MIC_ENOMEM);
         if (c->error_len > MIC_ERROR_MAX) {
             c->error_len = MIC_ERROR_MAX;
             while (c->error_len > 0 &&
@@ -266,7 +266,7 @@ static int parse_settle(mic_claim *c, json_t *o, struct mic_error *err)
     c->lease_ttl_s = present ? (uint32_t)v : 0;
     c->n = (int)json_array_size(list);
     if (!(c->items = calloc((size_t)c->n, sizeof *c->items)))
-        return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        return mic_error_internal(err, MIC_ENOMEM);
     for (int i = 0; i < c->n; i++) {
         json_t *it = json_array_get(list, (size_t)i), *seq, *tok;
         char f[48];
@@ -322,7 +322,7 @@ static int parse_dlq(mic_claim *c, json_t *o, struct mic_error *err)
         return BADREQ("seqs", "seqs is a list of 1 to %d seqs", ITEMS_MAX);
     c->n = (int)json_array_size(seqs);
     if (!(c->items = calloc((size_t)c->n, sizeof *c->items)))
-        return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        return mic_error_internal(err, MIC_ENOMEM);
     for (int i = 0; i < c->n; i++) {
         json_t *s = json_array_get(seqs, (size_t)i);
         if (!json_is_integer(s) || json_integer_value(s) < 1) {
@@ -346,7 +346,7 @@ int mic_claim_parse(int kind, const char *group, const char *body, size_t len,
     if (!mic_group_name_ok(group, strlen(group)))
         return mic_error_set(err, MIC_ENOTFOUND, "not_found", NULL, "no group %s", group);
     if (!(c = calloc(1, sizeof *c)))
-        return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        return mic_error_internal(err, MIC_ENOMEM);
     c->op.apply = apply;
     c->kind = kind;
     c->glen = strlen(group);
@@ -372,7 +372,7 @@ grants:
         (!(c->seqs = calloc((size_t)c->max, sizeof *c->seqs)) ||
          !(c->attempts = calloc((size_t)c->max, sizeof *c->attempts)) ||
          !(c->tokens = calloc((size_t)c->max, sizeof *c->tokens)))) {
-        rc = mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        rc = mic_error_internal(err, MIC_ENOMEM);
         goto fail;
     }
     *out = c;
@@ -398,7 +398,7 @@ static int claim_json(mic_claim *c, mic_store *s, struct mic_buf *out,
 
     mic_buf_puts(out, "{\"deliveries\":[");
     if (c->granted && (rc = mic_txn_begin(s, 0, &txn)))
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        return mic_error_internal(err, rc);
     t[0] = '"';
     mic_time_format(c->lease_expires, t + 1);
     t[MIC_TIME_LEN + 1] = '"';
@@ -431,7 +431,7 @@ static int claim_json(mic_claim *c, mic_store *s, struct mic_buf *out,
     if (c->granted)
         mic_txn_abort(txn);
     if (rc)
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        return mic_error_internal(err, rc);
     mic_buf_puts(out, "]}");
     return MIC_OK;
 }
@@ -547,7 +547,7 @@ int mic_gap_skip_parse(const char *type, const char *id, const char *version,
         return mic_error_set(err, MIC_EINVAL, "invalid_request", "version",
                              "the version is an integer from 1 to 2^63-1");
     if (!(s = calloc(1, sizeof *s)))
-        return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        return mic_error_internal(err, MIC_ENOMEM);
     s->op.apply = skip_apply;
     memcpy(s->type, type, tl);
     memcpy(s->id, id, il);

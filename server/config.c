@@ -6,6 +6,7 @@
  * exactly what is used. */
 #define _POSIX_C_SOURCE 200809L
 #include "config.h"
+#include "err.h"
 
 #include "log.h"
 
@@ -217,17 +218,17 @@ int mic_config_load(struct mic_config *c, int argc, char **argv, char *err,
     memset(c, 0, sizeof *c);
     for (size_t i = 0; i < NSETTINGS; i++)
         if (apply(c, &settings[i], settings[i].def, err, errlen))
-            return -1;
+            return MIC_EINVAL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--config") == 0 || strncmp(argv[i], "--config=", 9) == 0) {
             const char *path = argv[i][8] == '=' ? argv[i] + 9
                                : i + 1 < argc   ? argv[i + 1] : NULL;
             if (!path) {
                 snprintf(err, errlen, "--config needs a file");
-                return -1;
+                return MIC_EINVAL;
             }
             if (load_file(c, path, err, errlen))
-                return -1;
+                return MIC_EINVAL;
         }
     }
     for (int i = 1; i < argc; i++) {
@@ -237,11 +238,12 @@ int mic_config_load(struct mic_config *c, int argc, char **argv, char *err,
 
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             mic_config_usage(stdout);
-            return 1;
+            c->help = 1;
+            return MIC_OK;
         }
         if (strncmp(a, "--", 2) != 0) {
             snprintf(err, errlen, "unexpected argument '%s'", a);
-            return -1;
+            return MIC_EINVAL;
         }
         a += 2;
         eq = strchr(a, '=');
@@ -253,7 +255,7 @@ int mic_config_load(struct mic_config *c, int argc, char **argv, char *err,
         }
         if (!(s = find(a, nlen))) {
             snprintf(err, errlen, "unknown flag '--%.*s' (see --help)", (int)nlen, a);
-            return -1;
+            return MIC_EINVAL;
         }
         if (eq)
             v = eq + 1;
@@ -263,10 +265,10 @@ int mic_config_load(struct mic_config *c, int argc, char **argv, char *err,
             v = argv[++i];
         else {
             snprintf(err, errlen, "--%s needs a value", s->name);
-            return -1;
+            return MIC_EINVAL;
         }
         if (apply(c, s, v, err, errlen))
-            return -1;
+            return MIC_EINVAL;
     }
     if (c->map_max < c->map_size)
         c->map_max = c->map_size;

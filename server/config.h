@@ -29,11 +29,14 @@ struct mic_config {
     int writer_delay_ms;    /* test hook: pause before each batch */
     int no_auto_topics;
     int log_level;          /* enum mic_log_level */
+    int help;               /* --help was given (the usage is printed) */
 };
 
 /* Fill 'c' with the defaults, then the config file named by --config (if
- * any), then the flags in argv.  Returns 0 on success, 1 if --help was
- * given (usage already printed), or -1 with a message in 'err'. */
+ * any), then the flags in argv.  Returns MIC_OK (c->help set when --help
+ * was given: the usage is printed on stdout), or MIC_EINVAL with a
+ * one-line message in 'err' (errlen bytes, NUL-terminated) for a bad flag,
+ * value or file line. */
 int mic_config_load(struct mic_config *c, int argc, char **argv,
                     char *err, size_t errlen);
 

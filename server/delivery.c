@@ -70,38 +70,103 @@ const char *mic_delivery_status_name(int status)
     return status > 0 && status <= MIC_DS_NOT_IN_DLQ ? status_names[status] : "";
 }
 
-/* ---- Figures ---- */
+/* ---- Engine state and figures ---- */
 
-static int fig_load(struct mic_wctx *w, struct mic_group *gr)
+struct fig {
+    uint32_t gid;
+    uint8_t dirty;
+    uint64_t c[MIC_GSTAT_N];
+};
+
+struct mic_delivery {
+    struct fig *figs;   /* the groups touched since the last reset */
+    int nfigs, cap;
+    int last;           /* index of the last one used */
+    uint64_t rng;       /* the backoff jitter's xorshift state */
+};
+
+int mic_delivery_new(mic_delivery **out)
 {
-    int rc;
+    mic_delivery *e = calloc(1, sizeof *e);
 
-    if (gr->fig.loaded)
-        return MIC_OK;
-    if ((rc = mic_store_gstat_get(w->txn, gr->gid, gr->fig.c)))
-        return rc;
-    gr->fig.loaded = 1;
+    if (!e)
+        return MIC_ENOMEM;
+    *out = e;
     return MIC_OK;
 }
 
-static void fig_add(struct mic_group *gr, int field, int64_t delta)
+void mic_delivery_free(mic_delivery *e)
 {
-    int64_t n = (int64_t)gr->fig.c[field] + delta;
-
-    gr->fig.c[field] = n < 0 ? 0 : (uint64_t)n;
-    gr->fig.dirty = 1;
+    if (!e)
+        return;
+    free(e->figs);
+    free(e);
 }
 
-int mic_delivery_flush(struct mic_wctx *w, mic_groups *g)
+void mic_delivery_reset(mic_delivery *e)
 {
+    e->nfigs = 0;
+    e->last = 0;
+}
+
+/* The figures of group 'gid', loaded from the store at the first use
+ * since the last reset. */
+static int fig_of(struct mic_wctx *w, uint32_t gid, struct fig **out)
+{
+    mic_delivery *e = w->engine;
+    struct fig *f;
     int rc;
 
-    for (struct mic_group *gr = mic_groups_first(g); gr; gr = gr->next) {
-        if (!gr->fig.dirty)
+    if (e->last < e->nfigs && e->figs[e->last].gid == gid) {
+        *out = &e->figs[e->last];
+        return MIC_OK;
+    }
+    for (int i = 0; i < e->nfigs; i++)
+        if (e->figs[i].gid == gid) {
+            e->last = i;
+            *out = &e->figs[i];
+            return MIC_OK;
+        }
+    if (e->nfigs == e->cap) {
+        int cap = e->cap ? e->cap * 2 : 16;
+        struct fig *p = realloc(e->figs, (size_t)cap * sizeof *p);
+        if (!p)
+            return MIC_ENOMEM;
+        e->figs = p;
+        e->cap = cap;
+    }
+    f = &e->figs[e->nfigs];
+    memset(f, 0, sizeof *f);
+    f->gid = gid;
+    if ((rc = mic_store_gstat_get(w->txn, gid, f->c)))
+        return rc;
+    e->last = e->nfigs++;
+    *out = f;
+    return MIC_OK;
+}
+
+static void fig_add(struct fig *f, int field, int64_t delta)
+{
+    int64_t n = (int64_t)f->c[field] + delta;
+
+    f->c[field] = n < 0 ? 0 : (uint64_t)n;
+    f->dirty = 1;
+}
+
+int mic_delivery_flush(struct mic_wctx *w)
+{
+    mic_delivery *e = w->engine;
+    int rc;
+
+    for (int i = 0; i < e->nfigs; i++) {
+        struct fig *f = &e->figs[i];
+        if (!f->dirty)
             continue;
-        if ((rc = mic_store_gstat_put(w->txn, gr->gid, gr->fig.c)))
+        f->dirty = 0;
+        if (!w->groups || !mic_groups_by_gid(w->groups, f->gid))
+            continue; /* deleted in this batch: its keys go with it */
+        if ((rc = mic_store_gstat_put(w->txn, f->gid, f->c)))
             return rc;
-        gr->fig.dirty = 0;
     }
     return MIC_OK;
 }
@@ -136,38 +201,38 @@ static int dput(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
 {
     int os = old ? old->state : 0, ns = d ? d->state : 0, rc;
     int64_t at = d ? d->created_at : old->created_at;
+    uint32_t gid = mic_group_id(gr);
+    struct fig *f;
 
-    if ((rc = fig_load(w, gr)))
+    if ((rc = fig_of(w, gid, &f)))
         return rc;
     if (os != ns) {
         if (gauge_of(os) >= 0)
-            fig_add(gr, gauge_of(os), -1);
+            fig_add(f, gauge_of(os), -1);
         if (gauge_of(ns) >= 0)
-            fig_add(gr, gauge_of(ns), 1);
+            fig_add(f, gauge_of(ns), 1);
         if (ns == MIC_DLV_DISPATCHED)
-            fig_add(gr, MIC_GSTAT_DISPATCHED, 1);
+            fig_add(f, MIC_GSTAT_DISPATCHED, 1);
         if (ns == MIC_DLV_SKIPPED)
-            fig_add(gr, MIC_GSTAT_SKIPPED, 1);
+            fig_add(f, MIC_GSTAT_SKIPPED, 1);
     }
     if (d && d->attempts > 1 && d->attempts > (old ? old->attempts : 0))
-        fig_add(gr, MIC_GSTAT_REDELIVERIES, 1);
+        fig_add(f, MIC_GSTAT_REDELIVERIES, 1);
     if (nonterminal(old) != nonterminal(d) &&
-        (rc = mic_store_unh_set(w->txn, gr->gid, at, seq, nonterminal(d))))
+        (rc = mic_store_unh_set(w->txn, gid, at, seq, nonterminal(d))))
         return rc;
     if (poisoned(old) != poisoned(d) &&
-        (rc = mic_store_poison_set(w->txn, gr->gid, at, seq, poisoned(d))))
+        (rc = mic_store_poison_set(w->txn, gid, at, seq, poisoned(d))))
         return rc;
-    return d ? mic_store_dlv_put(w->txn, gr->gid, seq, d)
-             : mic_store_dlv_del(w->txn, gr->gid, seq);
+    return d ? mic_store_dlv_put(w->txn, gid, seq, d)
+             : mic_store_dlv_del(w->txn, gid, seq);
 }
 
 /* ---- Helpers ---- */
 
-static uint64_t rng_state;
-
-static uint64_t rng(void)
+static uint64_t rng(mic_delivery *e)
 {
-    uint64_t x = rng_state;
+    uint64_t x = e->rng;
 
     if (!x && RAND_bytes((unsigned char *)&x, sizeof x) != 1)
         x = (uint64_t)mic_now_us();
@@ -175,11 +240,11 @@ static uint64_t rng(void)
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
-    return rng_state = x;
+    return e->rng = x;
 }
 
 /* Full-jitter exponential backoff before attempt 'attempts' + 1, in µs. */
-static int64_t backoff_us(const struct mic_group_cfg *c, uint32_t attempts)
+static int64_t backoff_us(mic_delivery *e, const struct mic_group_cfg *c, uint32_t attempts)
 {
     double cap = (double)c->backoff_initial_ms *
                  pow(c->backoff_multiplier, attempts > 0 ? attempts - 1 : 0);
@@ -188,7 +253,7 @@ static int64_t backoff_us(const struct mic_group_cfg *c, uint32_t attempts)
     if (cap > (double)c->backoff_max_ms)
         cap = (double)c->backoff_max_ms;
     ms = (uint64_t)cap;
-    return ms ? (int64_t)(rng() % (ms * 1000 + 1)) : 0;
+    return ms ? (int64_t)(rng(e) % (ms * 1000 + 1)) : 0;
 }
 
 static void set_error(struct mic_dlv *d, const char *e, size_t n)
@@ -206,7 +271,7 @@ static void set_error(struct mic_dlv *d, const char *e, size_t n)
 
 static int ordered(const struct mic_group *gr, const struct mic_dlv *d)
 {
-    return gr->cfg.ordered && d->ord;
+    return mic_group_config(gr)->ordered && d->ord;
 }
 
 /* Take 'd' (PENDING or PROCESSING, not queued) out of its ready entry or
@@ -242,6 +307,10 @@ struct agg {
     struct mic_ags a, orig;
     int found;
     int was_blocked;
+    uint64_t head_seq;      /* advance() picked this head ... */
+    struct mic_dlv head;    /* ... whose record is this (0: none) */
+    uint64_t next_k1, next_seq; /* leave(): the entry after the released one */
+    int next_known;         /* 1: next_* is the first entry after pos (0 seq: none) */
 };
 
 /* Is the aggregate blocked by its head (as GET .../blocked lists it)?  The
@@ -263,7 +332,7 @@ static int blocked_now(struct mic_wctx *w, const struct mic_group *gr, const str
     if (known && kseq == a->active) {
         h = known;
     } else {
-        rc = mic_store_dlv_get(w->txn, gr->gid, a->active, &d);
+        rc = mic_store_dlv_get(w->txn, mic_group_id(gr), a->active, &d);
         if (rc == MIC_ENOTFOUND)
             return MIC_OK;
         if (rc)
@@ -281,10 +350,12 @@ static int agg_load(struct mic_wctx *w, const struct mic_group *gr, uint64_t ord
                     const uint8_t *akey, uint64_t kseq, const struct mic_dlv *known,
                     struct agg *g)
 {
-    int rc = mic_store_ags_get(w->txn, gr->gid, ord, &g->a);
+    int rc = mic_store_ags_get(w->txn, mic_group_id(gr), ord, &g->a);
 
     g->ord = ord;
     g->was_blocked = 0;
+    g->head_seq = 0;
+    g->next_known = 0;
     g->found = rc == MIC_OK;
     if (rc == MIC_ENOTFOUND) {
         memset(&g->a, 0, sizeof g->a);
@@ -307,25 +378,30 @@ static int agg_store(struct mic_wctx *w, struct mic_group *gr, struct agg *g,
 {
     int now = 0, rc;
     int gone = g->a.waiting == 0;
+    struct fig *f;
 
+    if (g->head_seq && g->head_seq == g->a.active && kseq != g->head_seq) {
+        kseq = g->head_seq; /* the head advance() just picked: no read */
+        known = &g->head;
+    }
     if (!gone && (rc = blocked_now(w, gr, &g->a, kseq, known, &now)))
         return rc;
-    if ((rc = fig_load(w, gr)))
+    if ((rc = fig_of(w, mic_group_id(gr), &f)))
         return rc;
     if (now != g->was_blocked)
-        fig_add(gr, MIC_GSTAT_BLOCKED, now ? 1 : -1);
+        fig_add(f, MIC_GSTAT_BLOCKED, now ? 1 : -1);
     if ((!gone && g->a.missing) != (g->found && g->orig.missing != 0))
-        fig_add(gr, MIC_GSTAT_GAP_PARKED, !gone && g->a.missing ? 1 : -1);
+        fig_add(f, MIC_GSTAT_GAP_PARKED, !gone && g->a.missing ? 1 : -1);
     if (gone) {
         if (!g->found)
             return MIC_OK;
-        if (g->a.pos && (rc = mic_store_aq_purge(w->txn, gr->gid, g->ord, g->a.pos, NULL)))
+        if (g->a.pos && (rc = mic_store_aq_purge(w->txn, mic_group_id(gr), g->ord, g->a.pos, NULL)))
             return rc;
-        return mic_store_ags_del(w->txn, gr->gid, g->ord);
+        return mic_store_ags_del(w->txn, mic_group_id(gr), g->ord);
     }
     if (g->found && !memcmp(&g->a, &g->orig, sizeof g->a))
         return MIC_OK;
-    return mic_store_ags_put(w->txn, gr->gid, g->ord, &g->a);
+    return mic_store_ags_put(w->txn, mic_group_id(gr), g->ord, &g->a);
 }
 
 /* Make the first unreleased entry of the aggregate's queue its head, if it
@@ -339,24 +415,32 @@ static int advance(struct mic_wctx *w, const struct mic_group *gr, struct agg *g
 
     /* While older events are still being added, an event's predecessors
      * may not be in the queue yet: no head is picked before that is done. */
-    if (gr->backfilling)
+    if (mic_group_backfilling(gr))
         return MIC_OK;
-    rc = mic_store_aq_first(w->txn, gr->gid, g->ord, g->a.pos, &k1, &seq);
-    if (rc == MIC_ENOTFOUND)
-        return MIC_OK;
-    if (rc)
-        return rc;
+    if (g->next_known) {
+        g->next_known = 0; /* leave() already read the next entry */
+        if (!g->next_seq)
+            return MIC_OK;
+        k1 = g->next_k1;
+        seq = g->next_seq;
+    } else {
+        rc = mic_store_aq_first(w->txn, mic_group_id(gr), g->ord, g->a.pos, &k1, &seq);
+        if (rc == MIC_ENOTFOUND)
+            return MIC_OK;
+        if (rc)
+            return rc;
+    }
     if (g->a.active == seq)
         return MIC_OK;
     if (g->a.active) {
-        rc = mic_store_dlv_get(w->txn, gr->gid, g->a.active, &d);
+        rc = mic_store_dlv_get(w->txn, mic_group_id(gr), g->a.active, &d);
         if (rc && rc != MIC_ENOTFOUND)
             return rc;
         if (rc == MIC_OK) {
             if (d.state == MIC_DLV_PROCESSING || d.state == MIC_DLV_DLQ || d.handed)
                 return MIC_OK; /* handed out (even if requeued since): it keeps the head */
             /* Never handed out: an older event goes first. */
-            if (d.state == MIC_DLV_PENDING && (rc = detach(w, gr->gid, g->a.active, &d)))
+            if (d.state == MIC_DLV_PENDING && (rc = detach(w, mic_group_id(gr), g->a.active, &d)))
                 return rc;
         }
         g->a.active = 0;
@@ -370,10 +454,12 @@ static int advance(struct mic_wctx *w, const struct mic_group *gr, struct agg *g
         }
         return MIC_OK;
     }
-    if ((rc = mic_store_dlv_get(w->txn, gr->gid, seq, &d)))
+    if ((rc = mic_store_dlv_get(w->txn, mic_group_id(gr), seq, &d)))
         return rc;
-    if (d.state == MIC_DLV_PENDING && (rc = attach(w, gr->gid, seq, &d)))
+    if (d.state == MIC_DLV_PENDING && (rc = attach(w, mic_group_id(gr), seq, &d)))
         return rc;
+    g->head_seq = seq;
+    g->head = d;
     g->a.active = seq;
     g->a.missing = 0;
     g->a.since = w->now_us;
@@ -392,11 +478,11 @@ static int join(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
     if (d->versioned && g.a.pos && d->k1 <= g.a.pos) {
         /* A released dead letter comes back: drop the released entries
          * first, so that 'pos' can start again from the front. */
-        if ((rc = mic_store_aq_purge(w->txn, gr->gid, d->ord, g.a.pos, NULL)))
+        if ((rc = mic_store_aq_purge(w->txn, mic_group_id(gr), d->ord, g.a.pos, NULL)))
             return rc;
         g.a.pos = 0;
     }
-    if ((rc = mic_store_aq_put(w->txn, gr->gid, d->ord, d->k1, seq)))
+    if ((rc = mic_store_aq_put(w->txn, mic_group_id(gr), d->ord, d->k1, seq)))
         return rc;
     g.a.waiting++;
     if ((rc = advance(w, gr, &g)))
@@ -416,14 +502,26 @@ static int leave(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
         return MIC_OK;
     if (d->versioned && d->k1 <= g->a.pos)
         return agg_store(w, gr, g, seq, d); /* released before (a dead letter) */
-    rc = d->versioned ? mic_store_aq_first(w->txn, gr->gid, g->ord, g->a.pos, &k1, &first)
-                      : MIC_ENOTFOUND;
+    rc = MIC_ENOTFOUND;
+    if (d->versioned) {
+        uint64_t k[2], sq[2];
+        int n;
+        rc = mic_store_aq_first2(w->txn, mic_group_id(gr), g->ord, g->a.pos, k, sq, &n);
+        if (rc == MIC_OK) {
+            k1 = k[0];
+            first = sq[0];
+            /* What advance() will seek next, after the new position. */
+            g->next_known = first == seq;
+            g->next_k1 = n > 1 ? k[1] : 0;
+            g->next_seq = n > 1 ? sq[1] : 0;
+        }
+    }
     if (rc && rc != MIC_ENOTFOUND)
         return rc;
     if (rc == MIC_OK && first == seq) {
         g->a.pos = k1; /* released at the front: left for the purge */
     } else {
-        rc = mic_store_aq_del(w->txn, gr->gid, g->ord, d->k1, seq);
+        rc = mic_store_aq_del(w->txn, mic_group_id(gr), g->ord, d->k1, seq);
         if (rc == MIC_ENOTFOUND)
             return agg_store(w, gr, g, seq, d); /* not queued (released before) */
         if (rc)
@@ -468,7 +566,7 @@ int mic_delivery_add(struct mic_wctx *w, struct mic_group *gr, const struct mic_
     d.created_at = r->created_at_us;
     d.not_before = r->deliver_at_us > w->now_us ? r->deliver_at_us : 0;
     d.rank = r->rank;
-    if (gr->cfg.ordered && r->has_agg) {
+    if (mic_group_config(gr)->ordered && r->has_agg) {
         d.ord = r->ordinal;
         if (!d.ord) {
             struct mic_agg_rec ag;
@@ -486,7 +584,23 @@ int mic_delivery_add(struct mic_wctx *w, struct mic_group *gr, const struct mic_
     }
     if ((rc = dput(w, gr, r->seq, NULL, &d)))
         return rc;
-    return attach(w, gr->gid, r->seq, &d);
+    return attach(w, mic_group_id(gr), r->seq, &d);
+}
+
+int mic_delivery_fanout(struct mic_wctx *w, const char *topic, size_t tlen,
+                        const struct mic_rec *r)
+{
+    struct mic_group *const *v;
+    int n, rc;
+
+    if (!w->groups)
+        return MIC_OK;
+    if ((rc = mic_groups_subscribers(w->groups, topic, tlen, &v, &n)))
+        return rc;
+    for (int i = 0; i < n; i++)
+        if (mic_group_takes(v[i], r) && (rc = mic_delivery_add(w, v[i], r)))
+            return rc;
+    return MIC_OK;
 }
 
 /* ---- Grant ---- */
@@ -500,14 +614,14 @@ int mic_delivery_grant(struct mic_wctx *w, struct mic_group *gr, int max, int64_
     *n = 0;
     if (wlen > MIC_WORKER_MAX)
         wlen = MIC_WORKER_MAX;
-    if ((rc = mic_store_ready_pop(w->txn, gr->gid, seqs, max, &got)))
+    if ((rc = mic_store_ready_pop(w->txn, mic_group_id(gr), seqs, max, &got)))
         return rc;
     if (got && RAND_bytes(tokens[0], got * MIC_TOKEN_LEN) != 1)
         return MIC_EIO;
     for (int i = 0; i < got; i++) {
         struct mic_dlv d, old;
 
-        if ((rc = mic_store_dlv_get(w->txn, gr->gid, seqs[i], &d)))
+        if ((rc = mic_store_dlv_get(w->txn, mic_group_id(gr), seqs[i], &d)))
             return rc == MIC_ENOTFOUND ? MIC_EIO : rc;
         old = d;
         d.state = MIC_DLV_PROCESSING;
@@ -520,7 +634,7 @@ int mic_delivery_grant(struct mic_wctx *w, struct mic_group *gr, int max, int64_
         d.worker[wlen] = 0;
         d.worker_len = (uint8_t)wlen;
         if ((rc = dput(w, gr, seqs[i], &old, &d)) ||
-            (rc = mic_store_timer_put(w->txn, d.lease_expires, gr->gid, seqs[i],
+            (rc = mic_store_timer_put(w->txn, d.lease_expires, mic_group_id(gr), seqs[i],
                                       MIC_TIMER_LEASE)) ||
             (rc = refresh(w, gr, seqs[i], &old, &d)))
             return rc;
@@ -550,7 +664,7 @@ static int lookup(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
     *status = MIC_DS_NOTFOUND;
     if (!token)
         return MIC_OK;
-    rc = mic_store_dlv_get(w->txn, gr->gid, seq, d);
+    rc = mic_store_dlv_get(w->txn, mic_group_id(gr), seq, d);
     if (rc == MIC_ENOTFOUND)
         return MIC_OK;
     if (rc)
@@ -594,7 +708,7 @@ int mic_delivery_ack(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
     }
     if (*status != MIC_DS_NONE)
         return MIC_OK;
-    if ((rc = detach(w, gr->gid, seq, &d)))
+    if ((rc = detach(w, mic_group_id(gr), seq, &d)))
         return rc;
     old = d;
     d.state = MIC_DLV_DISPATCHED;
@@ -612,22 +726,22 @@ static int fail(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
 {
     int rc;
 
-    *dead = d->attempts >= gr->cfg.max_attempts;
+    *dead = d->attempts >= mic_group_config(gr)->max_attempts;
     d->lease_expires = 0;
     if (*dead) {
         d->state = MIC_DLV_DLQ;
         d->not_before = 0;
         d->terminal_at = w->now_us;
-        if ((rc = mic_store_dlq_put(w->txn, gr->gid, seq)))
+        if ((rc = mic_store_dlq_put(w->txn, mic_group_id(gr), seq)))
             return rc;
         /* Under dlq_policy hold the dead letter keeps its aggregate's head. */
-        return finish(w, gr, seq, old, d, gr->cfg.dlq_hold);
+        return finish(w, gr, seq, old, d, mic_group_config(gr)->dlq_hold);
     }
     if (retry_us < 0)
-        retry_us = backoff_us(&gr->cfg, d->attempts);
+        retry_us = backoff_us(w->engine, mic_group_config(gr), d->attempts);
     d->state = MIC_DLV_PENDING;
     d->not_before = retry_us ? w->now_us + retry_us : 0;
-    if ((rc = dput(w, gr, seq, old, d)) || (rc = attach(w, gr->gid, seq, d)))
+    if ((rc = dput(w, gr, seq, old, d)) || (rc = attach(w, mic_group_id(gr), seq, d)))
         return rc;
     return refresh(w, gr, seq, old, d);
 }
@@ -641,7 +755,7 @@ int mic_delivery_nack(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
 
     if ((rc = lookup(w, gr, seq, token, &d, status)) || *status != MIC_DS_NONE)
         return rc;
-    if ((rc = detach(w, gr->gid, seq, &d)))
+    if ((rc = detach(w, mic_group_id(gr), seq, &d)))
         return rc;
     old = d;
     set_error(&d, error ? error : "", error ? elen : 0);
@@ -660,7 +774,7 @@ int mic_delivery_extend(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
 
     if ((rc = lookup(w, gr, seq, token, &d, status)) || *status != MIC_DS_NONE)
         return rc;
-    if ((rc = detach(w, gr->gid, seq, &d)))
+    if ((rc = detach(w, mic_group_id(gr), seq, &d)))
         return rc;
     old = d;
     d.state = MIC_DLV_PROCESSING;
@@ -669,7 +783,7 @@ int mic_delivery_extend(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
     *status = MIC_DS_EXTENDED;
     *t = d.lease_expires;
     if ((rc = dput(w, gr, seq, &old, &d)) ||
-        (rc = mic_store_timer_put(w->txn, d.lease_expires, gr->gid, seq, MIC_TIMER_LEASE)))
+        (rc = mic_store_timer_put(w->txn, d.lease_expires, mic_group_id(gr), seq, MIC_TIMER_LEASE)))
         return rc;
     return refresh(w, gr, seq, &old, &d);
 }
@@ -679,7 +793,7 @@ int mic_delivery_extend(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
 int mic_delivery_skip(struct mic_wctx *w, struct mic_group *gr, uint64_t seq, int *status)
 {
     struct mic_dlv d, old;
-    int rc = mic_store_dlv_get(w->txn, gr->gid, seq, &d);
+    int rc = mic_store_dlv_get(w->txn, mic_group_id(gr), seq, &d);
 
     *status = MIC_DS_NOTFOUND;
     if (rc == MIC_ENOTFOUND)
@@ -690,7 +804,7 @@ int mic_delivery_skip(struct mic_wctx *w, struct mic_group *gr, uint64_t seq, in
         *status = MIC_DS_NOT_IN_DLQ;
         return MIC_OK;
     }
-    if ((rc = mic_store_dlq_del(w->txn, gr->gid, seq)))
+    if ((rc = mic_store_dlq_del(w->txn, mic_group_id(gr), seq)))
         return rc;
     old = d;
     d.state = MIC_DLV_SKIPPED;
@@ -703,7 +817,7 @@ int mic_delivery_requeue(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
 {
     struct mic_dlv d, old;
     struct agg g;
-    int rc = mic_store_dlv_get(w->txn, gr->gid, seq, &d), queued;
+    int rc = mic_store_dlv_get(w->txn, mic_group_id(gr), seq, &d), queued;
 
     *status = MIC_DS_NOTFOUND;
     if (rc == MIC_ENOTFOUND)
@@ -714,7 +828,7 @@ int mic_delivery_requeue(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
         *status = MIC_DS_NOT_IN_DLQ;
         return MIC_OK;
     }
-    if ((rc = mic_store_dlq_del(w->txn, gr->gid, seq)))
+    if ((rc = mic_store_dlq_del(w->txn, mic_group_id(gr), seq)))
         return rc;
     old = d;
     d.state = MIC_DLV_PENDING;
@@ -725,12 +839,12 @@ int mic_delivery_requeue(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
     if (!ordered(gr, &d)) {
         if ((rc = dput(w, gr, seq, &old, &d)))
             return rc;
-        return attach(w, gr->gid, seq, &d);
+        return attach(w, mic_group_id(gr), seq, &d);
     }
     if ((rc = agg_load(w, gr, d.ord, NULL, seq, &old, &g)))
         return rc;
     /* Still in the queue (held under dlq_policy hold)? */
-    rc = mic_store_aq_has(w->txn, gr->gid, d.ord, d.k1, seq);
+    rc = mic_store_aq_has(w->txn, mic_group_id(gr), d.ord, d.k1, seq);
     if (rc && rc != MIC_ENOTFOUND)
         return rc;
     queued = rc == MIC_OK && g.found && !(d.versioned && d.k1 <= g.a.pos);
@@ -752,7 +866,7 @@ int mic_delivery_requeue(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
     }
     /* The held head: claimable again at once, before its successors and
      * before any event that arrived late in front of it. */
-    if ((rc = attach(w, gr->gid, seq, &d)))
+    if ((rc = attach(w, mic_group_id(gr), seq, &d)))
         return rc;
     return agg_store(w, gr, &g, seq, &d);
 }
@@ -764,7 +878,7 @@ int mic_delivery_requeue_all(struct mic_wctx *w, struct mic_group *gr, uint64_t 
 
     *n = 0;
     do {
-        if ((rc = mic_store_dlq_page(w->txn, gr->gid, 0, seqs, 256, &got)))
+        if ((rc = mic_store_dlq_page(w->txn, mic_group_id(gr), 0, seqs, 256, &got)))
             return rc;
         for (int i = 0; i < got; i++) {
             if ((rc = mic_delivery_requeue(w, gr, seqs[i], &st)))
@@ -864,7 +978,7 @@ int mic_delivery_release_heads(struct mic_wctx *w, struct mic_group *gr, int max
     *done = 0;
     if (!(c.ords = malloc((size_t)max * sizeof *c.ords)))
         return MIC_ENOMEM;
-    rc = mic_store_ags_each(w->txn, gr->gid, *cursor, collect_one, &c);
+    rc = mic_store_ags_each(w->txn, mic_group_id(gr), *cursor, collect_one, &c);
     if (rc == 1)
         rc = MIC_OK;
     for (int i = 0; i < c.n && rc == MIC_OK; i++) {
@@ -906,11 +1020,11 @@ int mic_delivery_version_stored(struct mic_wctx *w, mic_groups *g,
     ag.contig = h;
     if ((rc = mic_store_agg_put(w->txn, akey, &ag)))
         return rc;
-    for (struct mic_group *gr = mic_groups_first(g); gr; gr = gr->next) {
+    for (struct mic_group *gr = mic_groups_first(g); gr; gr = mic_groups_next(gr)) {
         struct agg s;
-        if (!gr->cfg.ordered)
+        if (!mic_group_config(gr)->ordered)
             continue;
-        rc = mic_store_ags_get(w->txn, gr->gid, ag.ordinal, &s.a);
+        rc = mic_store_ags_get(w->txn, mic_group_id(gr), ag.ordinal, &s.a);
         if (rc == MIC_ENOTFOUND || (rc == MIC_OK && (!s.a.missing || s.a.missing > h)))
             continue;
         if (rc || (rc = agg_load(w, gr, ag.ordinal, NULL, 0, NULL, &s)) ||
@@ -961,7 +1075,7 @@ int mic_delivery_gap_skip(struct mic_wctx *w, mic_groups *g, const uint8_t akey[
 int mic_delivery_busy(struct mic_wctx *w, struct mic_group *gr, uint64_t seq, int *busy)
 {
     struct mic_dlv d;
-    int rc = mic_store_dlv_get(w->txn, gr->gid, seq, &d);
+    int rc = mic_store_dlv_get(w->txn, mic_group_id(gr), seq, &d);
 
     *busy = rc == MIC_OK && nonterminal(&d);
     return rc == MIC_ENOTFOUND ? MIC_OK : rc;
@@ -971,13 +1085,13 @@ int mic_delivery_remove(struct mic_wctx *w, struct mic_group *gr, uint64_t seq)
 {
     struct mic_dlv d;
     struct agg g;
-    int rc = mic_store_dlv_get(w->txn, gr->gid, seq, &d);
+    int rc = mic_store_dlv_get(w->txn, mic_group_id(gr), seq, &d);
 
     if (rc == MIC_ENOTFOUND)
         return MIC_OK;
     if (rc)
         return rc;
-    if (d.state == MIC_DLV_DLQ && (rc = mic_store_dlq_del(w->txn, gr->gid, seq)))
+    if (d.state == MIC_DLV_DLQ && (rc = mic_store_dlq_del(w->txn, mic_group_id(gr), seq)))
         return rc;
     if (ordered(gr, &d)) {
         if ((rc = agg_load(w, gr, d.ord, NULL, seq, &d, &g)))
@@ -989,11 +1103,11 @@ int mic_delivery_remove(struct mic_wctx *w, struct mic_group *gr, uint64_t seq)
                 return rc;
         } else {
             /* A released entry may still sit at the front of its queue. */
-            rc = mic_store_aq_del(w->txn, gr->gid, d.ord, d.k1, seq);
+            rc = mic_store_aq_del(w->txn, mic_group_id(gr), d.ord, d.k1, seq);
             if (rc && rc != MIC_ENOTFOUND)
                 return rc;
         }
-        if ((rc = mic_store_dlv_get(w->txn, gr->gid, seq, &d)))
+        if ((rc = mic_store_dlv_get(w->txn, mic_group_id(gr), seq, &d)))
             return rc;
     }
     return dput(w, gr, seq, &d, NULL);

@@ -29,15 +29,22 @@
 
 struct mic_group;
 typedef struct mic_groups mic_groups;
+typedef struct mic_delivery mic_delivery;
 
-/* A group's figures, kept in the writer's memory (struct mic_group.fig):
- * loaded from the store at the first change in a batch, written once per
- * group by mic_delivery_flush before the commit, and dropped with the
- * registry when a batch is aborted (so they are rebuilt from the store). */
-struct mic_delivery_fig {
-    uint64_t c[MIC_GSTAT_N];
-    uint8_t loaded, dirty;
-};
+/* The engine's own state (writer thread): each group's figures, loaded
+ * from the store at the first change in a batch, written once per group
+ * by mic_delivery_flush before the commit, and forgotten by
+ * mic_delivery_reset after an aborted batch (so they are read again from
+ * the committed store); the backoff jitter's generator.  The writer hands
+ * it to every verb as w->engine. */
+typedef struct mic_delivery mic_delivery;
+
+/* A new engine state.  Returns MIC_OK with *out (the caller's:
+ * mic_delivery_free) or MIC_ENOMEM. */
+int mic_delivery_new(mic_delivery **out);
+void mic_delivery_free(mic_delivery *e);
+/* Forget the figures kept in memory (after an aborted batch). */
+void mic_delivery_reset(mic_delivery *e);
 
 /* What a verb did to one delivery. */
 enum mic_delivery_status {
@@ -48,7 +55,13 @@ enum mic_delivery_status {
 /* The lowercase word of a status ("acked", ...), as the API answers it. */
 const char *mic_delivery_status_name(int status);
 
-/* ---- Writer-thread verbs ---- */
+/* ---- Writer-thread verbs (w->engine must be set) ---- */
+
+/* A new PENDING delivery of record 'r' (of topic 'topic', tlen bytes) in
+ * every live group of w->groups that subscribes to it and takes it by its
+ * start (fan-out at publish). */
+int mic_delivery_fanout(struct mic_wctx *w, const char *topic, size_t tlen,
+                        const struct mic_rec *r);
 
 /* A new PENDING delivery of record 'r' in 'gr' (fan-out, backfill, replay
  * selection): in an ordered group, in its aggregate's queue; else ready at
@@ -122,8 +135,9 @@ int mic_delivery_remove(struct mic_wctx *w, struct mic_group *gr, uint64_t seq);
  * is left (its drop record is then gone). */
 int mic_delivery_drop_step(struct mic_wctx *w, uint32_t gid, int budget, int *finished);
 
-/* Write the figures of every group changed in this batch (before commit). */
-int mic_delivery_flush(struct mic_wctx *w, mic_groups *g);
+/* Write the figures of every live group changed in this batch (before
+ * the commit). */
+int mic_delivery_flush(struct mic_wctx *w);
 
 /* ---- Read side (any transaction) ---- */
 

@@ -21,6 +21,11 @@ int mic_error_set(struct mic_error *e, int err, const char *code,
     return err;
 }
 
+int mic_error_internal(struct mic_error *e, int err)
+{
+    return mic_error_set(e, err, "internal", NULL, "%s", mic_strerror(err));
+}
+
 const char *mic_strerror(int err)
 {
     switch (err) {

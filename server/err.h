@@ -41,7 +41,12 @@ int mic_error_set(struct mic_error *e, int err, const char *code,
                   const char *field, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
-/* A short English description of an enum mic_err value. */
+/* The one answer to a failure the client did not cause (the store, memory):
+ * fills 'e' (may be NULL) with code "internal" and mic_strerror(err) as the
+ * message, and returns 'err'. */
+int mic_error_internal(struct mic_error *e, int err);
+
+/* A short English description of an enum mic_err value; a static string. */
 const char *mic_strerror(int err);
 
 #endif

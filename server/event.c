@@ -383,7 +383,7 @@ int mic_event_parse(json_t *obj, int64_t now_us, const char *path,
         mic_sha256(canon.p, canon.len, ev->digest);
     mic_buf_fini(&canon);
     if (rc)
-        return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        return mic_error_internal(err, MIC_ENOMEM);
     return MIC_OK;
 }
 

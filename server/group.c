@@ -6,14 +6,17 @@
  * is changed only inside apply() and rebuilt from the store when a batch is
  * aborted (mic_groups_reload), so it always matches what is committed.
  *
- * Deliveries come from two places.  Fan-out: every event stored after a
- * group exists gets a PENDING delivery in it at publish (cost: one cached
- * topic lookup plus one delivery per subscribed group).  Backfill: a group
- * created with start `all` or a time also covers the events stored before
- * it, walking the log in chunks of BACKFILL_CHUNK records, one chunk per
- * writer batch, so a large log never stalls other requests.  Deleting a
- * group removes its record at once (its name is free again, its old tokens
- * answer not_found) and its keys in chunks of DROP_CHUNK. */
+ * Deliveries come from two places, both made by the delivery engine.
+ * Fan-out: every event stored after a group exists gets a PENDING delivery
+ * in each subscriber (mic_groups_subscribers: one cached topic lookup).
+ * Backfill: a group created with start `all` or a time also covers the
+ * events stored before it; this file walks the log in chunks of
+ * BACKFILL_CHUNK records, one chunk per writer batch, so a large log never
+ * stalls other requests, and hands each event to the caller's
+ * mic_groups_work.add.  Deleting a group removes its record at once (its
+ * name is free again, its old tokens answer not_found) and its keys in
+ * chunks of DROP_CHUNK (mic_groups_work.drop_step).  The struct mic_group
+ * is this file's: others read it through its accessors. */
 #define _POSIX_C_SOURCE 200809L
 #include "group.h"
 
@@ -47,6 +50,16 @@ struct cache_slot {
 struct topic_name {
     uint32_t id;
     char *name;
+};
+
+struct mic_group {
+    char name[MIC_GROUP_NAME_MAX + 1];
+    uint32_t gid;
+    struct mic_group_cfg cfg;
+    int backfilling;        /* older events still being added */
+    int releasing;          /* ordered: backfill done, heads being released */
+    uint64_t cursor;        /* releasing: ordinal of the last aggregate done */
+    struct mic_group *next;
 };
 
 struct mic_groups {
@@ -182,7 +195,7 @@ static int cfg_parse(json_t *o, const char *name, struct mic_group_cfg *c,
         return BADREQ("topics", "topics is a list of 1 to %d topic names or prefixes ending in *",
                       TOPICS_MAX);
     if (!(c->topics = calloc(json_array_size(v), sizeof *c->topics)))
-        return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        return mic_error_internal(err, MIC_ENOMEM);
     for (size_t i = 0; i < json_array_size(v); i++) {
         json_t *t = json_array_get(v, i);
         char f[32];
@@ -190,7 +203,7 @@ static int cfg_parse(json_t *o, const char *name, struct mic_group_cfg *c,
         if (!json_is_string(t) || !topic_pattern_ok(json_string_value(t), json_string_length(t)))
             return BADREQ(f, "a topic name, or a prefix ending in *");
         if (!(c->topics[c->ntopics++] = strdup(json_string_value(t))))
-            return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+            return mic_error_internal(err, MIC_ENOMEM);
     }
     if ((v = json_object_get(o, "kind"))) {
         if (json_is_string(v) && !strcmp(json_string_value(v), "effect"))
@@ -259,7 +272,7 @@ static int cfg_parse(json_t *o, const char *name, struct mic_group_cfg *c,
         }
         free(txt);
         if (!c->replay_run)
-            return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+            return mic_error_internal(err, MIC_ENOMEM);
     }
     if ((v = json_object_get(o, "alert_oldest_unhandled_s")) && !json_is_null(v)) {
         n = 0;
@@ -590,24 +603,50 @@ static struct cache_slot *subscribers(mic_groups *g, const char *topic, size_t t
     return c;
 }
 
-int mic_groups_fanout(mic_groups *g, struct mic_wctx *w, const char *topic,
-                      size_t tlen, const struct mic_rec *r)
+int mic_groups_subscribers(mic_groups *g, const char *topic, size_t tlen,
+                           struct mic_group *const **out, int *n)
 {
     struct cache_slot *c;
-    int rc;
 
+    *out = NULL;
+    *n = 0;
     if (!g->list)
         return MIC_OK;
     if (!(c = subscribers(g, topic, tlen)))
         return MIC_ENOMEM;
-    for (int i = 0; i < c->nlive; i++) {
-        struct mic_group *gr = c->groups[i];
-        if (gr->cfg.start == MIC_START_TIME && r->created_at_us < gr->cfg.start_us)
-            continue;
-        if ((rc = mic_delivery_add(w, gr, r)))
-            return rc;
-    }
+    *out = c->groups;
+    *n = c->nlive;
     return MIC_OK;
+}
+
+int mic_group_takes(const struct mic_group *gr, const struct mic_rec *r)
+{
+    return gr->cfg.start != MIC_START_TIME || r->created_at_us >= gr->cfg.start_us;
+}
+
+struct mic_group *mic_groups_next(const struct mic_group *gr)
+{
+    return gr->next;
+}
+
+uint32_t mic_group_id(const struct mic_group *gr)
+{
+    return gr->gid;
+}
+
+const char *mic_group_name(const struct mic_group *gr)
+{
+    return gr->name;
+}
+
+const struct mic_group_cfg *mic_group_config(const struct mic_group *gr)
+{
+    return &gr->cfg;
+}
+
+int mic_group_backfilling(const struct mic_group *gr)
+{
+    return gr->backfilling;
 }
 
 int mic_groups_holders(mic_groups *g, const char *topic, size_t tlen,
@@ -630,6 +669,7 @@ int mic_groups_holders(mic_groups *g, const char *topic, size_t tlen,
 
 struct backfill {
     struct mic_wctx *w;
+    const struct mic_groups_work *work;
     struct mic_group *gr;
     uint32_t *ids;   /* topic ids the group subscribes to */
     int nids, cap, rc;
@@ -661,16 +701,16 @@ static int backfill_one(void *arg, const struct mic_rec *r)
 
     for (int i = 0; i < b->nids && !hit; i++)
         hit = b->ids[i] == r->topic_id;
-    if (!hit || (b->gr->cfg.start == MIC_START_TIME && r->created_at_us < b->gr->cfg.start_us))
+    if (!hit || !mic_group_takes(b->gr, r))
         return 0;
-    return (b->rc = mic_delivery_add(b->w, b->gr, r)) != MIC_OK;
+    return (b->rc = b->work->add(b->w, b->gr, r)) != MIC_OK;
 }
 
-static int backfill_step(mic_groups *g, struct mic_wctx *w)
+static int backfill_step(mic_groups *g, struct mic_wctx *w, const struct mic_groups_work *work)
 {
     for (struct mic_group *gr = g->list; gr; gr = gr->next) {
         struct mic_group_rec rec;
-        struct backfill b = {w, gr, NULL, 0, 0, MIC_OK};
+        struct backfill b = {w, work, gr, NULL, 0, 0, MIC_OK};
         uint64_t next;
         int rc;
 
@@ -733,7 +773,7 @@ static int set_backfill_state(struct mic_wctx *w, struct mic_group *gr, uint8_t 
 /* An ordered group's backfill is complete: pick the heads of its waiting
  * aggregates, RELEASE_CHUNK per batch (idempotent: redone from the start
  * after a restart). */
-static int release_step(mic_groups *g, struct mic_wctx *w)
+static int release_step(mic_groups *g, struct mic_wctx *w, const struct mic_groups_work *work)
 {
     enum { RELEASE_CHUNK = 2000 };
     for (struct mic_group *gr = g->list; gr; gr = gr->next) {
@@ -741,7 +781,7 @@ static int release_step(mic_groups *g, struct mic_wctx *w)
 
         if (!gr->releasing)
             continue;
-        if ((rc = mic_delivery_release_heads(w, gr, RELEASE_CHUNK, &gr->cursor, &done)))
+        if ((rc = work->release_heads(w, gr, RELEASE_CHUNK, &gr->cursor, &done)))
             return rc;
         if (done) {
             if ((rc = set_backfill_state(w, gr, 0)))
@@ -754,14 +794,14 @@ static int release_step(mic_groups *g, struct mic_wctx *w)
     return MIC_OK;
 }
 
-int mic_groups_background(mic_groups *g, struct mic_wctx *w)
+int mic_groups_background(mic_groups *g, struct mic_wctx *w, const struct mic_groups_work *work)
 {
     uint32_t gid;
     int rc, finished;
 
     if (g->backfilling) {
         g->backfilling = 0;
-        if ((rc = backfill_step(g, w)) || (rc = release_step(g, w)))
+        if ((rc = backfill_step(g, w, work)) || (rc = release_step(g, w, work)))
             return rc;
     }
     if (!g->dropping)
@@ -771,7 +811,7 @@ int mic_groups_background(mic_groups *g, struct mic_wctx *w)
         g->dropping = 0;
         return MIC_OK;
     }
-    if (rc || (rc = mic_delivery_drop_step(w, gid, DROP_CHUNK, &finished)))
+    if (rc || (rc = work->drop_step(w, gid, DROP_CHUNK, &finished)))
         return rc;
     if (finished)
         g->dropping = mic_store_drop_first(w->txn, &gid) == MIC_OK;
@@ -833,11 +873,12 @@ static int apply(mic_op *op, struct mic_wctx *w)
     return MIC_OK;
 }
 
-/* 1 when none of the topics 'gr' subscribes to holds an event (the backfill
- * would walk the whole log for nothing), 0 when one does, -rc on error. */
-static int topics_empty(struct mic_wctx *w, struct mic_group *gr)
+/* Set *empty when none of the topics 'gr' subscribes to holds an event
+ * (the backfill would walk the whole log for nothing).  Returns MIC_OK or
+ * a store error. */
+static int topics_empty(struct mic_wctx *w, struct mic_group *gr, int *empty)
 {
-    struct backfill b = {w, gr, NULL, 0, 0, MIC_OK};
+    struct backfill b = {w, NULL, gr, NULL, 0, 0, MIC_OK};
     uint64_t n = 0, sum = 0;
     int rc = mic_store_topic_each(w->txn, collect_topic, &b);
 
@@ -845,7 +886,8 @@ static int topics_empty(struct mic_wctx *w, struct mic_group *gr)
         if (!(rc = mic_store_topic_events(w->txn, b.ids[i], &n)))
             sum += n;
     free(b.ids);
-    return rc ? -rc : sum == 0;
+    *empty = sum == 0;
+    return rc;
 }
 
 int mic_groups_create(mic_groups *g, struct mic_wctx *w, const char *name,
@@ -873,12 +915,14 @@ int mic_groups_create(mic_groups *g, struct mic_wctx *w, const char *name,
     rec.backfill_next = 1;
     rec.backfilling = selecting || (gr->cfg.start != MIC_START_NEW && rec.backfill_end >= 1);
     g->selecting |= selecting;
-    if (rec.backfilling && !selecting && (rc = topics_empty(w, gr)) != 0) {
-        if (rc < 0) {
+    if (rec.backfilling && !selecting) {
+        int empty;
+        if ((rc = topics_empty(w, gr, &empty))) {
             group_free(gr);
-            return -rc;
+            return rc;
         }
-        rec.backfilling = 0; /* nothing stored in its topics: no log walk */
+        if (empty)
+            rec.backfilling = 0; /* nothing stored in its topics: no log walk */
     }
     rec.config = json;
     rec.config_len = len;
@@ -935,7 +979,7 @@ static int new_op(const char *name, mic_group_op **out, struct mic_error *err)
         return mic_error_set(err, MIC_ENOTFOUND, "not_found", NULL,
                              "group names match [A-Za-z0-9._:-]{1,200}");
     if (!(o = calloc(1, sizeof *o)))
-        return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        return mic_error_internal(err, MIC_ENOMEM);
     o->op.apply = apply;
     o->len = strlen(name);
     memcpy(o->name, name, o->len + 1);
@@ -968,7 +1012,7 @@ int mic_group_put_parse(const char *name, const char *body, size_t len,
     if (b.oom) {
         mic_buf_fini(&b);
         mic_group_op_free(o);
-        return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        return mic_error_internal(err, MIC_ENOMEM);
     }
     o->json = mic_buf_steal(&b, &o->json_len);
     *out = o;
@@ -1036,7 +1080,7 @@ int mic_group_read_begin(mic_store *s, const char *name, mic_txn **t,
     if (!mic_group_name_ok(name, strlen(name)))
         return mic_error_set(err, MIC_ENOTFOUND, "not_found", NULL, "no group %s", name);
     if ((rc = mic_txn_begin(s, 0, t)))
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        return mic_error_internal(err, rc);
     return MIC_OK;
 }
 
@@ -1046,7 +1090,7 @@ int mic_group_read_end(mic_txn *t, int rc, const char *name, struct mic_error *e
     if (rc == MIC_ENOTFOUND)
         return mic_error_set(err, rc, "not_found", NULL, "no group %s", name);
     if (rc)
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        return mic_error_internal(err, rc);
     return MIC_OK;
 }
 
@@ -1084,12 +1128,12 @@ int mic_group_list(mic_store *s, struct mic_buf *out, struct mic_error *err)
     int rc;
 
     if ((rc = mic_txn_begin(s, 0, &t)))
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        return mic_error_internal(err, rc);
     mic_buf_puts(out, "{\"groups\":[");
     rc = mic_store_group_each(t, list_one, out);
     mic_txn_abort(t);
     if (rc)
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        return mic_error_internal(err, rc);
     mic_buf_puts(out, "]}");
     return MIC_OK;
 }

@@ -97,7 +97,7 @@ int main(int argc, char **argv)
     int rc, port;
 
     rc = mic_config_load(&cfg, argc, argv, err, sizeof err);
-    if (rc == 1)
+    if (rc == MIC_OK && cfg.help)
         return 0;
     if (rc) {
         fprintf(stderr, "micd: %s\n", err);

@@ -18,10 +18,13 @@ void mic_metrics_http(int route, int status);
  * counters may). */
 void mic_metrics_topic(const char *topic, int published, int duplicate, int conflict);
 
-/* Append the exposition text for everything MIC counts. */
+/* Append the exposition text for everything MIC counts to 'out' (read
+ * transaction on 's', any thread).  Returns MIC_OK or a store error
+ * (MIC_EIO, MIC_ENOMEM). */
 int mic_metrics_render(mic_store *s, mic_writer *w, struct mic_buf *out);
 
-/* GET /v1/stats: per group, per topic and store figures as JSON. */
+/* GET /v1/stats: per group, per topic and store figures as JSON appended
+ * to 'out'.  Returns MIC_OK or a store error (MIC_EIO, MIC_ENOMEM). */
 int mic_metrics_stats(mic_store *s, struct mic_buf *out);
 
 #endif

@@ -105,7 +105,7 @@ static int batch_rules(mic_publish *p)
     }
     if (table_init(&ids, p->n) || table_init(&aggs, p->n) ||
         table_init(&vers, p->n)) {
-        rc = mic_error_set(&p->err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        rc = mic_error_internal(&p->err, MIC_ENOMEM);
         goto out;
     }
     for (int i = 0; i < p->n && rc == MIC_OK; i++) {
@@ -234,8 +234,8 @@ static int agg_before(mic_publish *p, struct mic_wctx *w, int i,
     return rc;
 }
 
-/* Phase 1 for item i: reads only.  Returns MIC_OK, a store error, or 1
- * when the request is refused (p->err filled). */
+/* Phase 1 for item i: reads only.  Returns MIC_OK (with p->err filled
+ * when the request is refused) or a store error. */
 static int check_item(mic_publish *p, struct mic_wctx *w, int i)
 {
     struct item *it = &p->items[i];
@@ -255,7 +255,7 @@ static int check_item(mic_publish *p, struct mic_wctx *w, int i)
                           path_of(p, i, f, sizeof f, "event_id"),
                           "event_id %s was already published with other content",
                           ev->id);
-            return 1;
+            return MIC_OK;
         }
         it->duplicate = 1;
         it->seq = seq;
@@ -276,7 +276,7 @@ static int check_item(mic_publish *p, struct mic_wctx *w, int i)
                       path_of(p, i, f, sizeof f, "topic"),
                       "topic %s does not exist (the server does not create topics on publish)",
                       ev->topic);
-        return 1;
+        return MIC_OK;
     }
     if (rc)
         return rc;
@@ -285,13 +285,13 @@ static int check_item(mic_publish *p, struct mic_wctx *w, int i)
                       path_of(p, i, f, sizeof f, "payload"),
                       "payload is %zu bytes, topic %s allows %llu", ev->payload_len,
                       ev->topic, (unsigned long long)tr.max_payload_bytes);
-        return 1;
+        return MIC_OK;
     }
     if (tr.require_versions && !ev->has_version) {
         mic_error_set(&p->err, MIC_EINVAL, "invalid_event",
                       path_of(p, i, f, sizeof f, "aggregate_version"),
                       "topic %s requires aggregate_version", ev->topic);
-        return 1;
+        return MIC_OK;
     }
     if (!ev->has_agg)
         return MIC_OK;
@@ -302,7 +302,7 @@ static int check_item(mic_publish *p, struct mic_wctx *w, int i)
                       path_of(p, i, f, sizeof f, "aggregate_version"),
                       a.versioned ? "this aggregate carries versions: aggregate_version is required"
                                   : "this aggregate carries no versions: aggregate_version is not allowed");
-        return 1;
+        return MIC_OK;
     }
     if (!exists) {
         memcpy(a.type, ev->atype, ev->atlen);
@@ -316,7 +316,7 @@ static int check_item(mic_publish *p, struct mic_wctx *w, int i)
                           path_of(p, i, f, sizeof f, "aggregate_version"),
                           "aggregate_version %llu was skipped by an admin and cannot arrive any more",
                           (unsigned long long)ev->version);
-            return 1;
+            return MIC_OK;
         }
         if (exists && ev->version < a.baseline) {
             mic_error_set(&p->err, MIC_ECONFLICT, "version_below_baseline",
@@ -324,7 +324,7 @@ static int check_item(mic_publish *p, struct mic_wctx *w, int i)
                           "aggregate_version %llu is below the aggregate's first version %llu",
                           (unsigned long long)ev->version,
                           (unsigned long long)a.baseline);
-            return 1;
+            return MIC_OK;
         }
         rc = exists ? mic_store_aggidx_get_version(w->txn, ev->akey,
                                                    ev->version, &seq)
@@ -335,7 +335,7 @@ static int check_item(mic_publish *p, struct mic_wctx *w, int i)
                           "aggregate_version %llu is already taken by seq %llu",
                           (unsigned long long)ev->version,
                           (unsigned long long)seq);
-            return 1;
+            return MIC_OK;
         }
         if (rc != MIC_ENOTFOUND)
             return rc;
@@ -433,7 +433,7 @@ static int write_item(mic_publish *p, struct mic_wctx *w, struct item *it)
     p->stored_n++;
     if (ev->has_agg && (rc = update_aggregate(w, ev, &r)))
         return rc;
-    if (w->groups && (rc = mic_groups_fanout(w->groups, w, ev->topic, ev->topiclen, &r)))
+    if (w->groups && (rc = mic_delivery_fanout(w, ev->topic, ev->topiclen, &r)))
         return rc;
     if (w->groups && ev->has_version)
         return mic_delivery_version_stored(w, w->groups, ev->akey, NULL);
@@ -452,10 +452,10 @@ static int apply(mic_op *op, struct mic_wctx *w)
     for (int i = 0; i < p->n; i++) {
         if (p->items[i].dup_of >= 0)
             continue;
-        if ((rc = check_item(p, w, i)) == 1)
-            return MIC_OK; /* refused: nothing written */
-        if (rc)
+        if ((rc = check_item(p, w, i)))
             return rc;
+        if (p->err.err)
+            return MIC_OK; /* refused: nothing written */
     }
     p->stored_n = 0;
     for (int i = 0; i < p->n; i++) {
@@ -484,7 +484,7 @@ int mic_publish_parse(const char *body, size_t len,
     int rc;
 
     if (!p)
-        return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        return mic_error_internal(err, MIC_ENOMEM);
     p->cfg = cfg;
     p->op.apply = apply;
     if ((rc = mic_json_load(body, len, cfg->max_depth, &root, err)))
@@ -517,7 +517,7 @@ int mic_publish_parse(const char *body, size_t len,
         p->n = 1;
     }
     if (!(p->items = calloc((size_t)p->n, sizeof *p->items))) {
-        rc = mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        rc = mic_error_internal(err, MIC_ENOMEM);
         goto fail;
     }
     for (int i = 0; i < p->n; i++) {
@@ -573,7 +573,7 @@ int mic_publish_lookup(mic_store *s, const char *id, size_t idlen,
         return mic_error_set(err, MIC_ENOTFOUND, "not_found", NULL,
                              "no event with that id");
     if ((rc = mic_txn_begin(s, 0, &t)))
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        return mic_error_internal(err, rc);
     rc = mic_store_id_get(t, id, idlen, &seq, digest);
     if (rc == MIC_OK)
         rc = mic_store_log_get(t, seq, &r);
@@ -589,7 +589,7 @@ int mic_publish_lookup(mic_store *s, const char *id, size_t idlen,
         return mic_error_set(err, rc, "not_found", NULL, "no event with id %.*s",
                              (int)idlen, id);
     if (rc)
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        return mic_error_internal(err, rc);
     return MIC_OK;
 }
 

@@ -74,13 +74,13 @@ static int parse_range(mic_store *s, const char *topic, const char *from,
     if (!mic_event_topic_ok(topic, strlen(topic)))
         return mic_error_set(err, MIC_ENOTFOUND, "not_found", NULL, "no topic %s", topic);
     if ((rc = mic_txn_begin(s, 0, &t)))
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        return mic_error_internal(err, rc);
     rc = mic_store_topic_get(t, topic, strlen(topic), &tr);
     mic_txn_abort(t);
     if (rc == MIC_ENOTFOUND)
         return mic_error_set(err, rc, "not_found", NULL, "no topic %s", topic);
     if (rc)
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        return mic_error_internal(err, rc);
     q->topic_id = tr.id;
     return MIC_OK;
 }
@@ -133,7 +133,7 @@ int mic_range_page(mic_store *s, const char *topic, const char *from,
     p.out = out;
     p.limit = (int)lim;
     if ((rc = mic_txn_begin(s, 0, &p.t)))
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        return mic_error_internal(err, rc);
     mic_buf_puts(out, "{\"events\":[");
     rc = mic_store_time_scan(p.t, q.topic_id, q.from_us, q.from_id, q.from_idlen,
                              q.exclusive, q.to_us, p.limit + 1, page_one, &p);
@@ -141,7 +141,7 @@ int mic_range_page(mic_store *s, const char *topic, const char *from,
     if (rc == 1)
         rc = p.rc;
     if (rc)
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        return mic_error_internal(err, rc);
     if (p.more) {
         mic_buf_printf(out, "],\"next\":\"%lld:", (long long)p.last_us);
         mic_buf_add(out, p.last_id, p.last_idlen);
@@ -162,7 +162,7 @@ int mic_range_open(mic_store *s, const char *topic, const char *from,
     int rc;
 
     if (!r)
-        return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        return mic_error_internal(err, MIC_ENOMEM);
     if ((rc = parse_range(s, topic, from, to, after, &r->q, err))) {
         free(r);
         return rc;
@@ -545,7 +545,7 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
     }
     tpv_txt = json_dumps(tpv ? tpv : json_null(), JSON_ENCODE_ANY | JSON_COMPACT);
     if (!(o = calloc(1, sizeof *o)) || !tpv_txt) {
-        rc = mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        rc = mic_error_internal(err, MIC_ENOMEM);
         goto fail;
     }
     o->op.apply = NULL; /* set below */
@@ -573,11 +573,11 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
     }
     /* The selection, once. */
     if ((rc = mic_txn_begin(s, 0, &t)) || (rc = mic_store_last_seq(t, &sel.seq_max))) {
-        rc = mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        rc = mic_error_internal(err, rc);
         goto fail;
     }
     if (!(sel.md = EVP_MD_CTX_new()) || !EVP_DigestInit_ex(sel.md, EVP_sha256(), NULL)) {
-        rc = mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        rc = mic_error_internal(err, MIC_ENOMEM);
         goto fail;
     }
     rc = mic_store_time_scan(t, q.topic_id, q.from_us, "", 0, 0, q.to_us, 1 << 30,
@@ -585,7 +585,7 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
     mic_txn_abort(t);
     t = NULL;
     if (rc) {
-        rc = mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        rc = mic_error_internal(err, rc);
         goto fail;
     }
     EVP_DigestFinal_ex(sel.md, md, NULL);
@@ -606,7 +606,7 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
                    o->run_id, (unsigned long long)sel.n, digest);
     /* The record: header, then the description (without its closing brace). */
     if (info.oom) {
-        rc = mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        rc = mic_error_internal(err, MIC_ENOMEM);
         goto fail;
     }
     {
@@ -623,7 +623,7 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
         r.desc = info.p;
         r.desc_len = info.len;
         if (run_encode(&r, &p, &o->rec_len)) {
-            rc = mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+            rc = mic_error_internal(err, MIC_ENOMEM);
             goto fail;
         }
         o->rec = (char *)p;
@@ -640,7 +640,7 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
                    effect ? "effect" : "projection", o->run_id, o->run_id,
                    allow ? "allow" : "forbid", tpv_txt);
     if (gj.oom) {
-        rc = mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        rc = mic_error_internal(err, MIC_ENOMEM);
         goto fail;
     }
     o->group_json = mic_buf_steal(&gj, &o->group_len);
@@ -721,7 +721,7 @@ int mic_replay_delete_parse(const char *run_id, mic_replay_op **out,
     if (!run_id_ok(run_id, strlen(run_id)))
         return mic_error_set(err, MIC_ENOTFOUND, "not_found", NULL, "no replay run %s", run_id);
     if (!(o = calloc(1, sizeof *o)))
-        return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        return mic_error_internal(err, MIC_ENOMEM);
     o->del = 1;
     o->op.apply = delete_apply;
     mic_buf_init(&o->answer);
@@ -883,9 +883,9 @@ static int run_of(struct mic_wctx *w, const struct mic_group *gr, struct run *r)
     size_t vlen;
     int rc;
 
-    if (!gr->cfg.replay_run)
+    if (!mic_group_config(gr)->replay_run)
         return MIC_ENOTFOUND;
-    if ((rc = mic_store_run_get(w->txn, gr->cfg.replay_run, strlen(gr->cfg.replay_run),
+    if ((rc = mic_store_run_get(w->txn, mic_group_config(gr)->replay_run, strlen(mic_group_config(gr)->replay_run),
                                 &val, &vlen)))
         return rc;
     return run_decode(val, vlen, r) ? MIC_ENOTFOUND : MIC_OK;
@@ -931,9 +931,9 @@ int mic_replay_removing(struct mic_wctx *w, const struct mic_group *gr, uint64_t
     struct run run;
     int rc;
 
-    if (!gr->cfg.replay_run)
+    if (!mic_group_config(gr)->replay_run)
         return MIC_OK;
-    rc = mic_delivery_get(w->txn, gr->gid, seq, &d);
+    rc = mic_delivery_get(w->txn, mic_group_id(gr), seq, &d);
     if (rc == MIC_ENOTFOUND || (rc == MIC_OK && d.state != MIC_DLV_DLQ))
         return MIC_OK;
     if (rc)
@@ -944,7 +944,7 @@ int mic_replay_removing(struct mic_wctx *w, const struct mic_group *gr, uint64_t
     if (rc)
         return rc;
     run.lost++;
-    return run_put(w, gr->cfg.replay_run, &run);
+    return run_put(w, mic_group_config(gr)->replay_run, &run);
 }
 
 /* ---- GET /v1/replays, GET /v1/replays/{run_id} ---- */
@@ -991,7 +991,7 @@ int mic_replay_get(mic_store *s, const char *run_id, struct mic_buf *out,
     if (!run_id_ok(run_id, strlen(run_id)))
         return mic_error_set(err, MIC_ENOTFOUND, "not_found", NULL, "no replay run %s", run_id);
     if ((rc = mic_txn_begin(s, 0, &t)))
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        return mic_error_internal(err, rc);
     rc = mic_store_run_get(t, run_id, strlen(run_id), &val, &vlen);
     if (rc == MIC_OK)
         rc = run_status(t, run_id, strlen(run_id), val, vlen, out);
@@ -999,7 +999,7 @@ int mic_replay_get(mic_store *s, const char *run_id, struct mic_buf *out,
     if (rc == MIC_ENOTFOUND)
         return mic_error_set(err, rc, "not_found", NULL, "no replay run %s", run_id);
     if (rc)
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        return mic_error_internal(err, rc);
     return MIC_OK;
 }
 
@@ -1024,12 +1024,12 @@ int mic_replay_list(mic_store *s, struct mic_buf *out, struct mic_error *err)
     int rc;
 
     if ((rc = mic_txn_begin(s, 0, &l.t)))
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        return mic_error_internal(err, rc);
     mic_buf_puts(out, "{\"replays\":[");
     rc = mic_store_run_each(l.t, list_one, &l);
     mic_buf_puts(out, "]}");
     mic_txn_abort(l.t);
     if (rc)
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        return mic_error_internal(err, rc);
     return MIC_OK;
 }

@@ -17,13 +17,16 @@ typedef struct mic_range mic_range;
 typedef struct mic_replay_op mic_replay_op;
 
 /* GET /v1/topics/{topic}/events?from=&to=&after=&limit= as one JSON page:
- * {"events":[...],"next":CURSOR|null}.  NULL arguments take defaults. */
+ * {"events":[...],"next":CURSOR|null} appended to 'out'.  NULL arguments
+ * take defaults.  MIC_OK, or 'err' filled: MIC_ENOTFOUND (no such topic),
+ * MIC_EINVAL (a bad argument, with its name), "internal" for the store. */
 int mic_range_page(mic_store *s, const char *topic, const char *from,
                    const char *to, const char *after, const char *limit,
                    struct mic_buf *out, struct mic_error *err);
 
 /* The same range as NDJSON, read piecewise in constant memory: open,
- * then mic_range_read until it returns 0, then close. */
+ * then mic_range_read until it returns 0, then close.  _open returns as
+ * mic_range_page does, with *out the caller's until mic_range_close. */
 int mic_range_open(mic_store *s, const char *topic, const char *from,
                    const char *to, const char *after, mic_range **out,
                    struct mic_error *err);
@@ -36,15 +39,21 @@ void mic_range_close(mic_range *r);
 
 /* POST /v1/replays: validate, select the events once (a read transaction:
  * count and digest, bounded by the last seq committed now) and prepare the
- * op that records the run and creates its group. */
+ * op that records the run and creates its group.  MIC_OK with *out (the
+ * caller's: mic_replay_op_free); else 'err' filled: MIC_EPARSE, MIC_EINVAL
+ * (a field, with its name; an effect run without effects allow),
+ * MIC_ENOTFOUND (no such topic), MIC_ENOMEM, MIC_EIO. */
 int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
                             const struct mic_config *cfg, mic_replay_op **out,
                             struct mic_error *err);
-/* DELETE /v1/replays/{run_id}. */
+/* DELETE /v1/replays/{run_id}: MIC_OK with *out, or MIC_ENOTFOUND for a
+ * run id that cannot exist, MIC_ENOMEM. */
 int mic_replay_delete_parse(const char *run_id, mic_replay_op **out,
                             struct mic_error *err);
+/* The op to submit to the writer (embedded in 'o': valid while 'o' is). */
 mic_op *mic_replay_op_base(mic_replay_op *o);
-/* After done(): the body (POST) or nothing (DELETE), or the error. */
+/* After done(): the body (POST) or nothing (DELETE), or the error
+ * (MIC_ECONFLICT replay_exists, MIC_ENOTFOUND). */
 int mic_replay_op_result(mic_replay_op *o, struct mic_buf *out,
                          struct mic_error *err);
 void mic_replay_op_free(mic_replay_op *o);

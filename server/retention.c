@@ -129,7 +129,7 @@ struct holders {
 static struct mic_group *holder(const struct holders *h, struct mic_group *prev, int i)
 {
     if (h->all)
-        return i ? prev->next : h->first;
+        return i ? mic_groups_next(prev) : h->first;
     return i < h->n ? h->v[i] : NULL;
 }
 

@@ -112,7 +112,7 @@ static void server_error(struct mic_error *e, int err)
                       "the store reached its size limit; reads still work");
         break;
     default:
-        mic_error_set(e, err, "internal", NULL, "%s", mic_strerror(err));
+        mic_error_internal(e, err);
     }
 }
 

@@ -7,7 +7,9 @@
  * delivery engine writes the figures it kept in memory.  The writer then
  * sleeps until the earliest of the next timer and the next retention
  * deadline (next_due), unless busy() says a chunk is left.  After an
- * aborted batch the registry is rebuilt from the committed store. */
+ * aborted batch the engine forgets the figures it kept and the registry is
+ * rebuilt from the committed store.  The schedule owns the engine's state
+ * (mic_delivery) and hands it to the writer with the registry. */
 #include "schedule.h"
 
 #include "delivery.h"
@@ -21,8 +23,14 @@
 
 struct mic_sched {
     mic_groups *groups;
+    mic_delivery *engine;
     int timers_left;  /* due timers left for the next batch */
     int sweep_left;   /* retention work left for the next batch */
+};
+
+/* A group's background work, carried out by the delivery engine. */
+static const struct mic_groups_work group_work = {
+    mic_delivery_add, mic_delivery_release_heads, mic_delivery_drop_step,
 };
 
 static int before_batch(mic_sched *s, struct mic_wctx *w)
@@ -30,7 +38,7 @@ static int before_batch(mic_sched *s, struct mic_wctx *w)
     int rc;
 
     if ((rc = mic_delivery_fire_due(w, s->groups, TIMERS_PER_BATCH, &s->timers_left)) ||
-        (rc = mic_groups_background(s->groups, w)) ||
+        (rc = mic_groups_background(s->groups, w, &group_work)) ||
         (rc = mic_replay_background(s->groups, w)))
         return rc;
     return mic_retention_sweep(w, s->groups, &s->sweep_left);
@@ -38,7 +46,8 @@ static int before_batch(mic_sched *s, struct mic_wctx *w)
 
 static int before_commit(mic_sched *s, struct mic_wctx *w)
 {
-    return mic_delivery_flush(w, s->groups);
+    (void)s;
+    return mic_delivery_flush(w);
 }
 
 static int64_t next_due(mic_sched *s, struct mic_wctx *w)
@@ -56,6 +65,7 @@ static int busy(mic_sched *s)
 
 static void aborted(mic_sched *s, mic_txn *read)
 {
+    mic_delivery_reset(s->engine);
     mic_groups_reload(s->groups, read);
 }
 
@@ -65,6 +75,10 @@ int mic_sched_new(mic_sched **out, mic_groups *g)
 
     if (!s)
         return MIC_ENOMEM;
+    if (mic_delivery_new(&s->engine)) {
+        free(s);
+        return MIC_ENOMEM;
+    }
     s->groups = g;
     *out = s;
     return MIC_OK;
@@ -72,6 +86,9 @@ int mic_sched_new(mic_sched **out, mic_groups *g)
 
 void mic_sched_free(mic_sched *s)
 {
+    if (!s)
+        return;
+    mic_delivery_free(s->engine);
     free(s);
 }
 
@@ -79,6 +96,7 @@ void mic_sched_hooks(mic_sched *s, struct mic_writer_hooks *h)
 {
     h->sched = s;
     h->groups = s->groups;
+    h->engine = s->engine;
     h->before = before_batch;
     h->before_commit = before_commit;
     h->next_due = next_due;

@@ -12,8 +12,9 @@
 
 typedef struct mic_sched mic_sched;
 
-/* A schedule over registry 'g' (borrowed: it must outlive the schedule).
- * Returns MIC_OK or MIC_ENOMEM; *out is freed with mic_sched_free. */
+/* A schedule over registry 'g' (borrowed: it must outlive the schedule),
+ * with a delivery engine state of its own.  Returns MIC_OK or MIC_ENOMEM;
+ * *out is freed with mic_sched_free (after the writer stopped). */
 int mic_sched_new(mic_sched **out, mic_groups *g);
 void mic_sched_free(mic_sched *s);
 

@@ -1490,6 +1490,33 @@ int mic_store_aq_first(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t after,
     return from_mdb(rc);
 }
 
+int mic_store_aq_first2(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t after,
+                        uint64_t k1[2], uint64_t seq[2], int *n)
+{
+    uint8_t kb[AQ_KEY];
+    MDB_cursor *c;
+    MDB_val k = {20, kb}, v;
+    int rc;
+
+    *n = 0;
+    if (after == UINT64_MAX)
+        return MIC_ENOTFOUND;
+    aq_key(kb, gid, ord, after ? after + 1 : 0, 0);
+    if ((rc = mdb_cursor_open(t->txn, t->s->aq, &c)))
+        return from_mdb(rc);
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+         rc == 0 && *n < 2 && k.mv_size == AQ_KEY && !memcmp(k.mv_data, kb, 12);
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
+        k1[*n] = get_u64((uint8_t *)k.mv_data + 12);
+        seq[*n] = get_u64((uint8_t *)k.mv_data + 20);
+        (*n)++;
+    }
+    mdb_cursor_close(c);
+    if (rc && rc != MDB_NOTFOUND)
+        return from_mdb(rc);
+    return *n ? MIC_OK : MIC_ENOTFOUND;
+}
+
 int mic_store_aq_purge(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t upto, int *n)
 {
     uint8_t kb[AQ_KEY];

@@ -2,10 +2,25 @@
  * encodings.  store.c is the only file that calls mdb_*.
  *
  * Write transactions are opened by the writer thread only (writer.c); read
- * transactions may be opened by any thread.  Every value handed out by a
- * getter is borrowed from LMDB and valid only until its transaction ends.
- * The on-disk format is described in proto/store-format.md; bump
- * MIC_STORE_FORMAT when it changes. */
+ * transactions may be opened by any thread.  The on-disk format is
+ * described in proto/store-format.md; bump MIC_STORE_FORMAT when it changes.
+ *
+ * Conventions for every function below (a function says so where it
+ * differs):
+ *   - returns MIC_OK; a getter, seek or "first" returns MIC_ENOTFOUND when
+ *     there is no such key; a put returns MIC_ENOSPC when the map (or the
+ *     disk) is full, after which the writer aborts the batch; MIC_ENOMEM;
+ *     MIC_EIO for any other LMDB failure or a record that does not decode
+ *     (logged);
+ *   - a delete of an absent key returns MIC_OK unless it says
+ *     MIC_ENOTFOUND;
+ *   - a pointer handed out (a record's json, a run record, a group's
+ *     config) is borrowed from LMDB: valid until the transaction ends or
+ *     the next write to that sub-database in it, whichever comes first;
+ *     copy it before.  Structs filled in (struct mic_dlv, mic_ags, ...) are
+ *     the caller's copies;
+ *   - an iterator (_each, _scan) calls fn in key order and stops at the
+ *     first nonzero return of fn, which it then returns. */
 #ifndef MIC_STORE_H
 #define MIC_STORE_H
 
@@ -322,6 +337,10 @@ int mic_store_aq_has(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t k1, uint64
  * MIC_ENOTFOUND if there is none. */
 int mic_store_aq_first(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t after,
                        uint64_t *k1, uint64_t *seq);
+/* The first two entries whose k1 is greater than 'after' (k1[i], seq[i]
+ * for i < *n, *n being 1 or 2); MIC_ENOTFOUND if there is none. */
+int mic_store_aq_first2(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t after,
+                        uint64_t k1[2], uint64_t seq[2], int *n);
 /* Delete every entry whose k1 is at most 'upto'; *n (may be NULL) counts
  * them. */
 int mic_store_aq_purge(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t upto, int *n);

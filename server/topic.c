@@ -103,7 +103,7 @@ static int new_op(const char *name, mic_topic_op **out, struct mic_error *err)
     if ((rc = name_check(name, err)))
         return rc;
     if (!(t = calloc(1, sizeof *t)))
-        return mic_error_set(err, MIC_ENOMEM, "internal", NULL, "out of memory");
+        return mic_error_internal(err, MIC_ENOMEM);
     t->op.apply = apply;
     t->len = strlen(name);
     memcpy(t->name, name, t->len + 1);
@@ -230,13 +230,13 @@ int mic_topic_get(mic_store *s, const char *name, struct mic_buf *out,
     if ((rc = name_check(name, err)))
         return rc;
     if ((rc = mic_txn_begin(s, 0, &t)))
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        return mic_error_internal(err, rc);
     rc = mic_store_topic_get(t, name, strlen(name), &tr);
     mic_txn_abort(t);
     if (rc == MIC_ENOTFOUND)
         return mic_error_set(err, rc, "not_found", NULL, "no topic %s", name);
     if (rc)
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        return mic_error_internal(err, rc);
     render(out, name, strlen(name), &tr);
     return MIC_OK;
 }
@@ -258,12 +258,12 @@ int mic_topic_list(mic_store *s, struct mic_buf *out, struct mic_error *err)
     int rc;
 
     if ((rc = mic_txn_begin(s, 0, &t)))
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        return mic_error_internal(err, rc);
     mic_buf_puts(out, "{\"topics\":[");
     rc = mic_store_topic_each(t, list_one, out);
     mic_txn_abort(t);
     if (rc)
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        return mic_error_internal(err, rc);
     mic_buf_puts(out, "]}");
     return MIC_OK;
 }

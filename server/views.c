@@ -154,7 +154,7 @@ int mic_views_aggregate(mic_store *s, const char *type, const char *id,
         return mic_error_set(err, MIC_ENOTFOUND, "not_found", NULL, "no such aggregate");
     mic_store_akey(type, strlen(type), id, strlen(id), akey);
     if ((rc = mic_txn_begin(s, 0, &t)))
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        return mic_error_internal(err, rc);
     rc = mic_store_agg_get(t, akey, &ag);
     if (rc == MIC_OK) {
         mic_buf_puts(out, "{\"aggregate_type\":");
@@ -180,7 +180,7 @@ int mic_views_aggregate(mic_store *s, const char *type, const char *id,
     if (rc == MIC_ENOTFOUND)
         return mic_error_set(err, rc, "not_found", NULL, "no such aggregate");
     if (rc)
-        return mic_error_set(err, rc, "internal", NULL, "%s", mic_strerror(rc));
+        return mic_error_internal(err, rc);
     return MIC_OK;
 }
 

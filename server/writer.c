@@ -248,6 +248,7 @@ static int run_batch(mic_writer *w, mic_op *list, int nops, struct mic_wctx *ctx
     ctx->next_seq = w->next_seq;
     ctx->cfg = w->cfg;
     ctx->groups = w->hooks.groups;
+    ctx->engine = w->hooks.engine;
     if (w->hooks.before && (rc = w->hooks.before(w->hooks.sched, ctx)))
         goto fail;
     for (mic_op *op = list; op; op = op->next) {
@@ -438,6 +439,7 @@ static void *writer_main(void *arg)
         ctx.now_us = mic_now_us();
         ctx.cfg = w->cfg;
         ctx.groups = w->hooks.groups;
+        ctx.engine = w->hooks.engine;
         w->next_due_us = w->hooks.next_due(w->hooks.sched, &ctx);
         mic_txn_abort(ctx.txn);
         ctx.txn = NULL;

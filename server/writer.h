@@ -17,6 +17,7 @@ struct mic_sched;
 typedef struct mic_writer mic_writer;
 typedef struct mic_op mic_op;
 typedef struct mic_groups mic_groups;
+typedef struct mic_delivery mic_delivery;
 
 /* What an op's apply() may use: the open write transaction, the time of
  * this batch, the seq counter (next seq to assign; apply advances it) and
@@ -28,6 +29,7 @@ struct mic_wctx {
     uint64_t next_seq;
     const struct mic_config *cfg;
     mic_groups *groups;
+    mic_delivery *engine;       /* the delivery engine's state (hooks) */
     /* Keys whose parked ops retry after this batch (mic_wctx_wake). */
     uint32_t *wake;
     int nwake, wake_cap;
@@ -70,6 +72,7 @@ struct mic_op {
 struct mic_writer_hooks {
     struct mic_sched *sched; /* handed to every hook */
     mic_groups *groups;      /* handed to apply() as w->groups */
+    mic_delivery *engine;    /* handed to apply() as w->engine */
     /* In each batch's transaction, before the ops: deadlines that came
      * due, background chunks.  Returns MIC_OK or an error that aborts. */
     int (*before)(struct mic_sched *s, struct mic_wctx *w);

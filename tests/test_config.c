@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "err.h"
 #include "log.h"
 
 #define KiB 1024ull
@@ -60,7 +61,7 @@ static void load_ok(struct fixture *f, int argc, char **argv)
         fail_msg("rc %d: %s", rc, f->err);
 }
 
-/* Load with 'argv', expect -1 and a message containing 'needle'. */
+/* Load with 'argv', expect MIC_EINVAL and a message containing 'needle'. */
 static void load_bad(struct fixture *f, int argc, char **argv,
                      const char *needle)
 {
@@ -68,8 +69,8 @@ static void load_bad(struct fixture *f, int argc, char **argv,
 
     f->err[0] = 0;
     rc = mic_config_load(&f->c, argc, argv, f->err, sizeof f->err);
-    if (rc != -1)
-        fail_msg("argv[1]=%s: rc %d, want -1", argc > 1 ? argv[1] : "", rc);
+    if (rc != MIC_EINVAL)
+        fail_msg("argv[1]=%s: rc %d, want MIC_EINVAL", argc > 1 ? argv[1] : "", rc);
     assert_true(f->err[0] != 0);
     if (!strstr(f->err, needle))
         fail_msg("message '%s' does not mention '%s'", f->err, needle);
@@ -420,12 +421,13 @@ static void bad_config_files(void **state)
 
 /* ---- Help ---- */
 
-static void help_returns_one(void **state)
+static void help_is_flagged(void **state)
 {
     struct fixture *f = *state;
     char *a1[] = {"micd", "--max-batch", "5", "--help"};
     char *a2[] = {"micd", "-h"};
-    int saved, null;
+    char *a3[] = {"micd", "--max-batch", "5"};
+    int saved, null, h1, h2;
 
     fflush(stdout);
     saved = dup(STDOUT_FILENO);
@@ -433,13 +435,18 @@ static void help_returns_one(void **state)
     assert_true(saved >= 0 && null >= 0);
     dup2(null, STDOUT_FILENO);
     int r1 = mic_config_load(&f->c, ARGC(a1), a1, f->err, sizeof f->err);
+    h1 = f->c.help;
     int r2 = mic_config_load(&f->c, ARGC(a2), a2, f->err, sizeof f->err);
+    h2 = f->c.help;
     fflush(stdout);
     dup2(saved, STDOUT_FILENO);
     close(saved);
     close(null);
-    assert_int_equal(r1, 1);
-    assert_int_equal(r2, 1);
+    assert_int_equal(r1, MIC_OK);
+    assert_int_equal(r2, MIC_OK);
+    assert_true(h1 && h2);
+    assert_int_equal(mic_config_load(&f->c, ARGC(a3), a3, f->err, sizeof f->err), MIC_OK);
+    assert_false(f->c.help);
 }
 
 static void usage_lists_every_flag(void **state)
@@ -485,7 +492,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(config_file, setup, teardown),
         cmocka_unit_test_setup_teardown(flags_override_file, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_config_files, setup, teardown),
-        cmocka_unit_test_setup_teardown(help_returns_one, setup, teardown),
+        cmocka_unit_test_setup_teardown(help_is_flagged, setup, teardown),
         cmocka_unit_test_setup_teardown(usage_lists_every_flag, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
