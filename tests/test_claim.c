@@ -422,9 +422,55 @@ static void backfill_in_chunks(void **state)
     json_decref(a);
 }
 
+/* Two stores, each with its own registry, schedule and writer, in one
+ * process: the writer-thread state (registry, the engine's figures and
+ * jitter state, the schedule) is per writer, so neither sees the other's
+ * groups, deliveries or figures. */
+static void two_writers_one_process(void **state)
+{
+    struct fx *a = *state, *b;
+    json_t *c, *r;
+    char body[256];
+    mic_txn *t;
+    uint32_t gid;
+    uint64_t fig[MIC_GSTAT_N];
+
+    assert_int_equal(setup((void **)&b), 0);
+    make_group(a, "g", "{\"topics\":[\"t\"]}");
+    make_group(b, "g", "{\"topics\":[\"t\"],\"max_attempts\":1}");
+    publish(a, "{\"event_id\":\"a1\",\"topic\":\"t\"}");
+    publish(a, "{\"event_id\":\"a2\",\"topic\":\"t\"}");
+    publish(b, "{\"event_id\":\"b1\",\"topic\":\"t\"}");
+    c = call(b, MIC_CLAIM, "g", "{\"max\":10}");
+    assert_int_equal(claimed(c), 1);
+    settle(body, sizeof body, delivery(c, 0));
+    r = call(b, MIC_NACK, "g", body);
+    assert_string_equal(status(r, 0), "dead_lettered"); /* b's max_attempts, not a's */
+    json_decref(r);
+    json_decref(c);
+    c = call(a, MIC_CLAIM, "g", "{\"max\":10}");
+    assert_int_equal(claimed(c), 2);
+    json_decref(c);
+    assert_int_equal(mic_txn_begin(a->store, 0, &t), MIC_OK);
+    assert_int_equal(mic_group_gid(t, "g", &gid), MIC_OK);
+    assert_int_equal(mic_delivery_figures(t, gid, fig), MIC_OK);
+    mic_txn_abort(t);
+    assert_int_equal(fig[MIC_GSTAT_PROCESSING], 2);
+    assert_int_equal(fig[MIC_GSTAT_DLQ], 0);
+    assert_int_equal(mic_txn_begin(b->store, 0, &t), MIC_OK);
+    assert_int_equal(mic_group_gid(t, "g", &gid), MIC_OK);
+    assert_int_equal(mic_delivery_figures(t, gid, fig), MIC_OK);
+    mic_txn_abort(t);
+    assert_int_equal(fig[MIC_GSTAT_PROCESSING], 0);
+    assert_int_equal(fig[MIC_GSTAT_DLQ], 1);
+    teardown((void **)&b);
+    mic_clock_set(fake_clock); /* b's teardown restored the system clock */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(two_writers_one_process, setup, teardown),
         cmocka_unit_test_setup_teardown(lease_expiry_redelivers, setup, teardown),
         cmocka_unit_test_setup_teardown(backoff_then_dlq, setup, teardown),
         cmocka_unit_test_setup_teardown(expiry_at_max_attempts_dead_letters, setup, teardown),
