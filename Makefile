@@ -37,7 +37,7 @@ REL_OBJ := $(SRV_SRC:server/%.c=build/rel/%.o)
 SAN_OBJ := $(SRV_SRC:server/%.c=build/san/%.o)
 UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
-KIT     := build/san/claimkit.o
+KIT     := build/san/claimkit.o build/san/procfx.o
 
 .PHONY: all run test check deps bench bench-claims bench-ordered bench-range bench-pages bench-peers bench-smoke peer-deps clean
 all: build/micd build/mic-events-replay build/mic
@@ -66,9 +66,11 @@ build/san/micd: $(SAN_OBJ) build/san/main.o
 
 $(HARNESS): tests/harness.c tests/harness.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
-$(KIT): tests/claimkit.c tests/claimkit.h tests/harness.h | build/san
+build/san/claimkit.o: tests/claimkit.c tests/claimkit.h tests/harness.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
-build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) $(KIT) tests/harness.h tests/claimkit.h
+build/san/procfx.o: tests/procfx.c tests/procfx.h server/*.h | build/san
+	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
+build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) $(KIT) tests/harness.h tests/claimkit.h tests/procfx.h
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver $< $(SAN_OBJ) $(HARNESS) $(KIT) -o $@ $(PKGLIBS) $(TLIBS)
 
 # The clients share micd's time parsing and formatting (server/clock.c)

@@ -411,6 +411,10 @@ def main():
             for s in systems:
                 runs = []
                 for _ in range(RUNS):
+                    # Write back what earlier cells left dirty in the page
+                    # cache (any server's), so a cell does not pay for
+                    # another system's writeback on the shared disk.
+                    os.sync()
                     try:
                         runs.append(s.run(w))
                     except Exception as e:
@@ -549,7 +553,8 @@ def write(results, systems, problems, workloads, scale_rows=()):
              "Machine: %s.  Every server and every client share its cores and its disk; all five "
              "servers are up for the whole run and take turns (one workload, one system at a time), "
              "so a server's background work (PostgreSQL's checkpointer, NATS's sync) can touch "
-             "another's figures." % machine(), "",
+             "another's figures; the harness calls sync(2) before every run of a cell, so a cell "
+             "does not pay for the page-cache writeback the cells before it left." % machine(), "",
              "| workload | " + " | ".join(s.name for s in systems) + " | MIC / best peer | MIC / best durable peer |",
              "|---|" + "---|" * len(systems) + "---|---|"]
     ratios, dratios = {}, {}

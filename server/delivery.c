@@ -790,21 +790,31 @@ int mic_delivery_extend(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
 
 /* ---- Dead letters ---- */
 
-int mic_delivery_skip(struct mic_wctx *w, struct mic_group *gr, uint64_t seq, int *status)
+/* Take dead letter 'seq' out of the DLQ index into *d: MIC_OK with
+ * *status NONE, or *status NOTFOUND / NOT_IN_DLQ (nothing changed). */
+static int undead(struct mic_wctx *w, struct mic_group *gr, uint64_t seq, struct mic_dlv *d,
+                  int *status)
 {
-    struct mic_dlv d, old;
-    int rc = mic_store_dlv_get(w->txn, mic_group_id(gr), seq, &d);
+    int rc = mic_store_dlv_get(w->txn, mic_group_id(gr), seq, d);
 
     *status = MIC_DS_NOTFOUND;
     if (rc == MIC_ENOTFOUND)
         return MIC_OK;
     if (rc)
         return rc;
-    if (d.state != MIC_DLV_DLQ) {
-        *status = MIC_DS_NOT_IN_DLQ;
+    *status = MIC_DS_NOT_IN_DLQ;
+    if (d->state != MIC_DLV_DLQ)
         return MIC_OK;
-    }
-    if ((rc = mic_store_dlq_del(w->txn, mic_group_id(gr), seq)))
+    *status = MIC_DS_NONE;
+    return mic_store_dlq_del(w->txn, mic_group_id(gr), seq);
+}
+
+int mic_delivery_skip(struct mic_wctx *w, struct mic_group *gr, uint64_t seq, int *status)
+{
+    struct mic_dlv d, old;
+    int rc;
+
+    if ((rc = undead(w, gr, seq, &d, status)) || *status != MIC_DS_NONE)
         return rc;
     old = d;
     d.state = MIC_DLV_SKIPPED;
@@ -817,18 +827,9 @@ int mic_delivery_requeue(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
 {
     struct mic_dlv d, old;
     struct agg g;
-    int rc = mic_store_dlv_get(w->txn, mic_group_id(gr), seq, &d), queued;
+    int rc, queued;
 
-    *status = MIC_DS_NOTFOUND;
-    if (rc == MIC_ENOTFOUND)
-        return MIC_OK;
-    if (rc)
-        return rc;
-    if (d.state != MIC_DLV_DLQ) {
-        *status = MIC_DS_NOT_IN_DLQ;
-        return MIC_OK;
-    }
-    if ((rc = mic_store_dlq_del(w->txn, mic_group_id(gr), seq)))
+    if ((rc = undead(w, gr, seq, &d, status)) || *status != MIC_DS_NONE)
         return rc;
     old = d;
     d.state = MIC_DLV_PENDING;

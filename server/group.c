@@ -603,8 +603,9 @@ static struct cache_slot *subscribers(mic_groups *g, const char *topic, size_t t
     return c;
 }
 
-int mic_groups_subscribers(mic_groups *g, const char *topic, size_t tlen,
-                           struct mic_group *const **out, int *n)
+/* The cached groups of 'topic': the live ones, or with the replay groups. */
+static int topic_groups(mic_groups *g, const char *topic, size_t tlen, int replays,
+                        struct mic_group *const **out, int *n)
 {
     struct cache_slot *c;
 
@@ -615,8 +616,14 @@ int mic_groups_subscribers(mic_groups *g, const char *topic, size_t tlen,
     if (!(c = subscribers(g, topic, tlen)))
         return MIC_ENOMEM;
     *out = c->groups;
-    *n = c->nlive;
+    *n = replays ? c->n : c->nlive;
     return MIC_OK;
+}
+
+int mic_groups_subscribers(mic_groups *g, const char *topic, size_t tlen,
+                           struct mic_group *const **out, int *n)
+{
+    return topic_groups(g, topic, tlen, 0, out, n);
 }
 
 int mic_group_takes(const struct mic_group *gr, const struct mic_rec *r)
@@ -652,17 +659,7 @@ int mic_group_backfilling(const struct mic_group *gr)
 int mic_groups_holders(mic_groups *g, const char *topic, size_t tlen,
                        struct mic_group *const **out, int *n)
 {
-    struct cache_slot *c;
-
-    *out = NULL;
-    *n = 0;
-    if (!g->list)
-        return MIC_OK;
-    if (!(c = subscribers(g, topic, tlen)))
-        return MIC_ENOMEM;
-    *out = c->groups;
-    *n = c->n;
-    return MIC_OK;
+    return topic_groups(g, topic, tlen, 1, out, n);
 }
 
 /* ---- Background work ---- */

@@ -1756,8 +1756,49 @@ int mic_store_id_del(mic_txn *t, const char *id, size_t idlen)
  * skipped ones, a figure format 2 adds).  Log records of
  * format 1 stay as they are (rec_decode reads both). */
 
-struct mig_ags { uint8_t gid[4], akey[MIC_AKEY_LEN]; uint8_t v[33]; };
-struct mig_aq { uint8_t gid[4], akey[MIC_AKEY_LEN]; uint64_t k1, seq; };
+/* A record of 'ags' or 'aq' as format 1 wrote it. */
+struct mig_rec { uint8_t k[4 + MIC_AKEY_LEN + 16]; uint8_t v[33]; };
+
+/* Remove every record of 'dbi' (keys of 'ksize' bytes, values of at least
+ * 'vsize' bytes) into *out (malloc'd, *n of them; the caller frees). */
+static int mig_take(MDB_txn *txn, MDB_dbi dbi, size_t ksize, size_t vsize,
+                    struct mig_rec **out, size_t *n)
+{
+    struct mig_rec *recs = NULL;
+    size_t cap = 0;
+    MDB_cursor *c;
+    MDB_val k, v;
+    int rc;
+
+    *n = 0;
+    if ((rc = mdb_cursor_open(txn, dbi, &c)))
+        return rc;
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(c, &k, &v, MDB_FIRST)) {
+        if (k.mv_size != ksize || v.mv_size < vsize) {
+            rc = MDB_CORRUPTED;
+            break;
+        }
+        if (*n == cap) {
+            size_t ncap = cap ? cap * 2 : 256;
+            struct mig_rec *p = realloc(recs, ncap * sizeof *p);
+            if (!p) {
+                rc = ENOMEM;
+                break;
+            }
+            recs = p;
+            cap = ncap;
+        }
+        memcpy(recs[*n].k, k.mv_data, ksize);
+        memcpy(recs[*n].v, v.mv_data, vsize);
+        (*n)++;
+        if ((rc = mdb_cursor_del(c, 0)))
+            break;
+    }
+    mdb_cursor_close(c);
+    *out = recs;
+    return rc == MDB_NOTFOUND ? 0 : rc;
+}
 
 static int mig_ordinal(MDB_txn *txn, mic_store *s, const uint8_t *akey, uint64_t *ord)
 {
@@ -1801,9 +1842,8 @@ static int mig_count_skip(MDB_txn *txn, mic_store *s, const uint8_t *gid)
 
 static int migrate_1_to_2(mic_store *s, MDB_txn *txn)
 {
-    struct mig_ags *ags = NULL;
-    struct mig_aq *aq = NULL;
-    size_t nags = 0, nagsc = 0, naq = 0, naqc = 0;
+    struct mig_rec *ags = NULL, *aq = NULL;
+    size_t nags = 0, naq = 0;
     MDB_cursor *c = NULL;
     MDB_val k, v;
     int rc;
@@ -1834,75 +1874,21 @@ static int migrate_1_to_2(mic_store *s, MDB_txn *txn)
     if (rc != MDB_NOTFOUND)
         return rc;
     /* 2. Collect 'ags' and 'aq' under their old keys, remove them. */
-    if ((rc = mdb_cursor_open(txn, s->ags, &c)))
-        return rc;
-    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
-         rc = mdb_cursor_get(c, &k, &v, MDB_FIRST)) {
-        if (k.mv_size != 4 + MIC_AKEY_LEN || v.mv_size < 33) {
-            rc = MDB_CORRUPTED;
-            break;
-        }
-        if (nags == nagsc) {
-            size_t cap = nagsc ? nagsc * 2 : 256;
-            struct mig_ags *p = realloc(ags, cap * sizeof *p);
-            if (!p) {
-                rc = ENOMEM;
-                break;
-            }
-            ags = p;
-            nagsc = cap;
-        }
-        memcpy(ags[nags].gid, k.mv_data, 4);
-        memcpy(ags[nags].akey, (uint8_t *)k.mv_data + 4, MIC_AKEY_LEN);
-        memcpy(ags[nags].v, v.mv_data, 33);
-        nags++;
-        if ((rc = mdb_cursor_del(c, 0)))
-            break;
-    }
-    mdb_cursor_close(c);
-    if (rc != MDB_NOTFOUND)
-        goto done;
-    if ((rc = mdb_cursor_open(txn, s->aq, &c)))
-        goto done;
-    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
-         rc = mdb_cursor_get(c, &k, &v, MDB_FIRST)) {
-        if (k.mv_size != 4 + MIC_AKEY_LEN + 16 || v.mv_size != 8) {
-            rc = MDB_CORRUPTED;
-            break;
-        }
-        if (naq == naqc) {
-            size_t cap = naqc ? naqc * 2 : 1024;
-            struct mig_aq *p = realloc(aq, cap * sizeof *p);
-            if (!p) {
-                rc = ENOMEM;
-                break;
-            }
-            aq = p;
-            naqc = cap;
-        }
-        memcpy(aq[naq].gid, k.mv_data, 4);
-        memcpy(aq[naq].akey, (uint8_t *)k.mv_data + 4, MIC_AKEY_LEN);
-        aq[naq].k1 = get_u64((uint8_t *)k.mv_data + 4 + MIC_AKEY_LEN);
-        aq[naq].seq = get_u64(v.mv_data);
-        naq++;
-        if ((rc = mdb_cursor_del(c, 0)))
-            break;
-    }
-    mdb_cursor_close(c);
-    if (rc != MDB_NOTFOUND)
+    if ((rc = mig_take(txn, s->ags, 4 + MIC_AKEY_LEN, 33, &ags, &nags)) ||
+        (rc = mig_take(txn, s->aq, 4 + MIC_AKEY_LEN + 16, 8, &aq, &naq)))
         goto done;
     /* 3. Put them back under (gid, ordinal). */
     for (size_t i = 0; i < nags; i++) {
         uint8_t kb[12], vb[AGS_REC];
         MDB_val nk = {12, kb}, nv = {AGS_REC, vb};
         uint64_t ord;
-        if ((rc = mig_ordinal(txn, s, ags[i].akey, &ord)))
+        if ((rc = mig_ordinal(txn, s, ags[i].k + 4, &ord)))
             goto done;
-        memcpy(kb, ags[i].gid, 4);
+        memcpy(kb, ags[i].k, 4);
         put_u64(kb + 4, ord);
         memcpy(vb, ags[i].v, 32); /* active, missing, since, waiting */
         put_u64(vb + 32, 0);      /* pos: format 1 deleted released entries */
-        memcpy(vb + 40, ags[i].akey, MIC_AKEY_LEN);
+        memcpy(vb + 40, ags[i].k + 4, MIC_AKEY_LEN);
         if ((rc = mdb_put(txn, s->ags, &nk, &nv, 0)))
             goto done;
     }
@@ -1910,9 +1896,10 @@ static int migrate_1_to_2(mic_store *s, MDB_txn *txn)
         uint8_t kb[AQ_KEY];
         MDB_val nk = {AQ_KEY, kb}, nv = {0, NULL};
         uint64_t ord;
-        if ((rc = mig_ordinal(txn, s, aq[i].akey, &ord)))
+        if ((rc = mig_ordinal(txn, s, aq[i].k + 4, &ord)))
             goto done;
-        aq_key(kb, get_u32(aq[i].gid), ord, aq[i].k1, aq[i].seq);
+        /* format 1: gid, akey, k1, k2 -> seq; format 2 keys (gid, ord, k1, seq) */
+        aq_key(kb, get_u32(aq[i].k), ord, get_u64(aq[i].k + 4 + MIC_AKEY_LEN), get_u64(aq[i].v));
         if ((rc = mdb_put(txn, s->aq, &nk, &nv, 0)))
             goto done;
     }

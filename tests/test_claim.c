@@ -17,6 +17,7 @@
 #include "delivery.h"
 #include "err.h"
 #include "group.h"
+#include "procfx.h"
 #include "publish.h"
 #include "schedule.h"
 #include "store.h"
@@ -38,123 +39,33 @@ static int64_t fake_clock(void)
     return fake_now;
 }
 
-struct fx {
-    mic_sched *sched;
-    char dir[64];
-    struct mic_config cfg;
-    mic_store *store;
-    mic_groups *groups;
-    mic_writer *w;
-    sem_t sem;
-};
-
-static void done(mic_op *op)
-{
-    sem_post(op->owner);
-}
-
-static void run(struct fx *f, mic_op *op)
-{
-    op->done = done;
-    op->owner = &f->sem;
-    assert_int_equal(mic_writer_submit(f->w, op), MIC_OK);
-    sem_wait(&f->sem);
-    assert_int_equal(op->result, MIC_OK);
-}
-
 static int setup(void **state)
 {
-    struct fx *f = calloc(1, sizeof *f);
-    const char *argv[] = {"micd"};
-    struct mic_writer_hooks h;
-    char err[128];
+    struct procfx *f = calloc(1, sizeof *f);
 
     fake_now = T0;
     mic_clock_set(fake_clock);
-    snprintf(f->dir, sizeof f->dir, "/tmp/mic-claim-XXXXXX");
-    if (!mkdtemp(f->dir) || mic_config_load(&f->cfg, 1, (char **)argv, err, sizeof err) ||
-        mic_store_open(&f->store, f->dir, f->cfg.map_size, f->cfg.map_max, 1) ||
-        mic_groups_new(&f->groups, f->store))
+    if (!f || procfx_open(f, "mic-claim", 0, NULL)) {
+        free(f);
         return -1;
-    memset(&h, 0, sizeof h);
-    if (mic_sched_new(&f->sched, f->groups))
-        return -1;
-    mic_sched_hooks(f->sched, &h);
-    if (mic_writer_start(&f->w, f->store, &f->cfg, &h))
-        return -1;
-    sem_init(&f->sem, 0, 0);
+    }
     *state = f;
     return 0;
 }
 
 static int teardown(void **state)
 {
-    struct fx *f = *state;
-    char p[128];
+    struct procfx *f = *state;
 
-    mic_writer_free(f->w);
-    mic_sched_free(f->sched);
-    f->sched = NULL;
-    mic_groups_free(f->groups);
-    mic_store_close(f->store);
+    procfx_close(f);
     mic_clock_set(NULL);
-    sem_destroy(&f->sem);
-    snprintf(p, sizeof p, "%s/data.mdb", f->dir);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/lock.mdb", f->dir);
-    unlink(p);
-    rmdir(f->dir);
     free(f);
     return 0;
 }
 
-static void make_group(struct fx *f, const char *name, const char *body)
+static void publish(struct procfx *f, const char *body)
 {
-    struct mic_error e;
-    struct mic_buf b;
-    mic_group_op *o;
-    int created;
-
-    assert_int_equal(mic_group_put_parse(name, body, strlen(body), &f->cfg, &o, &e), MIC_OK);
-    run(f, mic_group_op_base(o));
-    mic_buf_init(&b);
-    assert_int_equal(mic_group_op_result(o, &b, &created, &e), MIC_OK);
-    mic_buf_fini(&b);
-    mic_group_op_free(o);
-}
-
-static void publish(struct fx *f, const char *body)
-{
-    struct mic_error e;
-    struct mic_buf b;
-    mic_publish *p;
-    int dup;
-
-    assert_int_equal(mic_publish_parse(body, strlen(body), &f->cfg, &p, &e), MIC_OK);
-    run(f, mic_publish_op(p));
-    mic_buf_init(&b);
-    assert_int_equal(mic_publish_result(p, &b, &dup, &e), MIC_OK);
-    mic_buf_fini(&b);
-    mic_publish_free(p);
-}
-
-/* Run a claim-family request; returns the parsed JSON answer. */
-static json_t *call(struct fx *f, int kind, const char *group, const char *body)
-{
-    struct mic_error e;
-    struct mic_buf b;
-    mic_claim *c;
-    json_t *j;
-
-    assert_int_equal(mic_claim_parse(kind, group, body, strlen(body), &f->cfg, &c, &e), MIC_OK);
-    run(f, mic_claim_op(c));
-    mic_buf_init(&b);
-    assert_int_equal(mic_claim_result(c, f->store, &b, &e), MIC_OK);
-    j = json_loadb(b.p, b.len, 0, NULL);
-    assert_non_null(j);
-    mic_buf_fini(&b);
-    mic_claim_free(c);
-    return j;
+    assert_int_equal(procfx_publish(f, body, NULL, NULL), MIC_OK);
 }
 
 static int claimed(json_t *j)
@@ -180,7 +91,7 @@ static void settle(char *out, size_t n, json_t *d)
              json_string_value(json_object_get(d, "lease_token")));
 }
 
-static struct mic_dlv dlv_of(struct fx *f, const char *group, uint64_t seq)
+static struct mic_dlv dlv_of(struct procfx *f, const char *group, uint64_t seq)
 {
     struct mic_dlv d;
     mic_txn *t;
@@ -197,24 +108,24 @@ static struct mic_dlv dlv_of(struct fx *f, const char *group, uint64_t seq)
 
 static void lease_expiry_redelivers(void **state)
 {
-    struct fx *f = *state;
+    struct procfx *f = *state;
     json_t *a, *b;
     char body[256];
 
-    make_group(f, "g", "{\"topics\":[\"t\"],\"lease_ttl_s\":30,\"backoff\":{\"initial_ms\":0,\"max_ms\":0}}");
+    procfx_group(f, "g", "{\"topics\":[\"t\"],\"lease_ttl_s\":30,\"backoff\":{\"initial_ms\":0,\"max_ms\":0}}");
     publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}");
-    a = call(f, MIC_CLAIM, "g", "{\"max\":5}");
+    a = procfx_call(f, MIC_CLAIM, "g", "{\"max\":5}");
     assert_int_equal(claimed(a), 1);
     assert_int_equal(json_integer_value(json_object_get(delivery(a, 0), "attempt")), 1);
-    b = call(f, MIC_CLAIM, "g", "{}");
+    b = procfx_call(f, MIC_CLAIM, "g", "{}");
     assert_int_equal(claimed(b), 0); /* leased: nobody else gets it */
     json_decref(b);
     fake_now += 29 * SEC;
-    b = call(f, MIC_CLAIM, "g", "{}");
+    b = procfx_call(f, MIC_CLAIM, "g", "{}");
     assert_int_equal(claimed(b), 0); /* not yet */
     json_decref(b);
     fake_now += 2 * SEC;
-    b = call(f, MIC_CLAIM, "g", "{}");
+    b = procfx_call(f, MIC_CLAIM, "g", "{}");
     assert_int_equal(claimed(b), 1); /* the lease ended: attempt 2 */
     assert_int_equal(json_integer_value(json_object_get(delivery(b, 0), "attempt")), 2);
     assert_string_not_equal(json_string_value(json_object_get(delivery(a, 0), "lease_token")),
@@ -222,7 +133,7 @@ static void lease_expiry_redelivers(void **state)
     /* The first holder is fenced off. */
     settle(body, sizeof body, delivery(a, 0));
     json_decref(b);
-    b = call(f, MIC_ACK, "g", body);
+    b = procfx_call(f, MIC_ACK, "g", body);
     assert_string_equal(status(b, 0), "lease_lost");
     assert_int_equal(dlv_of(f, "g", 1).state, MIC_DLV_PROCESSING);
     json_decref(b);
@@ -231,21 +142,21 @@ static void lease_expiry_redelivers(void **state)
 
 static void backoff_then_dlq(void **state)
 {
-    struct fx *f = *state;
+    struct procfx *f = *state;
     json_t *a, *r;
     char body[256];
     struct mic_dlv d;
 
-    make_group(f, "g", "{\"topics\":[\"t\"],\"max_attempts\":3,"
+    procfx_group(f, "g", "{\"topics\":[\"t\"],\"max_attempts\":3,"
                        "\"backoff\":{\"initial_ms\":1000,\"max_ms\":4000,\"multiplier\":2}}");
     publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}");
     for (int attempt = 1; attempt <= 3; attempt++) {
-        a = call(f, MIC_CLAIM, "g", "{}");
+        a = procfx_call(f, MIC_CLAIM, "g", "{}");
         assert_int_equal(claimed(a), 1);
         assert_int_equal(json_integer_value(json_object_get(delivery(a, 0), "attempt")), attempt);
         snprintf(body, sizeof body, "{\"deliveries\":[{\"seq\":1,\"lease_token\":\"%s\"}],\"error\":\"e%d\"}",
                  json_string_value(json_object_get(delivery(a, 0), "lease_token")), attempt);
-        r = call(f, MIC_NACK, "g", body);
+        r = procfx_call(f, MIC_NACK, "g", body);
         if (attempt < 3) {
             int64_t cap = 1000000LL << (attempt - 1); /* full jitter: [0, cap] */
             assert_string_equal(status(r, 0), "retrying");
@@ -254,7 +165,7 @@ static void backoff_then_dlq(void **state)
             assert_true(d.not_before == 0 || (d.not_before >= fake_now && d.not_before <= fake_now + cap));
             assert_string_equal(d.last_error, attempt == 1 ? "e1" : "e2");
             if (d.not_before > fake_now + 1000) {
-                json_t *none = call(f, MIC_CLAIM, "g", "{}");
+                json_t *none = procfx_call(f, MIC_CLAIM, "g", "{}");
                 assert_int_equal(claimed(none), 0); /* waits for its retry time */
                 json_decref(none);
             }
@@ -269,44 +180,44 @@ static void backoff_then_dlq(void **state)
         json_decref(r);
         json_decref(a);
     }
-    a = call(f, MIC_CLAIM, "g", "{}");
+    a = procfx_call(f, MIC_CLAIM, "g", "{}");
     assert_int_equal(claimed(a), 0);
     json_decref(a);
     /* Requeue: attempts start again. */
-    r = call(f, MIC_REQUEUE, "g", "{\"seqs\":[1,2]}");
+    r = procfx_call(f, MIC_REQUEUE, "g", "{\"seqs\":[1,2]}");
     assert_string_equal(status(r, 0), "requeued");
     assert_string_equal(status(r, 1), "not_found");
     json_decref(r);
-    a = call(f, MIC_CLAIM, "g", "{}");
+    a = procfx_call(f, MIC_CLAIM, "g", "{}");
     assert_int_equal(json_integer_value(json_object_get(delivery(a, 0), "attempt")), 1);
     json_decref(a);
-    r = call(f, MIC_REQUEUE, "g", "{\"seqs\":[1]}");
+    r = procfx_call(f, MIC_REQUEUE, "g", "{\"seqs\":[1]}");
     assert_string_equal(status(r, 0), "not_in_dlq");
     json_decref(r);
 }
 
 static void expiry_at_max_attempts_dead_letters(void **state)
 {
-    struct fx *f = *state;
+    struct procfx *f = *state;
     json_t *a, *r;
     char body[256];
 
-    make_group(f, "g", "{\"topics\":[\"t\"],\"max_attempts\":1,\"lease_ttl_s\":5}");
+    procfx_group(f, "g", "{\"topics\":[\"t\"],\"max_attempts\":1,\"lease_ttl_s\":5}");
     publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}");
-    a = call(f, MIC_CLAIM, "g", "{}");
+    a = procfx_call(f, MIC_CLAIM, "g", "{}");
     assert_int_equal(claimed(a), 1);
     fake_now += 6 * SEC;
-    r = call(f, MIC_CLAIM, "g", "{}"); /* the batch fires the expiry first */
+    r = procfx_call(f, MIC_CLAIM, "g", "{}"); /* the batch fires the expiry first */
     assert_int_equal(claimed(r), 0);
     json_decref(r);
     assert_int_equal(dlv_of(f, "g", 1).state, MIC_DLV_DLQ);
     assert_string_equal(dlv_of(f, "g", 1).last_error, "lease expired");
     /* Dead-lettered by its expiry: the old token is lost. */
     settle(body, sizeof body, delivery(a, 0));
-    r = call(f, MIC_ACK, "g", body);
+    r = procfx_call(f, MIC_ACK, "g", body);
     assert_string_equal(status(r, 0), "lease_lost");
     json_decref(r);
-    r = call(f, MIC_SKIP, "g", "{\"seqs\":[1]}");
+    r = procfx_call(f, MIC_SKIP, "g", "{\"seqs\":[1]}");
     assert_string_equal(status(r, 0), "skipped");
     json_decref(r);
     assert_int_equal(dlv_of(f, "g", 1).state, MIC_DLV_SKIPPED);
@@ -315,39 +226,39 @@ static void expiry_at_max_attempts_dead_letters(void **state)
 
 static void expired_token_honoured_until_reclaimed(void **state)
 {
-    struct fx *f = *state;
+    struct procfx *f = *state;
     json_t *a, *r;
     char body[256];
 
-    make_group(f, "g", "{\"topics\":[\"t\"],\"lease_ttl_s\":5,\"backoff\":{\"initial_ms\":60000,\"max_ms\":60000,\"multiplier\":1}}");
+    procfx_group(f, "g", "{\"topics\":[\"t\"],\"lease_ttl_s\":5,\"backoff\":{\"initial_ms\":60000,\"max_ms\":60000,\"multiplier\":1}}");
     publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}");
     publish(f, "{\"event_id\":\"e2\",\"topic\":\"t\"}");
-    a = call(f, MIC_CLAIM, "g", "{\"max\":2}");
+    a = procfx_call(f, MIC_CLAIM, "g", "{\"max\":2}");
     assert_int_equal(claimed(a), 2);
     fake_now += 6 * SEC;
-    r = call(f, MIC_CLAIM, "g", "{}"); /* expiries fire; retries are 0..60 s away */
+    r = procfx_call(f, MIC_CLAIM, "g", "{}"); /* expiries fire; retries are 0..60 s away */
     json_decref(r);
     /* e1: the expired token still acks. */
     settle(body, sizeof body, delivery(a, 0));
-    r = call(f, MIC_ACK, "g", body);
+    r = procfx_call(f, MIC_ACK, "g", body);
     assert_string_equal(status(r, 0), "acked");
     json_decref(r);
     assert_int_equal(dlv_of(f, "g", 1).state, MIC_DLV_DISPATCHED);
     /* Acking again answers the same. */
-    r = call(f, MIC_ACK, "g", body);
+    r = procfx_call(f, MIC_ACK, "g", body);
     assert_string_equal(status(r, 0), "acked");
     json_decref(r);
     /* e2: extend revives the expired lease. */
     settle(body, sizeof body, delivery(a, 1));
     body[strlen(body) - 1] = 0;
     strcat(body, ",\"lease_ttl_s\":100}");
-    r = call(f, MIC_EXTEND, "g", body);
+    r = procfx_call(f, MIC_EXTEND, "g", body);
     assert_string_equal(status(r, 0), "extended");
     json_decref(r);
     assert_int_equal(dlv_of(f, "g", 2).state, MIC_DLV_PROCESSING);
     assert_int_equal(dlv_of(f, "g", 2).lease_expires, fake_now + 100 * SEC);
     fake_now += 61 * SEC; /* past any retry time: still leased, not redelivered */
-    r = call(f, MIC_CLAIM, "g", "{}");
+    r = procfx_call(f, MIC_CLAIM, "g", "{}");
     assert_int_equal(claimed(r), 0);
     json_decref(r);
     json_decref(a);
@@ -355,16 +266,16 @@ static void expired_token_honoured_until_reclaimed(void **state)
 
 static void priority_then_seq(void **state)
 {
-    struct fx *f = *state;
+    struct procfx *f = *state;
     json_t *a;
 
-    make_group(f, "g", "{\"topics\":[\"t*\"]}");
+    procfx_group(f, "g", "{\"topics\":[\"t*\"]}");
     publish(f, "{\"event_id\":\"p0\",\"topic\":\"t1\"}");
     publish(f, "{\"event_id\":\"p5\",\"topic\":\"t2\",\"priority\":5}");
     publish(f, "{\"event_id\":\"p0b\",\"topic\":\"t1\"}");
     publish(f, "{\"event_id\":\"p9\",\"topic\":\"t1\",\"priority\":9}");
     publish(f, "{\"event_id\":\"x\",\"topic\":\"other\",\"priority\":9}");
-    a = call(f, MIC_CLAIM, "g", "{\"max\":10}");
+    a = procfx_call(f, MIC_CLAIM, "g", "{\"max\":10}");
     assert_int_equal(claimed(a), 4);
     assert_int_equal(json_integer_value(json_object_get(delivery(a, 0), "seq")), 4);
     assert_int_equal(json_integer_value(json_object_get(delivery(a, 1), "seq")), 2);
@@ -375,21 +286,21 @@ static void priority_then_seq(void **state)
 
 static void deadlines_fire_in_order(void **state)
 {
-    struct fx *f = *state;
+    struct procfx *f = *state;
     json_t *a, *b;
 
-    make_group(f, "g", "{\"topics\":[\"t\"],\"backoff\":{\"initial_ms\":0,\"max_ms\":0}}");
+    procfx_group(f, "g", "{\"topics\":[\"t\"],\"backoff\":{\"initial_ms\":0,\"max_ms\":0}}");
     publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}");
     publish(f, "{\"event_id\":\"e2\",\"topic\":\"t\"}");
     publish(f, "{\"event_id\":\"e3\",\"topic\":\"t\"}");
-    a = call(f, MIC_CLAIM, "g", "{\"lease_ttl_s\":10}");
+    a = procfx_call(f, MIC_CLAIM, "g", "{\"lease_ttl_s\":10}");
     json_decref(a);
-    a = call(f, MIC_CLAIM, "g", "{\"lease_ttl_s\":20}");
+    a = procfx_call(f, MIC_CLAIM, "g", "{\"lease_ttl_s\":20}");
     json_decref(a);
-    a = call(f, MIC_CLAIM, "g", "{\"lease_ttl_s\":30}");
+    a = procfx_call(f, MIC_CLAIM, "g", "{\"lease_ttl_s\":30}");
     json_decref(a);
     fake_now += 21 * SEC;
-    b = call(f, MIC_CLAIM, "g", "{\"max\":10}");
+    b = procfx_call(f, MIC_CLAIM, "g", "{\"max\":10}");
     assert_int_equal(claimed(b), 2); /* seqs 1 and 2 expired, 3 still leased */
     assert_int_equal(json_integer_value(json_object_get(delivery(b, 0), "seq")), 1);
     assert_int_equal(json_integer_value(json_object_get(delivery(b, 1), "seq")), 2);
@@ -399,7 +310,7 @@ static void deadlines_fire_in_order(void **state)
 
 static void backfill_in_chunks(void **state)
 {
-    struct fx *f = *state;
+    struct procfx *f = *state;
     json_t *a;
     char body[64];
     int total = 0;
@@ -408,16 +319,16 @@ static void backfill_in_chunks(void **state)
         snprintf(body, sizeof body, "{\"topic\":\"%s\"}", i % 2 ? "t" : "u");
         publish(f, body);
     }
-    make_group(f, "g", "{\"topics\":[\"t\"]}");
-    make_group(f, "n", "{\"topics\":[\"t\"],\"start\":\"new\"}");
+    procfx_group(f, "g", "{\"topics\":[\"t\"]}");
+    procfx_group(f, "n", "{\"topics\":[\"t\"],\"start\":\"new\"}");
     publish(f, "{\"event_id\":\"after\",\"topic\":\"t\"}");
     for (int round = 0; round < 100 && total < 2501; round++) {
-        a = call(f, MIC_CLAIM, "g", "{\"max\":1000}");
+        a = procfx_call(f, MIC_CLAIM, "g", "{\"max\":1000}");
         total += claimed(a);
         json_decref(a);
     }
     assert_int_equal(total, 2501);
-    a = call(f, MIC_CLAIM, "n", "{\"max\":1000}");
+    a = procfx_call(f, MIC_CLAIM, "n", "{\"max\":1000}");
     assert_int_equal(claimed(a), 1);
     json_decref(a);
 }
@@ -428,7 +339,7 @@ static void backfill_in_chunks(void **state)
  * groups, deliveries or figures. */
 static void two_writers_one_process(void **state)
 {
-    struct fx *a = *state, *b;
+    struct procfx *a = *state, *b;
     json_t *c, *r;
     char body[256];
     mic_txn *t;
@@ -436,19 +347,19 @@ static void two_writers_one_process(void **state)
     uint64_t fig[MIC_GSTAT_N];
 
     assert_int_equal(setup((void **)&b), 0);
-    make_group(a, "g", "{\"topics\":[\"t\"]}");
-    make_group(b, "g", "{\"topics\":[\"t\"],\"max_attempts\":1}");
+    procfx_group(a, "g", "{\"topics\":[\"t\"]}");
+    procfx_group(b, "g", "{\"topics\":[\"t\"],\"max_attempts\":1}");
     publish(a, "{\"event_id\":\"a1\",\"topic\":\"t\"}");
     publish(a, "{\"event_id\":\"a2\",\"topic\":\"t\"}");
     publish(b, "{\"event_id\":\"b1\",\"topic\":\"t\"}");
-    c = call(b, MIC_CLAIM, "g", "{\"max\":10}");
+    c = procfx_call(b, MIC_CLAIM, "g", "{\"max\":10}");
     assert_int_equal(claimed(c), 1);
     settle(body, sizeof body, delivery(c, 0));
-    r = call(b, MIC_NACK, "g", body);
+    r = procfx_call(b, MIC_NACK, "g", body);
     assert_string_equal(status(r, 0), "dead_lettered"); /* b's max_attempts, not a's */
     json_decref(r);
     json_decref(c);
-    c = call(a, MIC_CLAIM, "g", "{\"max\":10}");
+    c = procfx_call(a, MIC_CLAIM, "g", "{\"max\":10}");
     assert_int_equal(claimed(c), 2);
     json_decref(c);
     assert_int_equal(mic_txn_begin(a->store, 0, &t), MIC_OK);

@@ -20,6 +20,7 @@
 #include "err.h"
 #include "group.h"
 #include "harness.h"
+#include "procfx.h"
 #include "publish.h"
 #include "replay.h"
 #include "schedule.h"
@@ -43,121 +44,52 @@ static int64_t fake_clock(void)
     return fake_now;
 }
 
-struct fx {
-    mic_sched *sched;
-    char dir[64];
-    struct mic_config cfg;
-    mic_store *store;
-    mic_groups *groups;
-    mic_writer *w;
-    sem_t sem;
-};
-
-static void done(mic_op *op)
-{
-    sem_post(op->owner);
-}
-
-static void run(struct fx *f, mic_op *op)
-{
-    if (!op->done)
-        op->done = done;
-    op->owner = &f->sem;
-    assert_int_equal(mic_writer_submit(f->w, op), MIC_OK);
-    sem_wait(&f->sem);
-    assert_int_equal(op->result, MIC_OK);
-}
-
 static int setup(void **state)
 {
-    struct fx *f = calloc(1, sizeof *f);
-    const char *argv[] = {"micd"};
-    struct mic_writer_hooks h;
-    char err[128];
+    struct procfx *f = calloc(1, sizeof *f);
 
     fake_now = T0;
     mic_clock_set(fake_clock);
-    snprintf(f->dir, sizeof f->dir, "/tmp/mic-runs-XXXXXX");
-    if (!mkdtemp(f->dir) || mic_config_load(&f->cfg, 1, (char **)argv, err, sizeof err) ||
-        mic_store_open(&f->store, f->dir, f->cfg.map_size, f->cfg.map_max, 1) ||
-        mic_groups_new(&f->groups, f->store) || mic_sched_new(&f->sched, f->groups))
+    if (!f || procfx_open(f, "mic-runs", 0, NULL)) {
+        free(f);
         return -1;
-    memset(&h, 0, sizeof h);
-    mic_sched_hooks(f->sched, &h);
-    if (mic_writer_start(&f->w, f->store, &f->cfg, &h))
-        return -1;
-    sem_init(&f->sem, 0, 0);
+    }
     *state = f;
     return 0;
 }
 
 static int teardown(void **state)
 {
-    struct fx *f = *state;
-    char p[128];
+    struct procfx *f = *state;
 
-    mic_writer_free(f->w);
-    mic_sched_free(f->sched);
-    mic_groups_free(f->groups);
-    mic_store_close(f->store);
+    procfx_close(f);
     mic_clock_set(NULL);
-    sem_destroy(&f->sem);
-    snprintf(p, sizeof p, "%s/data.mdb", f->dir);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/lock.mdb", f->dir);
-    unlink(p);
-    rmdir(f->dir);
     free(f);
     return 0;
 }
 
-static void make_topic(struct fx *f, const char *name, const char *body)
+static void publish(struct procfx *f, const char *body)
 {
-    struct mic_error e;
-    struct mic_buf b;
-    mic_topic_op *o;
-    int created;
-
-    assert_int_equal(mic_topic_put_parse(name, body, strlen(body), &f->cfg, &o, &e), MIC_OK);
-    run(f, mic_topic_op_base(o));
-    mic_buf_init(&b);
-    assert_int_equal(mic_topic_op_result(o, &b, &created, &e), MIC_OK);
-    mic_buf_fini(&b);
-    mic_topic_op_free(o);
-}
-
-static void publish(struct fx *f, const char *body)
-{
-    struct mic_error e;
-    struct mic_buf b;
-    mic_publish *p;
-    int dup;
-
-    assert_int_equal(mic_publish_parse(body, strlen(body), &f->cfg, &p, &e), MIC_OK);
-    run(f, mic_publish_op(p));
-    mic_buf_init(&b);
-    assert_int_equal(mic_publish_result(p, &b, &dup, &e), MIC_OK);
-    mic_buf_fini(&b);
-    mic_publish_free(p);
+    assert_int_equal(procfx_publish(f, body, NULL, NULL), MIC_OK);
 }
 
 /* Record a replay run prepared by create_parse; 'on_done' (may be NULL)
  * runs in the writer thread right after the run's batch committed. */
-static void record_run(struct fx *f, mic_replay_op *o, void (*on_done)(mic_op *))
+static void record_run(struct procfx *f, mic_replay_op *o, void (*on_done)(mic_op *))
 {
     struct mic_error e;
     struct mic_buf b;
     mic_op *op = mic_replay_op_base(o);
 
     op->done = on_done;
-    run(f, op);
+    procfx_run(f, op);
     mic_buf_init(&b);
     assert_int_equal(mic_replay_op_result(o, &b, &e), MIC_OK);
     mic_buf_fini(&b);
     mic_replay_op_free(o);
 }
 
-static mic_replay_op *prepare_run(struct fx *f, const char *body)
+static mic_replay_op *prepare_run(struct procfx *f, const char *body)
 {
     struct mic_error e;
     mic_replay_op *o;
@@ -166,27 +98,8 @@ static mic_replay_op *prepare_run(struct fx *f, const char *body)
     return o;
 }
 
-/* A claim-family request; returns the answer. */
-static json_t *req(struct fx *f, int kind, const char *group, const char *body)
-{
-    struct mic_error e;
-    struct mic_buf b;
-    mic_claim *c;
-    json_t *j;
-
-    assert_int_equal(mic_claim_parse(kind, group, body, strlen(body), &f->cfg, &c, &e), MIC_OK);
-    run(f, mic_claim_op(c));
-    mic_buf_init(&b);
-    assert_int_equal(mic_claim_result(c, f->store, &b, &e), MIC_OK);
-    j = json_loadb(b.p, b.len, 0, NULL);
-    assert_non_null(j);
-    mic_buf_fini(&b);
-    mic_claim_free(c);
-    return j;
-}
-
 /* The run's status; asserts selected = dispatched + pending + dlq. */
-static json_t *status(struct fx *f, const char *run_id)
+static json_t *status(struct procfx *f, const char *run_id)
 {
     struct mic_error e;
     struct mic_buf b;
@@ -204,7 +117,7 @@ static json_t *status(struct fx *f, const char *run_id)
     return j;
 }
 
-static void expect_counts(struct fx *f, const char *run_id, json_int_t dispatched,
+static void expect_counts(struct procfx *f, const char *run_id, json_int_t dispatched,
                           json_int_t pending, json_int_t dlq, const char *state)
 {
     json_t *j = status(f, run_id);
@@ -216,7 +129,7 @@ static void expect_counts(struct fx *f, const char *run_id, json_int_t dispatche
     json_decref(j);
 }
 
-static int stored(struct fx *f, const char *id)
+static int stored(struct procfx *f, const char *id)
 {
     struct mic_error e;
     struct mic_buf b;
@@ -237,17 +150,17 @@ static int noop_apply(mic_op *op, struct mic_wctx *w)
 }
 
 /* One writer batch (retention sweeps, selection chunks run first). */
-static void batch(struct fx *f)
+static void batch(struct procfx *f)
 {
     mic_op op;
 
     memset(&op, 0, sizeof op);
     op.apply = noop_apply;
-    run(f, &op);
+    procfx_run(f, &op);
 }
 
 struct pending_of {
-    struct fx *f;
+    struct procfx *f;
     const char *group;
     uint64_t want;
 };
@@ -269,7 +182,7 @@ static int pending_is(void *arg)
 }
 
 struct state_of {
-    struct fx *f;
+    struct procfx *f;
     const char *run_id, *want;
 };
 
@@ -285,14 +198,14 @@ static int state_is(void *arg)
 
 /* Claim up to 'max' of 'group', through as many batches as its heads take
  * to be released (at most 100); returns the answer. */
-static json_t *claim_some(struct fx *f, const char *group, int max)
+static json_t *claim_some(struct procfx *f, const char *group, int max)
 {
     char body[32];
     json_t *c = NULL;
 
     snprintf(body, sizeof body, "{\"max\":%d}", max);
     for (int i = 0; i < 100; i++) {
-        c = req(f, MIC_CLAIM, group, body);
+        c = procfx_call(f, MIC_CLAIM, group, body);
         if (json_array_size(json_object_get(c, "deliveries")))
             return c;
         json_decref(c);
@@ -302,7 +215,7 @@ static json_t *claim_some(struct fx *f, const char *group, int max)
 }
 
 /* Settle delivery 'd' (a claimed one) with 'kind'. */
-static void settle_one(struct fx *f, int kind, const char *group, json_t *d)
+static void settle_one(struct procfx *f, int kind, const char *group, json_t *d)
 {
     char body[256];
 
@@ -311,7 +224,7 @@ static void settle_one(struct fx *f, int kind, const char *group, json_t *d)
              (long long)json_integer_value(json_object_get(d, "seq")),
              json_string_value(json_object_get(d, "lease_token")),
              kind == MIC_NACK ? ",\"retry_after_s\":0" : "");
-    json_decref(req(f, kind, group, body));
+    json_decref(procfx_call(f, kind, group, body));
 }
 
 /* ---- Tests ---- */
@@ -320,12 +233,12 @@ static void settle_one(struct fx *f, int kind, const char *group, json_t *d)
  * dlq: the run drains instead of waiting for it forever. */
 static void removed_dead_letter_stays_counted(void **state)
 {
-    struct fx *f = *state;
+    struct procfx *f = *state;
     struct pending_of p = {f, "replay.r1", 2};
     json_t *c, *d;
     size_t i;
 
-    make_topic(f, "t", "{\"retention_s\":1}");
+    procfx_topic(f, "t", "{\"retention_s\":1}");
     publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}");
     publish(f, "{\"event_id\":\"e2\",\"topic\":\"t\"}");
     record_run(f, prepare_run(f, "{\"topic\":\"t\",\"run_id\":\"r1\"}"), NULL);
@@ -354,21 +267,21 @@ static void removed_dead_letter_stays_counted(void **state)
 static void advance_clock(mic_op *op)
 {
     fake_now += 2 * SEC; /* before the next batch: its sweep sees all due */
-    done(op);
+    sem_post(op->owner);
 }
 
 /* A run keeps the events it has still to add: retention, due for all of
  * them right after the run is recorded, removes none of its selection. */
 static void run_keeps_what_it_has_not_added(void **state)
 {
-    struct fx *f = *state;
+    struct procfx *f = *state;
     struct pending_of p = {f, "replay.big", 5000};
     struct mic_buf b;
     uint64_t n;
     mic_txn *t;
     char when[MIC_TIME_LEN + 1];
 
-    make_topic(f, "t", "{\"retention_s\":1}");
+    procfx_topic(f, "t", "{\"retention_s\":1}");
     /* created_at falls as seq rises: the selection walk (created_at order)
      * reaches last the events retention looks at first (received order). */
     for (int k = 0; k < 5; k++) {
@@ -401,11 +314,11 @@ static void run_keeps_what_it_has_not_added(void **state)
  * record (writer) are counted lost (in dlq) when the walk ends. */
 static void removed_before_the_record_is_lost(void **state)
 {
-    struct fx *f = *state;
+    struct procfx *f = *state;
     struct state_of s = {f, "late", "drained"};
     mic_replay_op *o;
 
-    make_topic(f, "t", "{\"retention_s\":1}");
+    procfx_topic(f, "t", "{\"retention_s\":1}");
     publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}");
     publish(f, "{\"event_id\":\"e2\",\"topic\":\"t\"}");
     o = prepare_run(f, "{\"topic\":\"t\",\"run_id\":\"late\"}");
@@ -436,7 +349,7 @@ static int put_run_apply(mic_op *op, struct mic_wctx *w)
  * same status. */
 static void first_layout_record_is_read(void **state)
 {
-    struct fx *f = *state;
+    struct procfx *f = *state;
     struct put_run p;
     json_t *before, *after, *c;
     const void *val;
@@ -471,7 +384,7 @@ static void first_layout_record_is_read(void **state)
     p.id = "old";
     p.val = old;
     p.len = olen;
-    run(f, &p.op);
+    procfx_run(f, &p.op);
     free(old);
 
     after = status(f, "old");
@@ -497,7 +410,7 @@ static void first_layout_record_is_read(void **state)
 /* No run: an empty list. */
 static void no_runs_list(void **state)
 {
-    struct fx *f = *state;
+    struct procfx *f = *state;
     struct mic_error e;
     struct mic_buf b;
 

@@ -20,6 +20,7 @@
 #include "group.h"
 #include "harness.h"
 #include "claimkit.h"
+#include "procfx.h"
 #include "publish.h"
 #include "schedule.h"
 #include "store.h"
@@ -42,142 +43,39 @@ static int64_t fake_clock(void)
     return fake_now;
 }
 
-struct fx {
-    mic_sched *sched;
-    char dir[64];
-    struct mic_config cfg;
-    mic_store *store;
-    mic_groups *groups;
-    mic_writer *w;
-    sem_t sem;
-};
-
-static void done(mic_op *op)
-{
-    sem_post(op->owner);
-}
-
-static void run(struct fx *f, mic_op *op)
-{
-    op->done = done;
-    op->owner = &f->sem;
-    assert_int_equal(mic_writer_submit(f->w, op), MIC_OK);
-    sem_wait(&f->sem);
-    assert_int_equal(op->result, MIC_OK);
-}
-
 static int setup(void **state)
 {
-    struct fx *f = calloc(1, sizeof *f);
-    const char *argv[] = {"micd"};
-    struct mic_writer_hooks h;
-    char err[128];
+    struct procfx *f = calloc(1, sizeof *f);
 
     fake_now = T0;
     mic_clock_set(fake_clock);
-    snprintf(f->dir, sizeof f->dir, "/tmp/mic-sched-XXXXXX");
-    if (!mkdtemp(f->dir) || mic_config_load(&f->cfg, 1, (char **)argv, err, sizeof err) ||
-        mic_store_open(&f->store, f->dir, f->cfg.map_size, f->cfg.map_max, 1) ||
-        mic_groups_new(&f->groups, f->store) || mic_sched_new(&f->sched, f->groups))
+    if (!f || procfx_open(f, "mic-sched", 0, NULL)) {
+        free(f);
         return -1;
-    memset(&h, 0, sizeof h);
-    mic_sched_hooks(f->sched, &h);
-    if (mic_writer_start(&f->w, f->store, &f->cfg, &h))
-        return -1;
-    sem_init(&f->sem, 0, 0);
+    }
     *state = f;
     return 0;
 }
 
 static int teardown(void **state)
 {
-    struct fx *f = *state;
-    char p[128];
+    struct procfx *f = *state;
 
-    mic_writer_free(f->w);
-    mic_sched_free(f->sched);
-    mic_groups_free(f->groups);
-    mic_store_close(f->store);
+    procfx_close(f);
     mic_clock_set(NULL);
-    sem_destroy(&f->sem);
-    snprintf(p, sizeof p, "%s/data.mdb", f->dir);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/lock.mdb", f->dir);
-    unlink(p);
-    rmdir(f->dir);
     free(f);
     return 0;
 }
 
-static void make_group(struct fx *f, const char *name, const char *body)
+static void publish_ok(struct procfx *f, const char *body)
 {
-    struct mic_error e;
-    struct mic_buf b;
-    mic_group_op *o;
-    int created;
-
-    assert_int_equal(mic_group_put_parse(name, body, strlen(body), &f->cfg, &o, &e), MIC_OK);
-    run(f, mic_group_op_base(o));
-    mic_buf_init(&b);
-    assert_int_equal(mic_group_op_result(o, &b, &created, &e), MIC_OK);
-    mic_buf_fini(&b);
-    mic_group_op_free(o);
-}
-
-/* Publish 'body'; returns the publish result's error code (MIC_OK when
- * stored or duplicate) with 'code' the error's code word ("" if none) and
- * *dup set when every item was a duplicate. */
-static int publish(struct fx *f, const char *body, const char **code, int *dup)
-{
-    static char word[64];
-    struct mic_error e;
-    struct mic_buf b;
-    mic_publish *p;
-    int rc, d = 0;
-
-    assert_int_equal(mic_publish_parse(body, strlen(body), &f->cfg, &p, &e), MIC_OK);
-    run(f, mic_publish_op(p));
-    mic_buf_init(&b);
-    memset(&e, 0, sizeof e);
-    rc = mic_publish_result(p, &b, &d, &e);
-    snprintf(word, sizeof word, "%s", rc && e.code ? e.code : "");
-    if (code)
-        *code = word;
-    if (dup)
-        *dup = d;
-    mic_buf_fini(&b);
-    mic_publish_free(p);
-    return rc;
-}
-
-static void publish_ok(struct fx *f, const char *body)
-{
-    assert_int_equal(publish(f, body, NULL, NULL), MIC_OK);
-}
-
-/* Run a claim-family request; returns the parsed answer. */
-static json_t *req(struct fx *f, int kind, const char *group, const char *body)
-{
-    struct mic_error e;
-    struct mic_buf b;
-    mic_claim *c;
-    json_t *j;
-
-    assert_int_equal(mic_claim_parse(kind, group, body, strlen(body), &f->cfg, &c, &e), MIC_OK);
-    run(f, mic_claim_op(c));
-    mic_buf_init(&b);
-    assert_int_equal(mic_claim_result(c, f->store, &b, &e), MIC_OK);
-    j = json_loadb(b.p, b.len, 0, NULL);
-    assert_non_null(j);
-    mic_buf_fini(&b);
-    mic_claim_free(c);
-    return j;
+    assert_int_equal(procfx_publish(f, body, NULL, NULL), MIC_OK);
 }
 
 /* The event_ids of a claim of up to 10 in 'group', joined by spaces. */
-static void claim_ids(struct fx *f, const char *group, char *out, size_t n)
+static void claim_ids(struct procfx *f, const char *group, char *out, size_t n)
 {
-    json_t *j = req(f, MIC_CLAIM, group, "{\"max\":10}"), *d;
+    json_t *j = procfx_call(f, MIC_CLAIM, group, "{\"max\":10}"), *d;
     size_t i, used = 0;
 
     out[0] = 0;
@@ -189,7 +87,7 @@ static void claim_ids(struct fx *f, const char *group, char *out, size_t n)
 }
 
 /* Ack the claimed delivery of event 'id' of a claim answer 'j' in 'group'. */
-static void ack_first(struct fx *f, const char *group, json_t *j)
+static void ack_first(struct procfx *f, const char *group, json_t *j)
 {
     json_t *d = json_array_get(json_object_get(j, "deliveries"), 0), *r;
     char body[256];
@@ -198,7 +96,7 @@ static void ack_first(struct fx *f, const char *group, json_t *j)
     snprintf(body, sizeof body, "{\"deliveries\":[{\"seq\":%lld,\"lease_token\":\"%s\"}]}",
              (long long)json_integer_value(json_object_get(d, "seq")),
              json_string_value(json_object_get(d, "lease_token")));
-    r = req(f, MIC_ACK, group, body);
+    r = procfx_call(f, MIC_ACK, group, body);
     assert_string_equal(json_string_value(json_object_get(
                             json_array_get(json_object_get(r, "results"), 0), "status")),
                         "acked");
@@ -216,7 +114,7 @@ static json_t *view(int rc, struct mic_buf *b)
     return j;
 }
 
-static json_t *blocked(struct fx *f, const char *group, const char *reason)
+static json_t *blocked(struct procfx *f, const char *group, const char *reason)
 {
     struct mic_error e;
     struct mic_buf b;
@@ -225,7 +123,7 @@ static json_t *blocked(struct fx *f, const char *group, const char *reason)
     return view(mic_views_blocked(f->store, group, reason, NULL, &b, &e), &b);
 }
 
-static json_t *oldest(struct fx *f, const char *group)
+static json_t *oldest(struct procfx *f, const char *group)
 {
     struct mic_error e;
     struct mic_buf b;
@@ -238,10 +136,10 @@ static json_t *oldest(struct fx *f, const char *group)
 
 static void unordered_waits_for_deliver_at(void **state)
 {
-    struct fx *f = *state;
+    struct procfx *f = *state;
     char got[256], body[256], when[MIC_TIME_LEN + 1];
 
-    make_group(f, "g", "{\"topics\":[\"t\"]}");
+    procfx_group(f, "g", "{\"topics\":[\"t\"]}");
     mic_time_format(T0 + 60 * SEC, when);
     snprintf(body, sizeof body, "{\"event_id\":\"later\",\"topic\":\"t\",\"deliver_at\":\"%s\"}", when);
     publish_ok(f, body);
@@ -251,7 +149,7 @@ static void unordered_waits_for_deliver_at(void **state)
     claim_ids(f, "g", got, sizeof got);
     assert_string_equal(got, "now past");
     /* A group created later (backfill) waits for it too. */
-    make_group(f, "late", "{\"topics\":[\"t\"]}");
+    procfx_group(f, "late", "{\"topics\":[\"t\"]}");
     fake_now = T0 + 60 * SEC - 1;
     claim_ids(f, "g", got, sizeof got);
     assert_string_equal(got, "");
@@ -269,11 +167,11 @@ static void unordered_waits_for_deliver_at(void **state)
 
 static void ordered_head_scheduled_blocks_aggregate(void **state)
 {
-    struct fx *f = *state;
+    struct procfx *f = *state;
     char got[256], body[512], when[MIC_TIME_LEN + 1];
     json_t *j, *a, *d, *c;
 
-    make_group(f, "o", "{\"topics\":[\"t\"],\"ordered\":true}");
+    procfx_group(f, "o", "{\"topics\":[\"t\"],\"ordered\":true}");
     mic_time_format(T0 + 120 * SEC, when);
     snprintf(body, sizeof body,
              "{\"events\":["
@@ -323,7 +221,7 @@ static void ordered_head_scheduled_blocks_aggregate(void **state)
     claim_ids(f, "o", got, sizeof got);
     assert_string_equal(got, "");
     fake_now = T0 + 120 * SEC;
-    c = req(f, MIC_CLAIM, "o", "{\"max\":10}");
+    c = procfx_call(f, MIC_CLAIM, "o", "{\"max\":10}");
     assert_int_equal(json_array_size(json_object_get(c, "deliveries")), 1);
     assert_string_equal(json_string_value(json_object_get(json_object_get(
                             json_array_get(json_object_get(c, "deliveries"), 0), "event"),
@@ -346,23 +244,23 @@ static void ordered_head_scheduled_blocks_aggregate(void **state)
 
 static void idempotency_covers_deliver_at(void **state)
 {
-    struct fx *f = *state;
+    struct procfx *f = *state;
     const char *code;
     int dup;
 
     publish_ok(f, "{\"event_id\":\"e1\",\"topic\":\"t\",\"deliver_at\":\"2026-09-22T00:00:00Z\"}");
     /* The same content: a duplicate. */
-    assert_int_equal(publish(f, "{\"deliver_at\":\"2026-09-22T00:00:00Z\",\"topic\":\"t\",\"event_id\":\"e1\"}",
+    assert_int_equal(procfx_publish(f, "{\"deliver_at\":\"2026-09-22T00:00:00Z\",\"topic\":\"t\",\"event_id\":\"e1\"}",
                              &code, &dup), MIC_OK);
     assert_true(dup);
     /* Another deliver_at, or none: other content. */
-    assert_int_equal(publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\",\"deliver_at\":\"2026-09-22T00:00:01Z\"}",
+    assert_int_equal(procfx_publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\",\"deliver_at\":\"2026-09-22T00:00:01Z\"}",
                              &code, &dup), MIC_ECONFLICT);
     assert_string_equal(code, "event_id_conflict");
-    assert_int_equal(publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}", &code, &dup), MIC_ECONFLICT);
+    assert_int_equal(procfx_publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}", &code, &dup), MIC_ECONFLICT);
     assert_string_equal(code, "event_id_conflict");
     /* Within one batch too. */
-    assert_int_equal(publish(f, "{\"events\":[{\"event_id\":\"e2\",\"topic\":\"t\",\"deliver_at\":\"2026-09-22T00:00:00Z\"},"
+    assert_int_equal(procfx_publish(f, "{\"events\":[{\"event_id\":\"e2\",\"topic\":\"t\",\"deliver_at\":\"2026-09-22T00:00:00Z\"},"
                                 "{\"event_id\":\"e2\",\"topic\":\"t\",\"deliver_at\":\"2026-09-22T00:00:00Z\"}]}",
                              &code, &dup), MIC_OK);
     assert_false(dup);
@@ -370,7 +268,7 @@ static void idempotency_covers_deliver_at(void **state)
 
 static void idempotency_in_batch_conflict(void **state)
 {
-    struct fx *f = *state;
+    struct procfx *f = *state;
     struct mic_error e;
     mic_publish *p;
     const char *body = "{\"events\":[{\"event_id\":\"e3\",\"topic\":\"t\",\"deliver_at\":\"2026-09-22T00:00:00Z\"},"

@@ -1,0 +1,57 @@
+/* procfx.h - an in-process micd for unit tests: a real store, group
+ * registry, schedule and writer in a temporary directory, driven through
+ * the same ops the HTTP handlers submit (no HTTP, no sleeps: tests move
+ * the injected clock themselves, see mic_clock_set).
+ *
+ * Every function asserts (cmocka) what it needs; a failure ends the test. */
+#ifndef MIC_PROCFX_H
+#define MIC_PROCFX_H
+
+#include <jansson.h>
+#include <semaphore.h>
+
+#include "config.h"
+#include "group.h"
+#include "schedule.h"
+#include "store.h"
+#include "writer.h"
+
+struct procfx {
+    char dir[64];
+    struct mic_config cfg;
+    mic_store *store;
+    mic_groups *groups;
+    mic_sched *sched;
+    mic_writer *w;
+    sem_t sem;
+};
+
+/* Make a temporary store directory /tmp/PREFIX-XXXXXX, load the settings
+ * from 'argv' (argc words, argv[0] "micd"; NULL: the defaults) and start
+ * the store (opened without fsync), registry, schedule and writer.
+ * Returns 0, or -1 (nothing is left running). */
+int procfx_open(struct procfx *f, const char *prefix, int argc, const char *const *argv);
+/* Stop everything and remove the store's files and directory. */
+void procfx_close(struct procfx *f);
+/* Stop, then start again on the same directory (a restart). */
+void procfx_stop(struct procfx *f);
+int procfx_start(struct procfx *f);
+
+/* Submit 'op' (its done() is set here unless it has one) and wait for it:
+ * _rc returns the op's result, procfx_run asserts MIC_OK. */
+int procfx_run_rc(struct procfx *f, mic_op *op);
+void procfx_run(struct procfx *f, mic_op *op);
+
+/* PUT a topic or a group (asserts it is stored). */
+void procfx_topic(struct procfx *f, const char *name, const char *body);
+void procfx_group(struct procfx *f, const char *name, const char *body);
+/* Publish 'body': returns the result's code (MIC_OK when stored or a
+ * duplicate); *code (may be NULL) receives the error's code word, "" if
+ * none (a static buffer, valid until the next call); *dup (may be NULL)
+ * is set when every item was a duplicate. */
+int procfx_publish(struct procfx *f, const char *body, const char **code, int *dup);
+/* A claim-family request (enum mic_claim_kind) on 'group': asserts it
+ * succeeds and returns its parsed answer (the caller's: json_decref). */
+json_t *procfx_call(struct procfx *f, int kind, const char *group, const char *body);
+
+#endif
