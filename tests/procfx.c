@@ -10,6 +10,7 @@
 
 #include "buf.h"
 #include "claim.h"
+#include "clock.h"
 #include "err.h"
 #include "publish.h"
 #include "topic.h"
@@ -18,6 +19,37 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+int64_t procfx_now;
+
+static int64_t procfx_clock(void)
+{
+    return procfx_now;
+}
+
+int procfx_setup(void **state)
+{
+    struct procfx *f = calloc(1, sizeof *f);
+
+    procfx_now = PROCFX_T0;
+    mic_clock_set(procfx_clock);
+    if (!f || procfx_open(f, "mic-procfx", 0, NULL)) {
+        free(f);
+        return -1;
+    }
+    *state = f;
+    return 0;
+}
+
+int procfx_teardown(void **state)
+{
+    struct procfx *f = *state;
+
+    procfx_close(f);
+    mic_clock_set(NULL);
+    free(f);
+    return 0;
+}
 
 int procfx_start(struct procfx *f)
 {

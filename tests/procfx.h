@@ -26,6 +26,18 @@ struct procfx {
     sem_t sem;
 };
 
+/* The injected wall clock of the tests that use procfx_setup: µs since
+ * the epoch, moved by the tests themselves (PROCFX_T0 at each setup). */
+#define PROCFX_T0 1790000000000000LL
+#define PROCFX_SEC 1000000LL
+extern int64_t procfx_now;
+
+/* cmocka setup/teardown: the clock at PROCFX_T0 and installed, then a
+ * procfx in *state (procfx_open with the defaults); teardown closes it,
+ * restores the system clock and frees it. */
+int procfx_setup(void **state);
+int procfx_teardown(void **state);
+
 /* Make a temporary store directory /tmp/PREFIX-XXXXXX, load the settings
  * from 'argv' (argc words, argv[0] "micd"; NULL: the defaults) and start
  * the store (opened without fsync), registry, schedule and writer.

@@ -30,38 +30,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#define T0 1790000000000000LL
-#define SEC 1000000LL
+#define T0 PROCFX_T0
+#define SEC PROCFX_SEC
 
-static int64_t fake_now;
-static int64_t fake_clock(void)
-{
-    return fake_now;
-}
-
-static int setup(void **state)
-{
-    struct procfx *f = calloc(1, sizeof *f);
-
-    fake_now = T0;
-    mic_clock_set(fake_clock);
-    if (!f || procfx_open(f, "mic-claim", 0, NULL)) {
-        free(f);
-        return -1;
-    }
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct procfx *f = *state;
-
-    procfx_close(f);
-    mic_clock_set(NULL);
-    free(f);
-    return 0;
-}
 
 static void publish(struct procfx *f, const char *body)
 {
@@ -120,11 +91,11 @@ static void lease_expiry_redelivers(void **state)
     b = procfx_call(f, MIC_CLAIM, "g", "{}");
     assert_int_equal(claimed(b), 0); /* leased: nobody else gets it */
     json_decref(b);
-    fake_now += 29 * SEC;
+    procfx_now += 29 * SEC;
     b = procfx_call(f, MIC_CLAIM, "g", "{}");
     assert_int_equal(claimed(b), 0); /* not yet */
     json_decref(b);
-    fake_now += 2 * SEC;
+    procfx_now += 2 * SEC;
     b = procfx_call(f, MIC_CLAIM, "g", "{}");
     assert_int_equal(claimed(b), 1); /* the lease ended: attempt 2 */
     assert_int_equal(json_integer_value(json_object_get(delivery(b, 0), "attempt")), 2);
@@ -162,14 +133,14 @@ static void backoff_then_dlq(void **state)
             assert_string_equal(status(r, 0), "retrying");
             d = dlv_of(f, "g", 1);
             assert_int_equal(d.state, MIC_DLV_PENDING);
-            assert_true(d.not_before == 0 || (d.not_before >= fake_now && d.not_before <= fake_now + cap));
+            assert_true(d.not_before == 0 || (d.not_before >= procfx_now && d.not_before <= procfx_now + cap));
             assert_string_equal(d.last_error, attempt == 1 ? "e1" : "e2");
-            if (d.not_before > fake_now + 1000) {
+            if (d.not_before > procfx_now + 1000) {
                 json_t *none = procfx_call(f, MIC_CLAIM, "g", "{}");
                 assert_int_equal(claimed(none), 0); /* waits for its retry time */
                 json_decref(none);
             }
-            fake_now += cap + 1;
+            procfx_now += cap + 1;
         } else {
             assert_string_equal(status(r, 0), "dead_lettered");
             d = dlv_of(f, "g", 1);
@@ -206,7 +177,7 @@ static void expiry_at_max_attempts_dead_letters(void **state)
     publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}");
     a = procfx_call(f, MIC_CLAIM, "g", "{}");
     assert_int_equal(claimed(a), 1);
-    fake_now += 6 * SEC;
+    procfx_now += 6 * SEC;
     r = procfx_call(f, MIC_CLAIM, "g", "{}"); /* the batch fires the expiry first */
     assert_int_equal(claimed(r), 0);
     json_decref(r);
@@ -235,7 +206,7 @@ static void expired_token_honoured_until_reclaimed(void **state)
     publish(f, "{\"event_id\":\"e2\",\"topic\":\"t\"}");
     a = procfx_call(f, MIC_CLAIM, "g", "{\"max\":2}");
     assert_int_equal(claimed(a), 2);
-    fake_now += 6 * SEC;
+    procfx_now += 6 * SEC;
     r = procfx_call(f, MIC_CLAIM, "g", "{}"); /* expiries fire; retries are 0..60 s away */
     json_decref(r);
     /* e1: the expired token still acks. */
@@ -256,8 +227,8 @@ static void expired_token_honoured_until_reclaimed(void **state)
     assert_string_equal(status(r, 0), "extended");
     json_decref(r);
     assert_int_equal(dlv_of(f, "g", 2).state, MIC_DLV_PROCESSING);
-    assert_int_equal(dlv_of(f, "g", 2).lease_expires, fake_now + 100 * SEC);
-    fake_now += 61 * SEC; /* past any retry time: still leased, not redelivered */
+    assert_int_equal(dlv_of(f, "g", 2).lease_expires, procfx_now + 100 * SEC);
+    procfx_now += 61 * SEC; /* past any retry time: still leased, not redelivered */
     r = procfx_call(f, MIC_CLAIM, "g", "{}");
     assert_int_equal(claimed(r), 0);
     json_decref(r);
@@ -299,7 +270,7 @@ static void deadlines_fire_in_order(void **state)
     json_decref(a);
     a = procfx_call(f, MIC_CLAIM, "g", "{\"lease_ttl_s\":30}");
     json_decref(a);
-    fake_now += 21 * SEC;
+    procfx_now += 21 * SEC;
     b = procfx_call(f, MIC_CLAIM, "g", "{\"max\":10}");
     assert_int_equal(claimed(b), 2); /* seqs 1 and 2 expired, 3 still leased */
     assert_int_equal(json_integer_value(json_object_get(delivery(b, 0), "seq")), 1);
@@ -346,7 +317,7 @@ static void two_writers_one_process(void **state)
     uint32_t gid;
     uint64_t fig[MIC_GSTAT_N];
 
-    assert_int_equal(setup((void **)&b), 0);
+    assert_int_equal(procfx_setup((void **)&b), 0);
     procfx_group(a, "g", "{\"topics\":[\"t\"]}");
     procfx_group(b, "g", "{\"topics\":[\"t\"],\"max_attempts\":1}");
     publish(a, "{\"event_id\":\"a1\",\"topic\":\"t\"}");
@@ -374,21 +345,20 @@ static void two_writers_one_process(void **state)
     mic_txn_abort(t);
     assert_int_equal(fig[MIC_GSTAT_PROCESSING], 0);
     assert_int_equal(fig[MIC_GSTAT_DLQ], 1);
-    teardown((void **)&b);
-    mic_clock_set(fake_clock); /* b's teardown restored the system clock */
+    procfx_teardown((void **)&b); /* a's teardown follows */
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(two_writers_one_process, setup, teardown),
-        cmocka_unit_test_setup_teardown(lease_expiry_redelivers, setup, teardown),
-        cmocka_unit_test_setup_teardown(backoff_then_dlq, setup, teardown),
-        cmocka_unit_test_setup_teardown(expiry_at_max_attempts_dead_letters, setup, teardown),
-        cmocka_unit_test_setup_teardown(expired_token_honoured_until_reclaimed, setup, teardown),
-        cmocka_unit_test_setup_teardown(priority_then_seq, setup, teardown),
-        cmocka_unit_test_setup_teardown(deadlines_fire_in_order, setup, teardown),
-        cmocka_unit_test_setup_teardown(backfill_in_chunks, setup, teardown),
+        cmocka_unit_test_setup_teardown(two_writers_one_process, procfx_setup, procfx_teardown),
+        cmocka_unit_test_setup_teardown(lease_expiry_redelivers, procfx_setup, procfx_teardown),
+        cmocka_unit_test_setup_teardown(backoff_then_dlq, procfx_setup, procfx_teardown),
+        cmocka_unit_test_setup_teardown(expiry_at_max_attempts_dead_letters, procfx_setup, procfx_teardown),
+        cmocka_unit_test_setup_teardown(expired_token_honoured_until_reclaimed, procfx_setup, procfx_teardown),
+        cmocka_unit_test_setup_teardown(priority_then_seq, procfx_setup, procfx_teardown),
+        cmocka_unit_test_setup_teardown(deadlines_fire_in_order, procfx_setup, procfx_teardown),
+        cmocka_unit_test_setup_teardown(backfill_in_chunks, procfx_setup, procfx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -35,38 +35,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#define T0 1790000000000000LL
-#define SEC 1000000LL
+#define T0 PROCFX_T0
+#define SEC PROCFX_SEC
 
-static int64_t fake_now;
-static int64_t fake_clock(void)
-{
-    return fake_now;
-}
-
-static int setup(void **state)
-{
-    struct procfx *f = calloc(1, sizeof *f);
-
-    fake_now = T0;
-    mic_clock_set(fake_clock);
-    if (!f || procfx_open(f, "mic-runs", 0, NULL)) {
-        free(f);
-        return -1;
-    }
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct procfx *f = *state;
-
-    procfx_close(f);
-    mic_clock_set(NULL);
-    free(f);
-    return 0;
-}
 
 static void publish(struct procfx *f, const char *body)
 {
@@ -257,7 +228,7 @@ static void removed_dead_letter_stays_counted(void **state)
     }
     expect_counts(f, "r1", 1, 0, 1, "drained");
     /* Past retention: both go (terminal in every group). */
-    fake_now += 2 * SEC;
+    procfx_now += 2 * SEC;
     batch(f);
     assert_false(stored(f, "e1"));
     assert_false(stored(f, "e2"));
@@ -266,7 +237,7 @@ static void removed_dead_letter_stays_counted(void **state)
 
 static void advance_clock(mic_op *op)
 {
-    fake_now += 2 * SEC; /* before the next batch: its sweep sees all due */
+    procfx_now += 2 * SEC; /* before the next batch: its sweep sees all due */
     sem_post(op->owner);
 }
 
@@ -322,7 +293,7 @@ static void removed_before_the_record_is_lost(void **state)
     publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}");
     publish(f, "{\"event_id\":\"e2\",\"topic\":\"t\"}");
     o = prepare_run(f, "{\"topic\":\"t\",\"run_id\":\"late\"}");
-    fake_now += 2 * SEC;
+    procfx_now += 2 * SEC;
     batch(f); /* e1 and e2 go: no group holds them yet */
     assert_false(stored(f, "e1"));
     assert_false(stored(f, "e2"));
@@ -424,11 +395,11 @@ static void no_runs_list(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(removed_dead_letter_stays_counted, setup, teardown),
-        cmocka_unit_test_setup_teardown(run_keeps_what_it_has_not_added, setup, teardown),
-        cmocka_unit_test_setup_teardown(removed_before_the_record_is_lost, setup, teardown),
-        cmocka_unit_test_setup_teardown(first_layout_record_is_read, setup, teardown),
-        cmocka_unit_test_setup_teardown(no_runs_list, setup, teardown),
+        cmocka_unit_test_setup_teardown(removed_dead_letter_stays_counted, procfx_setup, procfx_teardown),
+        cmocka_unit_test_setup_teardown(run_keeps_what_it_has_not_added, procfx_setup, procfx_teardown),
+        cmocka_unit_test_setup_teardown(removed_before_the_record_is_lost, procfx_setup, procfx_teardown),
+        cmocka_unit_test_setup_teardown(first_layout_record_is_read, procfx_setup, procfx_teardown),
+        cmocka_unit_test_setup_teardown(no_runs_list, procfx_setup, procfx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -34,38 +34,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#define T0 1790000000000000LL
-#define SEC 1000000LL
+#define T0 PROCFX_T0
+#define SEC PROCFX_SEC
 
-static int64_t fake_now;
-static int64_t fake_clock(void)
-{
-    return fake_now;
-}
-
-static int setup(void **state)
-{
-    struct procfx *f = calloc(1, sizeof *f);
-
-    fake_now = T0;
-    mic_clock_set(fake_clock);
-    if (!f || procfx_open(f, "mic-sched", 0, NULL)) {
-        free(f);
-        return -1;
-    }
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct procfx *f = *state;
-
-    procfx_close(f);
-    mic_clock_set(NULL);
-    free(f);
-    return 0;
-}
 
 static void publish_ok(struct procfx *f, const char *body)
 {
@@ -150,13 +121,13 @@ static void unordered_waits_for_deliver_at(void **state)
     assert_string_equal(got, "now past");
     /* A group created later (backfill) waits for it too. */
     procfx_group(f, "late", "{\"topics\":[\"t\"]}");
-    fake_now = T0 + 60 * SEC - 1;
+    procfx_now = T0 + 60 * SEC - 1;
     claim_ids(f, "g", got, sizeof got);
     assert_string_equal(got, "");
     claim_ids(f, "late", got, sizeof got);
     assert_string_equal(got, "now past");
     /* At deliver_at it becomes claimable, in both groups. */
-    fake_now = T0 + 60 * SEC;
+    procfx_now = T0 + 60 * SEC;
     claim_ids(f, "g", got, sizeof got);
     assert_string_equal(got, "later");
     claim_ids(f, "late", got, sizeof got);
@@ -217,10 +188,10 @@ static void ordered_head_scheduled_blocks_aggregate(void **state)
     json_decref(j);
 
     /* Just before: still nothing; at deliver_at the head goes, alone. */
-    fake_now = T0 + 120 * SEC - 1;
+    procfx_now = T0 + 120 * SEC - 1;
     claim_ids(f, "o", got, sizeof got);
     assert_string_equal(got, "");
-    fake_now = T0 + 120 * SEC;
+    procfx_now = T0 + 120 * SEC;
     c = procfx_call(f, MIC_CLAIM, "o", "{\"max\":10}");
     assert_int_equal(json_array_size(json_object_get(c, "deliveries")), 1);
     assert_string_equal(json_string_value(json_object_get(json_object_get(
@@ -365,10 +336,10 @@ static void http_deliver_at(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(unordered_waits_for_deliver_at, setup, teardown),
-        cmocka_unit_test_setup_teardown(ordered_head_scheduled_blocks_aggregate, setup, teardown),
-        cmocka_unit_test_setup_teardown(idempotency_covers_deliver_at, setup, teardown),
-        cmocka_unit_test_setup_teardown(idempotency_in_batch_conflict, setup, teardown),
+        cmocka_unit_test_setup_teardown(unordered_waits_for_deliver_at, procfx_setup, procfx_teardown),
+        cmocka_unit_test_setup_teardown(ordered_head_scheduled_blocks_aggregate, procfx_setup, procfx_teardown),
+        cmocka_unit_test_setup_teardown(idempotency_covers_deliver_at, procfx_setup, procfx_teardown),
+        cmocka_unit_test_setup_teardown(idempotency_in_batch_conflict, procfx_setup, procfx_teardown),
         cmocka_unit_test(http_deliver_at),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
