@@ -1065,7 +1065,8 @@ int mic_store_dlv_put(mic_txn *t, uint32_t gid, uint64_t seq,
     return put(t, t->s->dlv, "dlv", &k, &v, 0);
 }
 
-int mic_store_dlv_del(mic_txn *t, uint32_t gid, uint64_t seq)
+/* Delete key (gid, seq) of 'dbi'; MIC_OK also when it is absent. */
+static int del_gid_seq(mic_txn *t, MDB_dbi dbi, uint32_t gid, uint64_t seq)
 {
     uint8_t kb[12];
     MDB_val k = {12, kb};
@@ -1073,8 +1074,13 @@ int mic_store_dlv_del(mic_txn *t, uint32_t gid, uint64_t seq)
 
     put_u32(kb, gid);
     put_u64(kb + 4, seq);
-    rc = mdb_del(t->txn, t->s->dlv, &k, NULL);
+    rc = mdb_del(t->txn, dbi, &k, NULL);
     return rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
+}
+
+int mic_store_dlv_del(mic_txn *t, uint32_t gid, uint64_t seq)
+{
+    return del_gid_seq(t, t->s->dlv, gid, seq);
 }
 
 /* ---- The unhandled and poison indexes ---- */
@@ -1317,14 +1323,7 @@ int mic_store_dlq_put(mic_txn *t, uint32_t gid, uint64_t seq)
 
 int mic_store_dlq_del(mic_txn *t, uint32_t gid, uint64_t seq)
 {
-    uint8_t kb[12];
-    MDB_val k = {12, kb};
-    int rc;
-
-    put_u32(kb, gid);
-    put_u64(kb + 4, seq);
-    rc = mdb_del(t->txn, t->s->dlq, &k, NULL);
-    return rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
+    return del_gid_seq(t, t->s->dlq, gid, seq);
 }
 
 int mic_store_dlq_page(mic_txn *t, uint32_t gid, uint64_t after,
