@@ -1465,32 +1465,10 @@ int mic_store_aq_has(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t k1, uint64
     return get(t, t->s->aq, &k, &v);
 }
 
-int mic_store_aq_first(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t after,
-                       uint64_t *k1, uint64_t *seq)
-{
-    uint8_t kb[AQ_KEY];
-    MDB_cursor *c;
-    MDB_val k = {20, kb}, v;
-    int rc;
-
-    if (after == UINT64_MAX)
-        return MIC_ENOTFOUND;
-    aq_key(kb, gid, ord, after ? after + 1 : 0, 0);
-    if ((rc = mdb_cursor_open(t->txn, t->s->aq, &c)))
-        return from_mdb(rc);
-    rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
-    if (rc == 0 && (k.mv_size != AQ_KEY || memcmp(k.mv_data, kb, 12)))
-        rc = MDB_NOTFOUND;
-    if (rc == 0) {
-        *k1 = get_u64((uint8_t *)k.mv_data + 12);
-        *seq = get_u64((uint8_t *)k.mv_data + 20);
-    }
-    mdb_cursor_close(c);
-    return from_mdb(rc);
-}
-
-int mic_store_aq_first2(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t after,
-                        uint64_t k1[2], uint64_t seq[2], int *n)
+/* Up to 'max' entries whose k1 is greater than 'after' (0: from the
+ * first), in order: k1[i], seq[i] for i < *n. */
+static int aq_scan(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t after, int max,
+                   uint64_t *k1, uint64_t *seq, int *n)
 {
     uint8_t kb[AQ_KEY];
     MDB_cursor *c;
@@ -1504,7 +1482,7 @@ int mic_store_aq_first2(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t after,
     if ((rc = mdb_cursor_open(t->txn, t->s->aq, &c)))
         return from_mdb(rc);
     for (rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
-         rc == 0 && *n < 2 && k.mv_size == AQ_KEY && !memcmp(k.mv_data, kb, 12);
+         rc == 0 && *n < max && k.mv_size == AQ_KEY && !memcmp(k.mv_data, kb, 12);
          rc = mdb_cursor_get(c, &k, &v, MDB_NEXT)) {
         k1[*n] = get_u64((uint8_t *)k.mv_data + 12);
         seq[*n] = get_u64((uint8_t *)k.mv_data + 20);
@@ -1514,6 +1492,20 @@ int mic_store_aq_first2(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t after,
     if (rc && rc != MDB_NOTFOUND)
         return from_mdb(rc);
     return *n ? MIC_OK : MIC_ENOTFOUND;
+}
+
+int mic_store_aq_first(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t after,
+                       uint64_t *k1, uint64_t *seq)
+{
+    int n;
+
+    return aq_scan(t, gid, ord, after, 1, k1, seq, &n);
+}
+
+int mic_store_aq_first2(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t after,
+                        uint64_t k1[2], uint64_t seq[2], int *n)
+{
+    return aq_scan(t, gid, ord, after, 2, k1, seq, n);
 }
 
 int mic_store_aq_purge(mic_txn *t, uint32_t gid, uint64_t ord, uint64_t upto, int *n)
