@@ -17,7 +17,7 @@ RPKGS   := libcurl jansson libcrypto libnats
 DEBS    := build-essential pkg-config libmicrohttpd-dev liblmdb-dev lmdb-utils \
            libjansson-dev libssl-dev libcmocka-dev libcurl4-openssl-dev curl \
            procps libnats-dev nats-server clickhouse-server clickhouse-client \
-           prometheus python3
+           prometheus python3 openssl
 WARN    := -std=c11 -Wall -Wextra -Werror -Wformat=2 -g
 SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 PKGCFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -75,8 +75,8 @@ build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) $(KIT) tests/harness.h te
 
 # The clients share micd's time parsing and formatting (server/clock.c)
 # and its growable buffer (server/buf.c).
-CLI_REL := build/rel/buf.o build/rel/clock.o build/rel/err.o
-CLI_SAN := build/san/buf.o build/san/clock.o build/san/err.o
+CLI_REL := build/rel/auth.o build/rel/buf.o build/rel/clock.o build/rel/err.o
+CLI_SAN := build/san/auth.o build/san/buf.o build/san/clock.o build/san/err.o
 build/mic-events-replay: client/mic-events-replay.c $(CLI_REL) | build/rel
 	$(CC) $(WARN) -O2 $(RCFLAGS) -Iserver $< $(CLI_REL) -o $@ $(RLIBS)
 build/san/mic-events-replay: client/mic-events-replay.c $(CLI_SAN) | build/san

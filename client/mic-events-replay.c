@@ -275,9 +275,30 @@ static void error_text(const struct mic_buf *body, char *out, size_t cap)
     json_decref(j);
 }
 
-/* Set the options every request shares. */
+/* --key (or $MIC_KEY) goes to the broker URLs only, never to ClickHouse;
+ * --cacert checks every https:// server. */
+static const char *g_key, *g_cacert, *g_brokers[2];
+
+static int to_broker(const char *url)
+{
+    for (int i = 0; i < 2; i++)
+        if (g_brokers[i] && strncmp(url, g_brokers[i], strlen(g_brokers[i])) == 0)
+            return 1;
+    return 0;
+}
+
+/* Set the options every request shares ('h' gets the Authorization line
+ * of a broker request: the caller frees it as before). */
 static void curl_common(CURL *c, const char *url, struct curl_slist *h)
 {
+    if (g_key && to_broker(url)) {
+        char auth[600];
+
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", g_key);
+        curl_slist_append(h, auth);
+    }
+    if (g_cacert)
+        curl_easy_setopt(c, CURLOPT_CAINFO, g_cacert);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
@@ -1226,7 +1247,7 @@ static void usage(FILE *f)
 {
     fputs(
 "usage: " PROG " SOURCE --topic T [--from RFC3339] [--to RFC3339] [SINK]\n"
-"                         [--batch-id ID] [--quiet]\n"
+"                         [--batch-id ID] [--quiet] [--key SECRET] [--cacert FILE]\n"
 "\n"
 "Replays one topic's events with from <= created_at <= to (both inclusive;\n"
 "defaults: the whole history) in (created_at, event_id) order.\n"
@@ -1245,6 +1266,9 @@ static void usage(FILE *f)
 "  --batch-id ID            x-replay-batch-id, [A-Za-z0-9._-]{1,48}; reuse the\n"
 "                           id of a failed run to retry it (default: new random)\n"
 "  --quiet                  no batch id and no progress on stderr\n"
+"  --key SECRET             API key for --from-broker/--to-broker (default\n"
+"                           $MIC_KEY; never sent to ClickHouse)\n"
+"  --cacert FILE            PEM CA certificate(s) for https:// servers\n"
 "\n"
 "Every publication carries x-replay: true, x-replay-batch-id and\n"
 "x-original-event-id (NATS also Nats-Msg-Id: BATCH:ID).\n"
@@ -1260,7 +1284,7 @@ static void usage(FILE *f)
 enum {
     OPT_FROM_BROKER = 256, OPT_FROM_JSON, OPT_FROM_CH, OPT_TABLE, OPT_TOPIC,
     OPT_FROM, OPT_TO, OPT_TO_NATS, OPT_STREAM, OPT_TO_BROKER, OPT_TO_TOPIC,
-    OPT_TO_JSON, OPT_TO_CH, OPT_BATCH, OPT_QUIET, OPT_HELP,
+    OPT_TO_JSON, OPT_TO_CH, OPT_BATCH, OPT_QUIET, OPT_HELP, OPT_KEY, OPT_CACERT,
 };
 
 static const struct option long_opts[] = {
@@ -1279,6 +1303,8 @@ static const struct option long_opts[] = {
     {"to-clickhouse", required_argument, NULL, OPT_TO_CH},
     {"batch-id", required_argument, NULL, OPT_BATCH},
     {"quiet", no_argument, NULL, OPT_QUIET},
+    {"key", required_argument, NULL, OPT_KEY},
+    {"cacert", required_argument, NULL, OPT_CACERT},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -1347,6 +1373,12 @@ static int opts_parse(struct opts *o, int argc, char **argv)
         case OPT_QUIET:
             o->quiet = 1;
             break;
+        case OPT_KEY:
+            rc = set_once(&g_key, optarg, "key");
+            break;
+        case OPT_CACERT:
+            rc = set_once(&g_cacert, optarg, "cacert");
+            break;
         case OPT_HELP:
             usage(stdout);
             return -1;
@@ -1361,6 +1393,10 @@ static int opts_parse(struct opts *o, int argc, char **argv)
         return usage_error("unexpected argument %s", argv[optind]);
     if (!o->src)
         return usage_error("give a source: --from-broker, --from-json or --from-clickhouse");
+    if (!g_key && getenv("MIC_KEY") && *getenv("MIC_KEY"))
+        g_key = getenv("MIC_KEY");
+    g_brokers[0] = o->src == SRC_BROKER ? o->src_arg : NULL;
+    g_brokers[1] = o->sink == SINK_BROKER ? o->sink_arg : NULL;
     if (!*o->src_arg || (o->sink && !*o->sink_arg))
         return usage_error("empty URL or file name");
     if (!o->topic || !name_ok(o->topic, TOPIC_MAX, 1))

@@ -37,6 +37,7 @@
  * and leaves bounds and names to the server, whose error it reports.
  */
 #define _GNU_SOURCE
+#include "auth.h"
 #include "buf.h"
 
 #include <curl/curl.h>
@@ -67,12 +68,13 @@
 enum opt_id {
     O_URL, O_JSON, O_HELP, O_TOPIC, O_ID, O_AGGREGATE, O_VERSION, O_TYPE,
     O_PRIORITY, O_PAYLOAD, O_HEADER, O_MAX, O_WAIT, O_LEASE, O_WORKER,
-    O_ERROR, O_RETRY_AFTER, O_LIMIT, O_AFTER, O_REASON, O_ALL, O_COUNT
+    O_ERROR, O_RETRY_AFTER, O_LIMIT, O_AFTER, O_REASON, O_ALL, O_KEY, O_CACERT,
+    O_ROLE, O_SCOPE, O_COUNT
 };
 
 #define OPT(o) (1u << (o))
 #define OPT_BASE 256
-#define COMMON (OPT(O_URL) | OPT(O_JSON) | OPT(O_HELP))
+#define COMMON (OPT(O_URL) | OPT(O_JSON) | OPT(O_HELP) | OPT(O_KEY) | OPT(O_CACERT))
 #define EVENT_OPTS (OPT(O_TOPIC) | OPT(O_ID) | OPT(O_AGGREGATE) | OPT(O_VERSION) | \
                     OPT(O_TYPE) | OPT(O_PRIORITY) | OPT(O_PAYLOAD) | OPT(O_HEADER))
 
@@ -92,7 +94,9 @@ static const struct opt_def opt_defs[O_COUNT] = {
     [O_WORKER] = {"worker", 1},   [O_ERROR] = {"error", 1},
     [O_RETRY_AFTER] = {"retry-after", 1}, [O_LIMIT] = {"limit", 1},
     [O_AFTER] = {"after", 1},     [O_REASON] = {"reason", 1},
-    [O_ALL] = {"all", 0},
+    [O_ALL] = {"all", 0},         [O_KEY] = {"key", 1},
+    [O_CACERT] = {"cacert", 1},   [O_ROLE] = {"role", 1},
+    [O_SCOPE] = {"scope", 1},
 };
 
 struct cli;
@@ -115,6 +119,9 @@ struct cli {
     int given[O_COUNT];
     const char **headers;         /* every --header, in order (owned array) */
     int nheaders;
+    const char **scopes;          /* every --scope, in order (owned array) */
+    int nscopes;
+    const char *key;              /* --key, else $MIC_KEY (borrowed), or NULL */
     const char **pos;             /* positional arguments (owned array) */
     int npos;
     const char **args;            /* the command's arguments: pos after its words */
@@ -328,9 +335,22 @@ static int api(struct cli *c, const char *method, const struct mic_buf *path, js
         set_err(c, "out of memory");
         goto out;
     }
+    if (c->key) {
+        struct mic_buf auth = {0};
+        int bad = buf_puts(&auth, "Authorization: Bearer ") || buf_puts(&auth, c->key) ||
+                  !(h2 = curl_slist_append(h, auth.p));
+
+        free(auth.p);
+        if (bad) {
+            set_err(c, "out of memory");
+            goto out;
+        }
+    }
     curl_easy_reset(c->curl);
     curl_easy_setopt(c->curl, CURLOPT_URL, url.p);
     curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, h);
+    if (c->val[O_CACERT])
+        curl_easy_setopt(c->curl, CURLOPT_CAINFO, c->val[O_CACERT]);
     curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT, CONNECT_TIMEOUT_S);
     curl_easy_setopt(c->curl, CURLOPT_TIMEOUT, c->timeout_s);
@@ -1579,6 +1599,51 @@ static int cmd_aggregate(struct cli *c)
     return rc;
 }
 
+/* ---- keys new (no server involved) ---- */
+
+static int cmd_keys_new(struct cli *c)
+{
+    const char *id = c->val[O_ID], *role = c->val[O_ROLE];
+    char secret[48], hex[65], why[200];
+    struct mic_buf line = {0};
+    mic_keys *k;
+    int rc;
+
+    if (!id || !role)
+        return usage_error(c, "keys new needs --id ID and --role ROLE");
+    if (buf_puts(&line, id) || buf_puts(&line, " ") || buf_puts(&line, role) ||
+        buf_puts(&line, " ") || buf_puts(&line, "0000000000000000000000000000000000000000000000000000000000000000") ||
+        buf_puts(&line, " ")) {
+        free(line.p);
+        return oom(c);
+    }
+    for (int i = 0; i < c->nscopes; i++)
+        if ((i && buf_puts(&line, ",")) || buf_puts(&line, c->scopes[i])) {
+            free(line.p);
+            return oom(c);
+        }
+    if (!c->nscopes && buf_puts(&line, "*")) {
+        free(line.p);
+        return oom(c);
+    }
+    /* The line must be one micd accepts: the same parser checks it. */
+    if ((rc = mic_keys_parse(line.p, line.len, &k, why, sizeof why))) {
+        free(line.p);
+        return usage_error(c, "keys new: %s", why + (strncmp(why, "line 1: ", 8) ? 0 : 8));
+    }
+    mic_keys_free(k);
+    if (mic_keys_new_secret(secret, hex)) {
+        free(line.p);
+        set_err(c, "no random bytes for a secret");
+        return report(c, EXIT_FAIL);
+    }
+    memcpy(line.p + strlen(id) + 1 + strlen(role) + 1, hex, 64);
+    printf("%s\n", secret);
+    fprintf(stderr, "%s\n", line.p);
+    free(line.p);
+    return 0;
+}
+
 /* ---- The command table ---- */
 
 static const struct command commands[] = {
@@ -1673,14 +1738,27 @@ static const struct command commands[] = {
      "An aggregate's events in aggregate order, each with its state in every\n"
      "group: VERSION, SEQ, EVENT_ID, TOPIC, CREATED_AT, GROUP, STATE, ATTEMPTS\n"
      "and the lease or retry it waits for."},
+    {"keys", "new", cmd_keys_new, OPT(O_ID) | OPT(O_ROLE) | OPT(O_SCOPE), 0, 0,
+     "keys new --id ID --role ROLE [--scope S]...",
+     "A new API key for micd's --keys file (no server is asked).  Prints the\n"
+     "secret (mic_ and 43 base64url characters of 32 random bytes) on stdout, and\n"
+     "the file line that holds its SHA-256, ID ROLE SHA256 SCOPES, on stderr.\n"
+     "  --id ID      the key's name, [A-Za-z0-9._-]{1,64} (logged and audited)\n"
+     "  --role ROLE  producer, consumer, monitor or admin\n"
+     "  --scope S    topic:GLOB or group:GLOB ('*' matches any run of characters),\n"
+     "               repeatable; none: '*', every topic and group\n"
+     "Give the secret to the client (mic --key, $MIC_KEY); append the line to the\n"
+     "keys file and send micd SIGHUP."},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
 static const char common_help[] =
     "Options of every command (before or after it):\n"
-    "  --url URL   the server (default $MIC_URL, else " DEFAULT_URL ")\n"
-    "  --json      print the server's JSON answer as it came instead of a table\n"
-    "  --help      help; mic COMMAND --help for one command\n";
+    "  --url URL      the server (default $MIC_URL, else " DEFAULT_URL ")\n"
+    "  --key SECRET   the API key (default $MIC_KEY; none: no Authorization header)\n"
+    "  --cacert FILE  PEM CA certificate(s) to check an https:// server with\n"
+    "  --json         print the server's JSON answer as it came instead of a table\n"
+    "  --help         help; mic COMMAND --help for one command\n";
 
 static const char exit_help[] =
     "Exit status:\n"
@@ -1749,7 +1827,9 @@ static const struct command *find_command(struct cli *c, int *words)
             return k;
         }
     }
-    if (known)
+    if (known && !strcmp(name, "keys"))
+        usage_error(c, "keys: give new");
+    else if (known)
         usage_error(c, "%s: give list, requeue or skip", name);
     else
         usage_error(c, "unknown command '%s'", name);
@@ -1766,6 +1846,7 @@ static int opts_parse(struct cli *c, int argc, char **argv)
     size_t n;
 
     if (!(c->headers = calloc((size_t)argc + 1, sizeof *c->headers)) ||
+        !(c->scopes = calloc((size_t)argc + 1, sizeof *c->scopes)) ||
         !(c->pos = calloc((size_t)argc + 1, sizeof *c->pos))) {
         oom(c);
         return EXIT_USAGE;
@@ -1794,6 +1875,8 @@ static int opts_parse(struct cli *c, int argc, char **argv)
         }
         if (o == O_HEADER) {
             c->headers[c->nheaders++] = optarg;
+        } else if (o == O_SCOPE) {
+            c->scopes[c->nscopes++] = optarg;
         } else if (c->given[o] && opt_defs[o].has_arg) {
             return usage_error(c, "--%s given twice", opt_defs[o].name);
         }
@@ -1832,6 +1915,9 @@ static int opts_parse(struct cli *c, int argc, char **argv)
         if (!c->args[i][0])
             return usage_error(c, "%s: an empty argument", c->cmd->name);
     c->json = c->given[O_JSON] > 0;
+    c->key = c->val[O_KEY] && *c->val[O_KEY] ? c->val[O_KEY] : getenv("MIC_KEY");
+    if (c->key && !*c->key)
+        c->key = NULL;
     url = c->val[O_URL];
     if (!url || !*url)
         url = getenv("MIC_URL");
@@ -1880,6 +1966,7 @@ out_global:
 out_args:
     free(c.url);
     free(c.headers);
+    free(c.scopes);
     free(c.pos);
     return rc;
 }

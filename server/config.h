@@ -14,6 +14,10 @@ struct mic_config {
     char data_dir[512];
     char port_file[512];    /* if set, the bound port is written there */
     char archive_dir[512];  /* if set, events past retention are archived there */
+    char keys[512];         /* API keys file (DESIGN section 13); empty: no keys */
+    char tls_cert[512];     /* PEM certificate chain: HTTPS only */
+    char tls_key[512];      /* PEM private key of tls_cert */
+    char audit_log[512];    /* append an audit line per changing or refused request */
     uint64_t map_size;      /* initial LMDB map size, bytes */
     uint64_t map_max;       /* growth limit; MDB_MAP_FULL past it -> 507 */
     int durability;         /* enum mic_durability */
@@ -23,6 +27,7 @@ struct mic_config {
     int max_connections;
     int per_ip_connections;
     int idle_timeout_s;
+    int head_timeout_s;     /* request line to complete headers */
     int http_threads;
     int writer_queue;       /* queued operations before 429 */
     int writer_batch;       /* operations per transaction at most */

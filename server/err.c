@@ -43,6 +43,8 @@ const char *mic_strerror(int err)
     case MIC_ENOTREADY: return "not ready";
     case MIC_EMETHOD: return "method not allowed";
     case MIC_EVERSION: return "unknown store format version";
+    case MIC_EAUTH: return "unauthorized";
+    case MIC_EFORBIDDEN: return "forbidden";
     }
     return "unknown error";
 }

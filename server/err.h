@@ -23,6 +23,8 @@ enum mic_err {
     MIC_ENOTREADY = -11, /* 503 */
     MIC_EMETHOD = -12,   /* 405 */
     MIC_EVERSION = -13,  /* store of an unknown format version */
+    MIC_EAUTH = -14,     /* 401: no API key, or not a known one */
+    MIC_EFORBIDDEN = -15, /* 403: the key's role or scopes do not allow it */
 };
 
 /* A client-facing error: 'code' is a static wire string, 'message' and

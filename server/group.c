@@ -20,6 +20,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "group.h"
 
+#include "auth.h"
 #include "buf.h"
 #include "clock.h"
 #include "config.h"
@@ -1106,28 +1107,36 @@ int mic_group_get(mic_store *s, const char *name, struct mic_buf *out,
     return mic_group_read_end(t, rc, name, err);
 }
 
+struct list_arg {
+    struct mic_buf *b;
+    const struct mic_key *key;
+};
+
 static int list_one(void *arg, const char *name, size_t len,
                     const struct mic_group_rec *rec)
 {
-    struct mic_buf *b = arg;
+    struct list_arg *a = arg;
+    struct mic_buf *b = a->b;
 
-    (void)name;
-    (void)len;
+    if (!mic_key_lists(a->key, 1, name, len))
+        return 0;
     if (b->len && b->p[b->len - 1] != '[')
         mic_buf_add(b, ",", 1);
     mic_buf_add(b, rec->config, rec->config_len);
     return 0;
 }
 
-int mic_group_list(mic_store *s, struct mic_buf *out, struct mic_error *err)
+int mic_group_list(mic_store *s, const struct mic_key *key, struct mic_buf *out,
+                   struct mic_error *err)
 {
+    struct list_arg a = {out, key};
     mic_txn *t;
     int rc;
 
     if ((rc = mic_txn_begin(s, 0, &t)))
         return mic_error_internal(err, rc);
     mic_buf_puts(out, "{\"groups\":[");
-    rc = mic_store_group_each(t, list_one, out);
+    rc = mic_store_group_each(t, list_one, &a);
     mic_txn_abort(t);
     if (rc)
         return mic_error_internal(err, rc);

@@ -15,6 +15,7 @@
 #include "store.h"
 #include "writer.h"
 
+struct mic_key;
 struct mic_buf;
 struct mic_config;
 struct mic_error;
@@ -162,7 +163,8 @@ void mic_group_op_free(mic_group_op *o);
  * MIC_ENOTFOUND, or "internal" for a store error.  Any thread. */
 int mic_group_get(mic_store *s, const char *name, struct mic_buf *out,
                   struct mic_error *err);
-int mic_group_list(mic_store *s, struct mic_buf *out, struct mic_error *err);
+int mic_group_list(mic_store *s, const struct mic_key *key, struct mic_buf *out,
+                   struct mic_error *err);
 /* Read side of a group's resources and listings: check 'name' and open a
  * read transaction (else 'err' says not_found or internal); then end it,
  * turning the listing's 'rc' into the answer (MIC_ENOTFOUND: no group). */

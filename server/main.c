@@ -4,9 +4,12 @@
  * start the writer, then the HTTP server.  SIGTERM/SIGINT: stop accepting
  * connections, let in-flight requests reach the writer and be answered,
  * drain the writer (every queued op committed), stop HTTP, close the store.
+ * SIGHUP reloads the keys file (--keys): a file that does not parse keeps
+ * the keys in force, and the reason is logged.
  * A start-up failure logs and exits with its own code:
- *   2 bad settings, 3 store cannot open, 4 unknown store format,
- *   5 writer cannot start, 6 cannot listen.
+ *   2 bad settings (a bad keys file, TLS files that do not go together, a
+ *     non-loopback address without --keys), 3 store cannot open, 4 unknown
+ *     store format, 5 writer cannot start, 6 cannot listen.
  *
  * Testing only: when the environment variable MIC_TEST_CLOCK_US is set (a
  * decimal count of µs since the epoch), the wall clock starts at that value
@@ -33,11 +36,32 @@
 #include <string.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t stop_signal;
+static volatile sig_atomic_t stop_signal, reload_signal;
 
 static void on_signal(int sig)
 {
-    stop_signal = sig;
+    if (sig == SIGHUP)
+        reload_signal = 1;
+    else
+        stop_signal = sig;
+}
+
+/* Load --keys: MIC_OK with *out (NULL without --keys), else logged. */
+static int load_keys(const struct mic_config *cfg, mic_keys **out)
+{
+    char why[300], n[16];
+    int rc;
+
+    *out = NULL;
+    if (!cfg->keys[0])
+        return MIC_OK;
+    if ((rc = mic_keys_load(cfg->keys, out, why, sizeof why))) {
+        mic_log(MIC_LOG_ERROR, NULL, "bad keys file", "path", cfg->keys, "reason", why, NULL);
+        return rc;
+    }
+    snprintf(n, sizeof n, "%d", mic_keys_count(*out));
+    mic_log(MIC_LOG_INFO, NULL, "keys loaded", "path", cfg->keys, "keys", n, NULL);
+    return MIC_OK;
 }
 
 /* ---- Test clock (MIC_TEST_CLOCK_US) ---- */
@@ -92,7 +116,8 @@ int main(int argc, char **argv)
     mic_store *store;
     mic_writer *writer;
     mic_http *http;
-    char err[256], portstr[16];
+    mic_keys *keys;
+    char err[600], portstr[16];
     sigset_t mask, old;
     int rc, port;
 
@@ -104,6 +129,20 @@ int main(int argc, char **argv)
         return 2;
     }
     mic_log_set_level(cfg.log_level);
+    if (load_keys(&cfg, &keys))
+        return 2;
+    if (!keys && mic_http_listen_is_loopback(cfg.listen) == 0) {
+        fprintf(stderr, "micd: refusing to listen on %s without --keys: only a loopback "
+                "address may go unprotected\n", cfg.listen);
+        return 2;
+    }
+    if (!cfg.tls_cert[0] != !cfg.tls_key[0] ||
+        (cfg.tls_cert[0] && mic_http_tls_check(cfg.tls_cert, cfg.tls_key, err, sizeof err))) {
+        fprintf(stderr, "micd: %s\n", cfg.tls_cert[0] && cfg.tls_key[0] ? err
+                : "--tls-cert and --tls-key go together");
+        mic_keys_free(keys);
+        return 2;
+    }
     if (test_clock_init()) {
         fprintf(stderr, "micd: MIC_TEST_CLOCK_US must be a decimal count of "
                 "microseconds since the epoch\n");
@@ -115,10 +154,13 @@ int main(int argc, char **argv)
     sigemptyset(&mask);
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &mask, &old);
 
     rc = mic_store_open(&store, cfg.data_dir, cfg.map_size, cfg.map_max,
                         cfg.durability == MIC_DURABILITY_NONE);
+    if (rc)
+        mic_keys_free(keys);
     if (rc == MIC_EVERSION)
         return 4;
     if (rc)
@@ -126,6 +168,7 @@ int main(int argc, char **argv)
     if (mic_groups_new(&groups, store)) {
         mic_log(MIC_LOG_ERROR, NULL, "cannot load the groups", NULL);
         mic_store_close(store);
+        mic_keys_free(keys);
         return 3;
     }
     memset(&hooks, 0, sizeof hooks);
@@ -136,9 +179,10 @@ int main(int argc, char **argv)
         mic_sched_free(hooks.sched);
         mic_groups_free(groups);
         mic_store_close(store);
+        mic_keys_free(keys);
         return 5;
     }
-    if (mic_http_start(&http, &cfg, store, writer, &port)) {
+    if (mic_http_start(&http, &cfg, store, writer, keys, &port)) {
         mic_writer_free(writer);
         mic_sched_free(sched);
         mic_groups_free(groups);
@@ -149,6 +193,7 @@ int main(int argc, char **argv)
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
     snprintf(portstr, sizeof portstr, "%d", port);
     mic_log(MIC_LOG_INFO, NULL, "listening", "listen", cfg.listen, "port",
             portstr, "data", cfg.data_dir, "durability",
@@ -157,8 +202,19 @@ int main(int argc, char **argv)
         mic_log(MIC_LOG_WARN, NULL, "cannot write port file", "path",
                 cfg.port_file, NULL);
 
-    while (!stop_signal)
+    while (!stop_signal) {
         sigsuspend(&old);
+        if (reload_signal) {
+            reload_signal = 0;
+            if (!cfg.keys[0])
+                mic_log(MIC_LOG_WARN, NULL, "SIGHUP without --keys: nothing to reload", NULL);
+            else if (load_keys(&cfg, &keys))
+                mic_log(MIC_LOG_ERROR, NULL, "keys not reloaded: the keys in force stay",
+                        "path", cfg.keys, NULL);
+            else
+                mic_http_set_keys(http, keys);
+        }
+    }
 
     mic_log(MIC_LOG_INFO, NULL, "stopping", "signal",
             stop_signal == SIGTERM ? "SIGTERM" : "SIGINT", NULL);

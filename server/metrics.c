@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "metrics.h"
 
+#include "auth.h"
 #include "buf.h"
 #include "clock.h"
 #include "delivery.h"
@@ -119,6 +120,7 @@ static int alerting(const struct group_fig *f)
 
 struct fig_arg {
     mic_txn *t;
+    const struct mic_key *key;
     struct mic_buf *b;
     int64_t now;
     int n;
@@ -130,6 +132,8 @@ static int stats_group(void *arg, const char *name, size_t len, const struct mic
     struct group_fig f;
     char *topics;
 
+    if (!mic_key_lists(a->key, 1, name, len))
+        return 0;
     group_fig(a->t, name, len, g, a->now, &f);
     topics = json_dumps(json_object_get(f.cfg, "topics"), JSON_COMPACT | JSON_ENCODE_ANY);
     if (a->n++)
@@ -167,9 +171,12 @@ static int stats_group(void *arg, const char *name, size_t len, const struct mic
 static int stats_topic(void *arg, const char *name, size_t len, const struct mic_topic_rec *tr)
 {
     struct fig_arg *a = arg;
-    struct topic_count c = topic_counted(name, len);
+    struct topic_count c;
     uint64_t events;
 
+    if (!mic_key_lists(a->key, 0, name, len))
+        return 0;
+    c = topic_counted(name, len);
     mic_store_topic_events(a->t, tr->id, &events);
     if (a->n++)
         mic_buf_add(a->b, ",", 1);
@@ -183,7 +190,7 @@ static int stats_topic(void *arg, const char *name, size_t len, const struct mic
     return 0;
 }
 
-int mic_metrics_stats(mic_store *s, struct mic_buf *b)
+int mic_metrics_stats(mic_store *s, const struct mic_key *key, struct mic_buf *b)
 {
     struct fig_arg a;
     uint64_t size, used, max, events = 0;
@@ -194,6 +201,7 @@ int mic_metrics_stats(mic_store *s, struct mic_buf *b)
         return rc;
     memset(&a, 0, sizeof a);
     a.t = t;
+    a.key = key;
     a.b = b;
     a.now = mic_now_us();
     mic_buf_puts(b, "{\"groups\":[");
@@ -226,6 +234,7 @@ static void label(struct mic_buf *b, const char *metric, const char *key,
  * printed family by family, as the exposition format wants. */
 struct figs {
     mic_txn *t;
+    const struct mic_key *key;
     int64_t now;
     struct group_fig *g;
     int ng, gcap;
@@ -241,6 +250,8 @@ static int gather_group(void *arg, const char *name, size_t len, const struct mi
 {
     struct figs *f = arg;
 
+    if (!mic_key_lists(f->key, 1, name, len))
+        return 0;
     if (f->ng == f->gcap) {
         int cap = f->gcap ? 2 * f->gcap : 16;
         struct group_fig *p = realloc(f->g, (size_t)cap * sizeof *p);
@@ -261,6 +272,8 @@ static int gather_topic(void *arg, const char *name, size_t len, const struct mi
     struct figs *f = arg;
     struct tfig *t;
 
+    if (!mic_key_lists(f->key, 0, name, len))
+        return 0;
     if (f->nt == f->tcap) {
         int cap = f->tcap ? 2 * f->tcap : 16;
         struct tfig *p = realloc(f->tp, (size_t)cap * sizeof *p);
@@ -385,7 +398,8 @@ static void histogram(struct mic_buf *b, const char *name, const char *help,
                    (unsigned long long)cum);
 }
 
-int mic_metrics_render(mic_store *s, mic_writer *w, struct mic_buf *b)
+int mic_metrics_render(mic_store *s, mic_writer *w, const struct mic_key *key,
+                       struct mic_buf *b)
 {
     static const double batch_le[] = {1, 2, 4, 16, 64, 256, 1024};
     static const double commit_le[] = {0.0001, 0.00025, 0.0005, 0.001,
@@ -437,6 +451,7 @@ int mic_metrics_render(mic_store *s, mic_writer *w, struct mic_buf *b)
         struct figs f;
         memset(&f, 0, sizeof f);
         f.t = t;
+        f.key = key;
         f.now = mic_now_us();
         mic_store_group_each(t, gather_group, &f);
         mic_store_topic_each(t, gather_topic, &f);

@@ -5,6 +5,7 @@
 #include "store.h"
 #include "writer.h"
 
+struct mic_key;
 struct mic_buf;
 
 /* Declare the route names counted by mic_metrics_http (index = route). */
@@ -21,10 +22,11 @@ void mic_metrics_topic(const char *topic, int published, int duplicate, int conf
 /* Append the exposition text for everything MIC counts to 'out' (read
  * transaction on 's', any thread).  Returns MIC_OK or a store error
  * (MIC_EIO, MIC_ENOMEM). */
-int mic_metrics_render(mic_store *s, mic_writer *w, struct mic_buf *out);
+int mic_metrics_render(mic_store *s, mic_writer *w, const struct mic_key *key,
+                       struct mic_buf *out);
 
 /* GET /v1/stats: per group, per topic and store figures as JSON appended
  * to 'out'.  Returns MIC_OK or a store error (MIC_EIO, MIC_ENOMEM). */
-int mic_metrics_stats(mic_store *s, struct mic_buf *out);
+int mic_metrics_stats(mic_store *s, const struct mic_key *key, struct mic_buf *out);
 
 #endif

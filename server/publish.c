@@ -10,6 +10,7 @@
  * So a refused request changes nothing, without nested transactions. */
 #include "publish.h"
 
+#include "auth.h"
 #include "buf.h"
 #include "clock.h"
 #include "config.h"
@@ -19,6 +20,8 @@
 #include "delivery.h"
 #include "views.h"
 #include "retention.h"
+
+#include <jansson.h>
 #include "json.h"
 
 #include <stdio.h>
@@ -560,7 +563,28 @@ void mic_publish_tally(const mic_publish *p,
         fn(p->items[i].ev.topic, !p->items[i].duplicate, p->items[i].duplicate, 0);
 }
 
-int mic_publish_lookup(mic_store *s, const char *id, size_t idlen,
+/* Does 'key' cover the topic of stored event 'json' (len bytes)? */
+static int key_covers_event(const struct mic_key *key, const char *json, size_t len)
+{
+    json_t *o;
+    int ok;
+
+    if (!key || mic_key_covers_all(key))
+        return 1;
+    if (!(o = json_loadb(json, len, 0, NULL)))
+        return 0;
+    ok = json_is_string(json_object_get(o, "topic")) &&
+         mic_key_covers_topic(key, json_string_value(json_object_get(o, "topic")));
+    json_decref(o);
+    return ok;
+}
+
+const char *mic_publish_topic(const mic_publish *p, int i)
+{
+    return p->items[i].ev.topic;
+}
+
+int mic_publish_lookup(mic_store *s, const char *id, size_t idlen, const struct mic_key *key,
                        struct mic_buf *out, struct mic_error *err)
 {
     uint8_t digest[MIC_DIGEST_LEN];
@@ -577,6 +601,11 @@ int mic_publish_lookup(mic_store *s, const char *id, size_t idlen,
     rc = mic_store_id_get(t, id, idlen, &seq, digest);
     if (rc == MIC_OK)
         rc = mic_store_log_get(t, seq, &r);
+    if (rc == MIC_OK && !key_covers_event(key, r.json, r.json_len)) {
+        mic_txn_abort(t);
+        return mic_error_set(err, MIC_EFORBIDDEN, "forbidden", NULL,
+                             "the key's scopes do not cover this event's topic");
+    }
     if (rc == MIC_OK) {
         mic_buf_puts(out, "{\"event\":");
         mic_buf_add(out, r.json, r.json_len);

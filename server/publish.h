@@ -10,6 +10,7 @@
 struct mic_config;
 struct mic_error;
 struct mic_buf;
+struct mic_key;
 typedef struct mic_publish mic_publish;
 
 /* Parse a publish body (one event object, or {"events":[...]}) received
@@ -32,9 +33,14 @@ int mic_publish_result(mic_publish *p, struct mic_buf *out,
 
 /* GET /v1/events/{id}: append {"event":...,"deliveries":[...]} to 'out'
  * (read transaction, any thread).  MIC_ENOTFOUND if there is no such
- * event. */
-int mic_publish_lookup(mic_store *s, const char *id, size_t idlen,
+ * event, MIC_EFORBIDDEN if 'key' (NULL: no keys in use) does not cover
+ * its topic. */
+int mic_publish_lookup(mic_store *s, const char *id, size_t idlen, const struct mic_key *key,
                        struct mic_buf *out, struct mic_error *err);
+
+/* The topic of event i (0 <= i < mic_publish_count(p)), NUL-terminated,
+ * valid until mic_publish_free(p). */
+const char *mic_publish_topic(const mic_publish *p, int i);
 
 /* After done(): call fn for each event (published or duplicate), or once
  * for a request refused with a conflict (with its first event's topic). */

@@ -14,9 +14,11 @@
 #define _GNU_SOURCE
 #include "routes.h"
 
+#include "auth.h"
 #include "buf.h"
 #include "claim.h"
 #include "clock.h"
+#include "conns.h"
 #include "config.h"
 #include "err.h"
 #include "json.h"
@@ -28,8 +30,13 @@
 #include "replay.h"
 #include "topic.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <pthread.h>
 #include <openssl/rand.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -49,7 +56,19 @@ struct mic_http {
     atomic_int inflight;   /* requests suspended on the writer */
     atomic_uint_fast64_t next_id;
     char id_prefix[9];
+    /* API keys (NULL: no --keys, every request allowed), swapped by
+     * mic_http_set_keys under the write lock. */
+    pthread_rwlock_t keys_lock;
+    mic_keys *keys;
+    int audit_fd;          /* --audit-log, or -1 */
+    mic_conns *conns;      /* deadlines and the connection limit's policy */
+    char *tls_cert, *tls_key;
 };
+
+/* libmicrohttpd's log lines so far (mhd_log), for /metrics. */
+static atomic_uint_fast64_t mhd_complaints;
+
+#define BODY_PREALLOC (64u * 1024)
 
 enum req_state { RS_NEW, RS_BODY, RS_WAITING, RS_DONE };
 enum op_kind { OK_NONE, OK_PUBLISH, OK_TOPIC, OK_GROUP, OK_CLAIM, OK_GAP, OK_REPLAY };
@@ -75,6 +94,12 @@ struct req {
     } u;
     mic_op *op;
     int submit_err;  /* writer refused the op (429 / 503) */
+    unsigned status; /* of the answer queued, 0 before */
+    char method[8];
+    char path[256];  /* for the audit log; cut */
+    int authed;      /* key holds the request's API key */
+    int close;       /* answer with Connection: close */
+    struct mic_key key;
 };
 
 /* ---- Replies ---- */
@@ -93,6 +118,8 @@ static unsigned status_of(int err)
     case MIC_EBUSY: return MHD_HTTP_TOO_MANY_REQUESTS;
     case MIC_ENOTREADY: return MHD_HTTP_SERVICE_UNAVAILABLE;
     case MIC_ENOSPC: return MHD_HTTP_INSUFFICIENT_STORAGE;
+    case MIC_EAUTH: return MHD_HTTP_UNAUTHORIZED;
+    case MIC_EFORBIDDEN: return MHD_HTTP_FORBIDDEN;
     }
     return MHD_HTTP_INTERNAL_SERVER_ERROR;
 }
@@ -130,6 +157,11 @@ static enum MHD_Result send_body(struct req *r, unsigned status,
     if (ctype)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     MHD_add_response_header(resp, "X-Request-Id", r->rid);
+    if (status == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (r->close)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    r->status = status;
     if (status == MHD_HTTP_TOO_MANY_REQUESTS)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     ret = MHD_queue_response(r->conn, status, resp);
@@ -235,6 +267,12 @@ static void op_done(mic_op *op)
 
 /* ---- Handlers ---- */
 
+/* The request's API key, or NULL when micd runs without --keys. */
+static const struct mic_key *req_key(const struct req *r)
+{
+    return r->authed ? &r->key : NULL;
+}
+
 typedef enum MHD_Result (*handler_fn)(struct req *r, const char **args);
 
 static enum MHD_Result finish_publish(struct req *r)
@@ -282,6 +320,14 @@ static enum MHD_Result h_publish(struct req *r, const char **args)
                           &r->u.publish, &e))
         return send_error(r, &e);
     r->kind = OK_PUBLISH;
+    /* Scopes: every event's topic, or nothing of the batch is stored. */
+    for (int i = 0; r->authed && i < mic_publish_count(r->u.publish); i++)
+        if (!mic_key_covers_topic(&r->key, mic_publish_topic(r->u.publish, i))) {
+            mic_error_set(&e, MIC_EFORBIDDEN, "forbidden", NULL,
+                          "key %s may not publish to topic %s", r->key.id,
+                          mic_publish_topic(r->u.publish, i));
+            return send_error(r, &e);
+        }
     return submit(r, mic_publish_op(r->u.publish));
 }
 
@@ -291,7 +337,7 @@ static enum MHD_Result h_event_get(struct req *r, const char **args)
     struct mic_buf b;
 
     mic_buf_init(&b);
-    return answer(r, mic_publish_lookup(r->h->store, args[0], strlen(args[0]), &b, &e), &b, &e,
+    return answer(r, mic_publish_lookup(r->h->store, args[0], strlen(args[0]), req_key(r), &b, &e), &b, &e,
                   MHD_HTTP_OK);
 }
 
@@ -302,7 +348,7 @@ static enum MHD_Result h_topic_list(struct req *r, const char **args)
 
     (void)args;
     mic_buf_init(&b);
-    return answer(r, mic_topic_list(r->h->store, &b, &e), &b, &e, MHD_HTTP_OK);
+    return answer(r, mic_topic_list(r->h->store, req_key(r), &b, &e), &b, &e, MHD_HTTP_OK);
 }
 
 static enum MHD_Result h_topic_get(struct req *r, const char **args)
@@ -363,7 +409,7 @@ static enum MHD_Result h_group_list(struct req *r, const char **args)
 
     (void)args;
     mic_buf_init(&b);
-    return answer(r, mic_group_list(r->h->store, &b, &e), &b, &e, MHD_HTTP_OK);
+    return answer(r, mic_group_list(r->h->store, req_key(r), &b, &e), &b, &e, MHD_HTTP_OK);
 }
 
 static enum MHD_Result h_group_get(struct req *r, const char **args)
@@ -625,7 +671,7 @@ static enum MHD_Result h_stats(struct req *r, const char **args)
 
     (void)args;
     mic_buf_init(&b);
-    if ((rc = mic_metrics_stats(r->h->store, &b)))
+    if ((rc = mic_metrics_stats(r->h->store, req_key(r), &b)))
         server_error(&e, rc);
     return answer(r, rc, &b, &e, MHD_HTTP_OK);
 }
@@ -694,9 +740,31 @@ static enum MHD_Result h_metrics(struct req *r, const char **args)
 
     (void)args;
     mic_buf_init(&b);
-    if (mic_metrics_render(r->h->store, r->h->writer, &b)) {
+    if (mic_metrics_render(r->h->store, r->h->writer, req_key(r), &b)) {
         mic_buf_fini(&b);
         return MHD_NO;
+    }
+    {
+        struct mic_conns_stats cs;
+
+        mic_conns_stats(r->h->conns, &cs);
+        mic_buf_printf(&b,
+            "# HELP mic_http_connections Open HTTP connections.\n"
+            "# TYPE mic_http_connections gauge\n"
+            "mic_http_connections %d\n"
+            "# HELP mic_http_connections_closed_total Connections micd closed: idle past the idle "
+            "timeout, a request head past the head timeout, or the longest idle when a client "
+            "came over --max-connections.\n"
+            "# TYPE mic_http_connections_closed_total counter\n"
+            "mic_http_connections_closed_total{reason=\"idle\"} %llu\n"
+            "mic_http_connections_closed_total{reason=\"head\"} %llu\n"
+            "mic_http_connections_closed_total{reason=\"evicted\"} %llu\n"
+            "# HELP mic_http_protocol_errors_total Complaints of libmicrohttpd about "
+            "connections (malformed requests, resets); the log shows ten a minute at most.\n"
+            "# TYPE mic_http_protocol_errors_total counter\n"
+            "mic_http_protocol_errors_total %llu\n",
+            cs.open, (unsigned long long)cs.idle_closed, (unsigned long long)cs.head_closed,
+            (unsigned long long)cs.evicted, (unsigned long long)atomic_load(&mhd_complaints));
     }
     p = mic_buf_steal(&b, &len);
     return send_body(r, MHD_HTTP_OK, "text/plain; version=0.0.4", p, len);
@@ -704,47 +772,69 @@ static enum MHD_Result h_metrics(struct req *r, const char **args)
 
 /* ---- Route table ---- */
 
+#define SC_OPEN MIC_SCOPE_OPEN
+#define SC_TOPIC MIC_SCOPE_TOPIC
+#define SC_GROUP MIC_SCOPE_GROUP
+#define SC_ALL MIC_SCOPE_ALL
+#define SC_SELF MIC_SCOPE_SELF
+
 struct route {
     const char *method;
     const char *path;  /* segments; "*" captures one */
     const char *name;  /* metrics label */
     handler_fn fn;
+    int perm;          /* enum mic_perm: tests/test_auth.c fails on MIC_PERM_UNSET */
+    int scope;         /* enum mic_scope */
 };
 
+#define R(m, p, n, f, perm, sc) {m, p, n, f, MIC_PERM_##perm, sc}
 static const struct route routes[] = {
-    {"POST", "/v1/events", "/v1/events", h_publish},
-    {"GET", "/v1/events/*", "/v1/events/{id}", h_event_get},
-    {"GET", "/v1/topics", "/v1/topics", h_topic_list},
-    {"GET", "/v1/topics/*", "/v1/topics/{topic}", h_topic_get},
-    {"GET", "/v1/topics/*/events", "/v1/topics/{topic}/events", h_range},
-    {"PUT", "/v1/topics/*", "/v1/topics/{topic}", h_topic_put},
-    {"DELETE", "/v1/topics/*", "/v1/topics/{topic}", h_topic_del},
-    {"GET", "/v1/groups", "/v1/groups", h_group_list},
-    {"GET", "/v1/groups/*", "/v1/groups/{group}", h_group_get},
-    {"PUT", "/v1/groups/*", "/v1/groups/{group}", h_group_put},
-    {"DELETE", "/v1/groups/*", "/v1/groups/{group}", h_group_del},
-    {"POST", "/v1/groups/*/claim", "/v1/groups/{group}/claim", h_claim},
-    {"POST", "/v1/groups/*/ack", "/v1/groups/{group}/ack", h_ack},
-    {"POST", "/v1/groups/*/nack", "/v1/groups/{group}/nack", h_nack},
-    {"POST", "/v1/groups/*/extend", "/v1/groups/{group}/extend", h_extend},
-    {"GET", "/v1/groups/*/dlq", "/v1/groups/{group}/dlq", h_dlq_list},
-    {"POST", "/v1/groups/*/dlq/requeue", "/v1/groups/{group}/dlq/requeue", h_requeue},
-    {"POST", "/v1/groups/*/dlq/skip", "/v1/groups/{group}/dlq/skip", h_skip},
-    {"GET", "/v1/groups/*/blocked", "/v1/groups/{group}/blocked", h_blocked},
-    {"GET", "/v1/aggregates/*/*", "/v1/aggregates/{type}/{id}", h_aggregate},
-    {"POST", "/v1/aggregates/*/*/gaps/*/skip", "/v1/aggregates/{type}/{id}/gaps/{version}/skip",
-     h_gap_skip},
-    {"POST", "/v1/replays", "/v1/replays", h_replay_post},
-    {"GET", "/v1/replays", "/v1/replays", h_replay_list},
-    {"GET", "/v1/replays/*", "/v1/replays/{run_id}", h_replay_get},
-    {"DELETE", "/v1/replays/*", "/v1/replays/{run_id}", h_replay_del},
-    {"GET", "/v1/stats", "/v1/stats", h_stats},
-    {"GET", "/v1/groups/*/oldest", "/v1/groups/{group}/oldest", h_oldest},
-    {"GET", "/healthz", "/healthz", h_healthz},
-    {"GET", "/readyz", "/readyz", h_readyz},
-    {"GET", "/metrics", "/metrics", h_metrics},
+    R("POST", "/v1/events", "/v1/events", h_publish, PUBLISH, SC_SELF),
+    R("GET", "/v1/events/*", "/v1/events/{id}", h_event_get, INSPECT, SC_SELF),
+    R("GET", "/v1/topics", "/v1/topics", h_topic_list, TOPICS, SC_SELF),
+    R("GET", "/v1/topics/*", "/v1/topics/{topic}", h_topic_get, TOPICS, SC_TOPIC),
+    R("GET", "/v1/topics/*/events", "/v1/topics/{topic}/events", h_range, RANGE, SC_TOPIC),
+    R("PUT", "/v1/topics/*", "/v1/topics/{topic}", h_topic_put, ADMIN, SC_TOPIC),
+    R("DELETE", "/v1/topics/*", "/v1/topics/{topic}", h_topic_del, ADMIN, SC_TOPIC),
+    R("GET", "/v1/groups", "/v1/groups", h_group_list, GROUPS, SC_SELF),
+    R("GET", "/v1/groups/*", "/v1/groups/{group}", h_group_get, GROUPS, SC_GROUP),
+    R("PUT", "/v1/groups/*", "/v1/groups/{group}", h_group_put, ADMIN, SC_GROUP),
+    R("DELETE", "/v1/groups/*", "/v1/groups/{group}", h_group_del, ADMIN, SC_GROUP),
+    R("POST", "/v1/groups/*/claim", "/v1/groups/{group}/claim", h_claim, CONSUME, SC_GROUP),
+    R("POST", "/v1/groups/*/ack", "/v1/groups/{group}/ack", h_ack, CONSUME, SC_GROUP),
+    R("POST", "/v1/groups/*/nack", "/v1/groups/{group}/nack", h_nack, CONSUME, SC_GROUP),
+    R("POST", "/v1/groups/*/extend", "/v1/groups/{group}/extend", h_extend, CONSUME, SC_GROUP),
+    R("GET", "/v1/groups/*/dlq", "/v1/groups/{group}/dlq", h_dlq_list, GROUPS, SC_GROUP),
+    R("POST", "/v1/groups/*/dlq/requeue", "/v1/groups/{group}/dlq/requeue", h_requeue, ADMIN,
+      SC_GROUP),
+    R("POST", "/v1/groups/*/dlq/skip", "/v1/groups/{group}/dlq/skip", h_skip, ADMIN, SC_GROUP),
+    R("GET", "/v1/groups/*/blocked", "/v1/groups/{group}/blocked", h_blocked, GROUPS, SC_GROUP),
+    R("GET", "/v1/aggregates/*/*", "/v1/aggregates/{type}/{id}", h_aggregate, INSPECT, SC_ALL),
+    R("POST", "/v1/aggregates/*/*/gaps/*/skip", "/v1/aggregates/{type}/{id}/gaps/{version}/skip",
+      h_gap_skip, ADMIN, SC_ALL),
+    R("POST", "/v1/replays", "/v1/replays", h_replay_post, ADMIN, SC_ALL),
+    R("GET", "/v1/replays", "/v1/replays", h_replay_list, MONITOR, SC_ALL),
+    R("GET", "/v1/replays/*", "/v1/replays/{run_id}", h_replay_get, MONITOR, SC_ALL),
+    R("DELETE", "/v1/replays/*", "/v1/replays/{run_id}", h_replay_del, ADMIN, SC_ALL),
+    R("GET", "/v1/stats", "/v1/stats", h_stats, MONITOR, SC_SELF),
+    R("GET", "/v1/groups/*/oldest", "/v1/groups/{group}/oldest", h_oldest, GROUPS, SC_GROUP),
+    R("GET", "/healthz", "/healthz", h_healthz, OPEN, SC_OPEN),
+    R("GET", "/readyz", "/readyz", h_readyz, OPEN, SC_OPEN),
+    R("GET", "/metrics", "/metrics", h_metrics, MONITOR, SC_SELF),
 };
+#undef R
 #define NROUTES (int)(sizeof routes / sizeof routes[0])
+
+int mic_http_route(int i, struct mic_route_info *out)
+{
+    if (i < 0 || i >= NROUTES)
+        return 0;
+    out->method = routes[i].method;
+    out->name = routes[i].name;
+    out->perm = routes[i].perm;
+    out->scope = routes[i].scope;
+    return 1;
+}
 #define ROUTE_UNKNOWN NROUTES
 static const char *route_names[NROUTES + 1];
 
@@ -787,28 +877,122 @@ static int match(const char *pattern, const char *url, const char **args,
     return *pattern == 0 && *url == 0;
 }
 
+/* ---- Who may do what (DESIGN section 13) ---- */
+
+#define SECRET_MAX 512
+
+/* Authenticate the request: MIC_OK with r->key, or MIC_EAUTH with 'e'. */
+static int authenticate(struct req *r, struct mic_error *e)
+{
+    const char *v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                                MHD_HTTP_HEADER_AUTHORIZATION);
+    const struct mic_key *k;
+    size_t n;
+
+    if (!v)
+        return mic_error_set(e, MIC_EAUTH, "unauthorized", NULL,
+                             "an API key is needed: Authorization: Bearer SECRET");
+    if (strncasecmp(v, "Bearer ", 7) != 0)
+        return mic_error_set(e, MIC_EAUTH, "unauthorized", NULL,
+                             "the Authorization header is Bearer SECRET");
+    v += 7;
+    while (*v == ' ')
+        v++;
+    n = strlen(v);
+    while (n > 0 && v[n - 1] == ' ')
+        n--;
+    if (n == 0 || n > SECRET_MAX)
+        return mic_error_set(e, MIC_EAUTH, "unauthorized", NULL,
+                             "the Authorization header is Bearer SECRET");
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)v[i] <= 0x20 || (unsigned char)v[i] >= 0x7f)
+            return mic_error_set(e, MIC_EAUTH, "unauthorized", NULL,
+                                 "the secret is printable ASCII without spaces");
+    pthread_rwlock_rdlock(&r->h->keys_lock);
+    if ((k = mic_keys_find(r->h->keys, v, n)))
+        r->key = *k; /* a copy: a reload may free the set */
+    pthread_rwlock_unlock(&r->h->keys_lock);
+    if (!k)
+        return mic_error_set(e, MIC_EAUTH, "unauthorized", NULL, "unknown API key");
+    r->authed = 1;
+    return MIC_OK;
+}
+
+/* Does the authenticated key allow route 'rt' with captured 'args'?
+ * MIC_OK, or MIC_EFORBIDDEN with 'e'. */
+static int authorize(struct req *r, const struct route *rt, const char **args,
+                     struct mic_error *e)
+{
+    const char *role = mic_role_name(r->key.role);
+
+    if (!mic_perm_allows(rt->perm, r->key.role))
+        return mic_error_set(e, MIC_EFORBIDDEN, "forbidden", NULL,
+                             "key %s (%s) may not %s %s", r->key.id, role, rt->method,
+                             rt->name);
+    switch (rt->scope) {
+    case SC_TOPIC:
+        if (!mic_key_covers_topic(&r->key, args[0]))
+            return mic_error_set(e, MIC_EFORBIDDEN, "forbidden", NULL,
+                                 "key %s's scopes do not cover topic %s", r->key.id, args[0]);
+        break;
+    case SC_GROUP:
+        if (!mic_key_covers_group(&r->key, args[0]))
+            return mic_error_set(e, MIC_EFORBIDDEN, "forbidden", NULL,
+                                 "key %s's scopes do not cover group %s", r->key.id, args[0]);
+        break;
+    case SC_ALL:
+        if (!mic_key_covers_all(&r->key))
+            return mic_error_set(e, MIC_EFORBIDDEN, "forbidden", NULL,
+                                 "%s %s needs a key with scope *", rt->method, rt->name);
+        break;
+    }
+    return MIC_OK;
+}
+
+static int keys_in_use(mic_http *h)
+{
+    int on;
+
+    pthread_rwlock_rdlock(&h->keys_lock);
+    on = h->keys != NULL;
+    pthread_rwlock_unlock(&h->keys_lock);
+    return on;
+}
+
 static enum MHD_Result dispatch(struct req *r, const char *url,
                                 const char *method)
 {
     const char *args[MAX_ARGS];
     char store[1024];
     struct mic_error e;
-    int path_found = 0;
+    int path_found = 0, open = 0, checked = !keys_in_use(r->h);
 
+    for (int i = 0; i < NROUTES; i++)
+        if (routes[i].perm == MIC_PERM_OPEN &&
+            match(routes[i].path, url, args, store, sizeof store))
+            open = 1;
+    /* With keys, everything but the open routes needs a known key, before
+     * anything about the path is told. */
+    if (!checked && !open && authenticate(r, &e))
+        return send_error(r, &e);
     for (int i = 0; i < NROUTES; i++) {
         if (!match(routes[i].path, url, args, store, sizeof store))
             continue;
         path_found = 1;
         r->route = i;
-        if (strcmp(routes[i].method, method) == 0)
-            return routes[i].fn(r, args);
+        if (strcmp(routes[i].method, method) != 0)
+            continue;
+        if (!checked && !open && authorize(r, &routes[i], args, &e))
+            return send_error(r, &e);
+        return routes[i].fn(r, args);
     }
     r->route = ROUTE_UNKNOWN;
     if (path_found)
         mic_error_set(&e, MIC_EMETHOD, "method_not_allowed", NULL,
-                      "%s is not allowed on %s", method, url);
+                      "%s is not allowed on %.200s", method, url);
     else
-        mic_error_set(&e, MIC_ENOTFOUND, "not_found", NULL, "no route %s", url);
+        mic_error_set(&e, MIC_ENOTFOUND, "not_found", NULL, "no route %.200s%s", url,
+                      strlen(url) > 200 ? "..." : "");
     return send_error(r, &e);
 }
 
@@ -863,6 +1047,37 @@ static enum MHD_Result finish(struct req *r)
     return MHD_NO;
 }
 
+struct framing {
+    int lengths, chunked;
+    char first[32];
+    int differ;
+};
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+    struct framing *f = cls;
+
+    (void)kind;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+        if (f->lengths++ == 0)
+            snprintf(f->first, sizeof f->first, "%s", value ? value : "");
+        else if (strcmp(f->first, value ? value : ""))
+            f->differ = 1;
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+        f->chunked = 1;
+    }
+    return MHD_YES;
+}
+
+static int framing_ambiguous(struct MHD_Connection *conn)
+{
+    struct framing f = {0};
+
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, count_framing, &f);
+    return f.differ || (f.chunked && f.lengths);
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
                                const char *url, const char *method,
                                const char *version, const char *upload,
@@ -884,11 +1099,35 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
         atomic_init(&r->state, RS_BODY);
         request_id(h, r);
         *con_cls = r;
+        snprintf(r->method, sizeof r->method, "%s", method);
+        snprintf(r->path, sizeof r->path, "%s", url);
+        {
+            const union MHD_ConnectionInfo *ci =
+                MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+            if (ci && ci->socket_context)
+                mic_conns_busy(h->conns, ci->socket_context, 1);
+        }
+        if (framing_ambiguous(conn)) {
+            /* Behind a proxy, two lengths (or a length and chunks) let
+             * one side read a second request where the other sees a
+             * body: refuse, and close. */
+            mic_error_set(&e, MIC_EPARSE, "bad_request", NULL,
+                          "two Content-Length headers that differ, or Transfer-Encoding "
+                          "with Content-Length");
+            atomic_store(&r->state, RS_DONE);
+            r->too_big = 1; /* no body is read into memory */
+            r->close = 1;
+            return send_error(r, &e);
+        }
         cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                          MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) <= h->cfg->max_body && strtoull(cl, NULL, 10) > 0) {
-            /* Room for the whole body at once: no growing copies. */
+            /* Room for a small body at once (no growing copies); a large
+             * one grows as its bytes arrive, so a client that only claims
+             * a size gets no memory for it. */
             size_t want = (size_t)strtoull(cl, NULL, 10) + 1;
+            if (want > BODY_PREALLOC)
+                want = BODY_PREALLOC;
             if ((r->body = malloc(want)))
                 r->cap = want;
         }
@@ -945,16 +1184,69 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
     return dispatch(r, url, method);
 }
 
+/* One audit line (DESIGN section 13) for a request that changes state or
+ * was refused 401/403: no secret and no payload goes in it. */
+static void audit(mic_http *h, struct req *r)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    char remote[INET6_ADDRSTRLEN] = "", st[8];
+    struct mic_buf b;
+
+    if (h->audit_fd < 0 || (r->status != MHD_HTTP_UNAUTHORIZED &&
+                            r->status != MHD_HTTP_FORBIDDEN && (!strcmp(r->method, "GET") ||
+                                                                !strcmp(r->method, "HEAD"))))
+        return;
+    if (ci && ci->client_addr) {
+        const struct sockaddr *sa = ci->client_addr;
+        if (sa->sa_family == AF_INET)
+            inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, remote, sizeof remote);
+        else if (sa->sa_family == AF_INET6)
+            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, remote,
+                      sizeof remote);
+    }
+    mic_buf_init(&b);
+    mic_buf_puts(&b, "{\"time\":");
+    mic_buf_json_time(&b, mic_now_us());
+    mic_buf_puts(&b, ",\"request_id\":");
+    mic_buf_json_str(&b, r->rid, strlen(r->rid));
+    mic_buf_puts(&b, ",\"key_id\":");
+    if (r->authed)
+        mic_buf_json_str(&b, r->key.id, strlen(r->key.id));
+    else
+        mic_buf_puts(&b, "null");
+    mic_buf_puts(&b, ",\"remote\":");
+    mic_buf_json_str(&b, remote, strlen(remote));
+    mic_buf_puts(&b, ",\"method\":");
+    mic_buf_json_str(&b, r->method, strlen(r->method));
+    mic_buf_puts(&b, ",\"path\":");
+    mic_buf_json_str(&b, r->path, strlen(r->path));
+    snprintf(st, sizeof st, "%u", r->status);
+    mic_buf_puts(&b, ",\"status\":");
+    mic_buf_puts(&b, r->status ? st : "null");
+    mic_buf_puts(&b, "}\n");
+    /* One write(2) of the whole line on an O_APPEND descriptor: lines of
+     * concurrent requests never interleave. */
+    if (!b.oom && write(h->audit_fd, b.p, b.len) != (ssize_t)b.len)
+        mic_log(MIC_LOG_WARN, r->rid, "cannot write the audit log", "error", strerror(errno), NULL);
+    mic_buf_fini(&b);
+}
+
 static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                       enum MHD_RequestTerminationCode toe)
 {
     struct req *r = *con_cls;
 
-    (void)cls;
-    (void)conn;
     (void)toe;
     if (!r)
         return;
+    audit(cls, r);
+    {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        if (ci && ci->socket_context)
+            mic_conns_busy(((mic_http *)cls)->conns, ci->socket_context, 0);
+    }
     switch (r->kind) {
     case OK_PUBLISH:
         mic_publish_free(r->u.publish);
@@ -982,8 +1274,75 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
+static void notify_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                              enum MHD_ConnectionNotificationCode code)
+{
+    mic_http *h = cls;
+
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? mic_conns_open(h->conns, ci->connect_fd) : NULL;
+    } else {
+        mic_conns_close(h->conns, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
+/* The request line arrived: its head deadline starts.  The value becomes
+ * the request's first con_cls: NULL, as handler() wants it. */
+static void *uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    mic_http *h = cls;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+    (void)uri;
+    if (ci && ci->socket_context)
+        mic_conns_head(h->conns, ci->socket_context);
+    return NULL;
+}
+
+static int hexv(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* Percent-decoding of the path and the query, in place, except %00: a
+ * NUL would cut the name short (DELETE /v1/groups/zz%00x must not be
+ * DELETE /v1/groups/zz), so it stays "%00", which no name allows. */
+static size_t unescape(void *cls, struct MHD_Connection *conn, char *s)
+{
+    char *w = s;
+
+    (void)cls;
+    (void)conn;
+    for (char *p = s; *p; p++) {
+        int hi, lo;
+
+        if (*p == '%' && (hi = hexv(p[1])) >= 0 && (lo = hexv(p[2])) >= 0 && (hi || lo)) {
+            *w++ = (char)(hi << 4 | lo);
+            p += 2;
+        } else {
+            *w++ = *p;
+        }
+    }
+    *w = 0;
+    return (size_t)(w - s);
+}
+
+/* libmicrohttpd's complaints about malformed connections: a few lines a
+ * minute at most (a fuzzer would fill the log), each one counted
+ * (mhd_complaints). */
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static int64_t window_ms;
+    static unsigned in_window, dropped;
+    int64_t now = mic_mono_ms();
+    unsigned drop_report = 0;
+    int say;
     char msg[512];
 
     (void)cls;
@@ -992,7 +1351,27 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     if (strncmp(msg, "MHD_OPTION_EXTERNAL_LOGGER is not the first", 43) == 0)
         return;
     msg[strcspn(msg, "\n")] = 0;
-    mic_log(MIC_LOG_WARN, NULL, "libmicrohttpd", "detail", msg, NULL);
+    atomic_fetch_add(&mhd_complaints, 1);
+    pthread_mutex_lock(&lock);
+    if (now - window_ms >= 60000) {
+        drop_report = dropped;
+        window_ms = now;
+        in_window = dropped = 0;
+    }
+    say = in_window < 10;
+    if (say)
+        in_window++;
+    else
+        dropped++;
+    pthread_mutex_unlock(&lock);
+    if (drop_report) {
+        char n[16];
+        snprintf(n, sizeof n, "%u", drop_report);
+        mic_log(MIC_LOG_WARN, NULL, "libmicrohttpd: lines left out in the last minute",
+                "count", n, NULL);
+    }
+    if (say)
+        mic_log(MIC_LOG_WARN, NULL, "libmicrohttpd", "detail", msg, NULL);
 }
 
 /* ---- Start and stop ---- */
@@ -1027,22 +1406,142 @@ static int parse_listen(const char *s, struct sockaddr_storage *ss)
     return 0;
 }
 
+static const struct MHD_OptionItem no_options[] = {{MHD_OPTION_END, 0, NULL}};
+
+static void free_http(mic_http *h)
+{
+    mic_conns_free(h->conns);
+    if (h->audit_fd >= 0)
+        close(h->audit_fd);
+    if (h->tls_key)
+        OPENSSL_cleanse(h->tls_key, strlen(h->tls_key));
+    free(h->tls_key);
+    free(h->tls_cert);
+    mic_keys_free(h->keys);
+    pthread_rwlock_destroy(&h->keys_lock);
+    free(h);
+}
+
+int mic_http_listen_is_loopback(const char *listen)
+{
+    struct sockaddr_storage ss;
+
+    if (parse_listen(listen, &ss))
+        return -1;
+    if (ss.ss_family == AF_INET)
+        return (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127;
+    if (ss.ss_family == AF_INET6) {
+        const struct in6_addr *a = &((struct sockaddr_in6 *)&ss)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) ||
+               (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return 0;
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *p = NULL;
+    long n;
+
+    if (!f)
+        return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < (1 << 20) &&
+        fseek(f, 0, SEEK_SET) == 0 && (p = malloc((size_t)n + 1))) {
+        if (fread(p, 1, (size_t)n, f) != (size_t)n) {
+            free(p);
+            p = NULL;
+        } else {
+            p[n] = 0;
+            *len = (size_t)n;
+        }
+    }
+    fclose(f);
+    return p;
+}
+
+int mic_http_tls_check(const char *cert_path, const char *key_path, char *why, size_t whylen)
+{
+    size_t clen = 0, klen = 0;
+    char *cert = read_file(cert_path, &clen), *key = read_file(key_path, &klen);
+    BIO *cb = NULL, *kb = NULL;
+    X509 *x = NULL;
+    EVP_PKEY *pk = NULL;
+    int rc = MIC_EINVAL;
+
+    if (!cert)
+        snprintf(why, whylen, "cannot read the certificate %s: %s", cert_path, strerror(errno));
+    else if (!key)
+        snprintf(why, whylen, "cannot read the private key %s: %s", key_path, strerror(errno));
+    else if (!(cb = BIO_new_mem_buf(cert, (int)clen)) || !(x = PEM_read_bio_X509(cb, NULL, NULL, NULL)))
+        snprintf(why, whylen, "%s holds no PEM certificate", cert_path);
+    else if (!(kb = BIO_new_mem_buf(key, (int)klen)) ||
+             !(pk = PEM_read_bio_PrivateKey(kb, NULL, NULL, (void *)"")))
+        snprintf(why, whylen, "%s holds no PEM private key (or it is encrypted)", key_path);
+    else if (X509_check_private_key(x, pk) != 1)
+        snprintf(why, whylen, "the private key %s does not match the certificate %s", key_path,
+                 cert_path);
+    else
+        rc = MIC_OK;
+    EVP_PKEY_free(pk);
+    X509_free(x);
+    BIO_free(kb);
+    BIO_free(cb);
+    if (key)
+        OPENSSL_cleanse(key, klen);
+    free(key);
+    free(cert);
+    return rc;
+}
+
+void mic_http_set_keys(mic_http *h, mic_keys *keys)
+{
+    mic_keys *old;
+
+    pthread_rwlock_wrlock(&h->keys_lock);
+    old = h->keys;
+    h->keys = keys;
+    pthread_rwlock_unlock(&h->keys_lock);
+    mic_keys_free(old);
+}
+
 int mic_http_start(mic_http **out, const struct mic_config *cfg,
-                   mic_store *s, mic_writer *w, int *port)
+                   mic_store *s, mic_writer *w, mic_keys *keys, int *port)
 {
     mic_http *h = calloc(1, sizeof *h);
     struct sockaddr_storage ss;
     const union MHD_DaemonInfo *info;
     unsigned char rnd[4];
     unsigned flags;
+    size_t len;
 
-    if (!h)
+    if (!h) {
+        mic_keys_free(keys);
         return MIC_ENOMEM;
+    }
+    pthread_rwlock_init(&h->keys_lock, NULL);
+    h->keys = keys;
+    h->audit_fd = -1;
     if (parse_listen(cfg->listen, &ss)) {
         mic_log(MIC_LOG_ERROR, NULL, "cannot parse listen address", "listen",
                 cfg->listen, NULL);
-        free(h);
-        return MIC_EINVAL;
+        goto fail;
+    }
+    if (cfg->audit_log[0] &&
+        (h->audit_fd = open(cfg->audit_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600)) < 0) {
+        mic_log(MIC_LOG_ERROR, NULL, "cannot open the audit log", "path", cfg->audit_log,
+                "error", strerror(errno), NULL);
+        goto fail;
+    }
+    if (cfg->tls_cert[0] && (!(h->tls_cert = read_file(cfg->tls_cert, &len)) ||
+                             !(h->tls_key = read_file(cfg->tls_key, &len)))) {
+        mic_log(MIC_LOG_ERROR, NULL, "cannot read the TLS files", NULL);
+        goto fail;
+    }
+    if (mic_conns_new(&h->conns, cfg->max_connections, cfg->idle_timeout_s,
+                      cfg->head_timeout_s)) {
+        mic_log(MIC_LOG_ERROR, NULL, "cannot start the connection sweeper", NULL);
+        goto fail;
     }
     h->cfg = cfg;
     h->store = s;
@@ -1059,12 +1558,25 @@ int mic_http_start(mic_http **out, const struct mic_config *cfg,
             MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    if (h->tls_cert)
+        flags |= MHD_USE_TLS;
     h->d = MHD_start_daemon(
         flags, 0, NULL, NULL, handler, h,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
+        /* TLS 1.2 or later (GnuTLS priority string); ignored without TLS. */
+        h->tls_cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_ARRAY, h->tls_cert ? (void *)h->tls_cert : (void *)no_options,
+        h->tls_cert ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_ARRAY, h->tls_cert ? (void *)h->tls_key : (void *)no_options,
+        h->tls_cert ? MHD_OPTION_HTTPS_PRIORITIES : MHD_OPTION_ARRAY,
+        h->tls_cert ? (void *)"NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2" : (void *)no_options,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+        /* Room above --max-connections: a new client is accepted, and the
+         * longest-idle connection closed to make room (conns.h). */
+        MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)cfg->max_connections + (cfg->max_connections / 16 > 16 ? cfg->max_connections / 16 : 16),
+        MHD_OPTION_NOTIFY_CONNECTION, notify_connection, h,
+        MHD_OPTION_URI_LOG_CALLBACK, uri_log, h,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape, h,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->per_ip_connections,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->idle_timeout_s,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)8 * 1024,
@@ -1073,13 +1585,15 @@ int mic_http_start(mic_http **out, const struct mic_config *cfg,
         MHD_OPTION_END);
     if (!h->d) {
         mic_log(MIC_LOG_ERROR, NULL, "cannot listen", "listen", cfg->listen, NULL);
-        free(h);
-        return MIC_EIO;
+        goto fail;
     }
     info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     *port = info ? info->port : 0;
     *out = h;
     return MIC_OK;
+fail:
+    free_http(h);
+    return MIC_EIO;
 }
 
 void mic_http_quiesce(mic_http *h)
@@ -1106,5 +1620,5 @@ void mic_http_stop(mic_http *h)
     if (!h)
         return;
     MHD_stop_daemon(h->d);
-    free(h);
+    free_http(h);
 }

@@ -5,6 +5,7 @@
  * that still holds events cannot be deleted (409 topic_not_empty). */
 #include "topic.h"
 
+#include "auth.h"
 #include "buf.h"
 #include "config.h"
 #include "err.h"
@@ -241,26 +242,36 @@ int mic_topic_get(mic_store *s, const char *name, struct mic_buf *out,
     return MIC_OK;
 }
 
+struct list_arg {
+    struct mic_buf *b;
+    const struct mic_key *key;
+};
+
 static int list_one(void *arg, const char *name, size_t len,
                     const struct mic_topic_rec *tr)
 {
-    struct mic_buf *b = arg;
+    struct list_arg *a = arg;
+    struct mic_buf *b = a->b;
 
+    if (!mic_key_lists(a->key, 0, name, len))
+        return 0;
     if (b->len && b->p[b->len - 1] != '[')
         mic_buf_add(b, ",", 1);
     render(b, name, len, tr);
     return 0;
 }
 
-int mic_topic_list(mic_store *s, struct mic_buf *out, struct mic_error *err)
+int mic_topic_list(mic_store *s, const struct mic_key *key, struct mic_buf *out,
+                   struct mic_error *err)
 {
+    struct list_arg a = {out, key};
     mic_txn *t;
     int rc;
 
     if ((rc = mic_txn_begin(s, 0, &t)))
         return mic_error_internal(err, rc);
     mic_buf_puts(out, "{\"topics\":[");
-    rc = mic_store_topic_each(t, list_one, out);
+    rc = mic_store_topic_each(t, list_one, &a);
     mic_txn_abort(t);
     if (rc)
         return mic_error_internal(err, rc);

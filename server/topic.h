@@ -9,6 +9,7 @@
 #include "store.h"
 #include "writer.h"
 
+struct mic_key;
 struct mic_buf;
 struct mic_config;
 struct mic_error;
@@ -39,6 +40,7 @@ void mic_topic_op_free(mic_topic_op *t);
  * thread. */
 int mic_topic_get(mic_store *s, const char *name, struct mic_buf *out,
                   struct mic_error *err);
-int mic_topic_list(mic_store *s, struct mic_buf *out, struct mic_error *err);
+int mic_topic_list(mic_store *s, const struct mic_key *key, struct mic_buf *out,
+                   struct mic_error *err);
 
 #endif

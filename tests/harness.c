@@ -168,7 +168,8 @@ int srv_start(struct srv *s, const char *const *args)
     }
     unlink(portfile);
     s->port = w.port;
-    snprintf(s->url, sizeof s->url, "http://127.0.0.1:%d", s->port);
+    snprintf(s->url, sizeof s->url, "%s://127.0.0.1:%d", s->cacert[0] ? "https" : "http",
+             s->port);
     if (http(s, "GET", "/healthz", NULL, NULL, 0, NULL, &r) || r.status != 200) {
         resp_free(&r);
         srv_kill9(s);
@@ -301,6 +302,7 @@ int http(const struct srv *s, const char *method, const char *path,
     curl_easy_reset(c);
     snprintf(url, sizeof url, "%s%s", s->url, path);
     curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CAINFO, s->cacert[0] ? s->cacert : NULL);
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, r);

@@ -12,8 +12,10 @@ struct srv {
     pid_t pid;
     int port;
     char dir[256];     /* store directory (kept across restarts) */
-    char url[64];      /* http://127.0.0.1:PORT */
+    char url[64];      /* http://127.0.0.1:PORT (https:// with cacert) */
     char logpath[300];
+    char cacert[256];  /* set before srv_start for a micd serving HTTPS: the
+                        * PEM CA file http() checks it with */
 };
 
 /* Start micd with the store in s->dir (a new temp dir if s->dir is empty)

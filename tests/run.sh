@@ -10,8 +10,9 @@ for t in "$@"; do
     out=$("$t" 2>&1)
     rc=$?
     printf '%s\n' "$out"
-    p=$(printf '%s\n' "$out" | sed -n 's/^\[  PASSED  \] \([0-9]*\) test(s)\./\1/p' | tail -n 1)
-    f=$(printf '%s\n' "$out" | sed -n 's/^\[  FAILED  \] \([0-9]*\) test(s), listed below:/\1/p' | tail -n 1)
+    # A binary may run several cmocka groups: add up their lines.
+    p=$(printf '%s\n' "$out" | sed -n 's/^\[  PASSED  \] \([0-9]*\) test(s)\./\1/p' | awk '{n+=$1} END{if(NR)print n}')
+    f=$(printf '%s\n' "$out" | sed -n 's/^\[  FAILED  \] \([0-9]*\) test(s), listed below:/\1/p' | awk '{n+=$1} END{if(NR)print n}')
     passed=$((passed + ${p:-0}))
     failed=$((failed + ${f:-0}))
     if [ "$rc" -ne 0 ]; then

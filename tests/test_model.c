@@ -1441,7 +1441,7 @@ static void check_lookup(struct fx *f, int i)
     int rc;
 
     mic_buf_init(&b);
-    rc = mic_publish_lookup(f->store, e->id, strlen(e->id), &b, &err);
+    rc = mic_publish_lookup(f->store, e->id, strlen(e->id), NULL, &b, &err);
     drop(f);
     f->j = rc ? NULL : json_loadb(b.p, b.len, 0, NULL);
     mic_buf_fini(&b);

@@ -150,7 +150,7 @@ static void stored(struct fx *f, const char *id, json_t **ev)
     struct mic_buf b;
 
     mic_buf_init(&b);
-    assert_int_equal(mic_publish_lookup(f->store, id, strlen(id), &b, &e), MIC_OK);
+    assert_int_equal(mic_publish_lookup(f->store, id, strlen(id), NULL, &b, &e), MIC_OK);
     *ev = json_loads(b.p, 0, NULL);
     assert_non_null(*ev);
     mic_buf_fini(&b);

@@ -107,7 +107,7 @@ static int stored(struct procfx *f, const char *id)
     int rc;
 
     mic_buf_init(&b);
-    rc = mic_publish_lookup(f->store, id, strlen(id), &b, &e);
+    rc = mic_publish_lookup(f->store, id, strlen(id), NULL, &b, &e);
     mic_buf_fini(&b);
     assert_true(rc == MIC_OK || rc == MIC_ENOTFOUND);
     return rc == MIC_OK;

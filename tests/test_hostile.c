@@ -1,0 +1,319 @@
+/* test_hostile.c - hostile HTTP clients against a real micd (issue 12
+ * points 5 and 6): idle connections past the connection limit, a client
+ * that sends its head one byte at a time, NUL bytes in names, an 8 KB URL,
+ * ambiguous message framing, and the log under a flood of malformed
+ * connections.  Raw sockets from 127.0.0.x: nothing leaves loopback. */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static struct srv S;
+
+/* A connection from 127.0.0.'host' to micd. */
+static int dial(int host)
+{
+    struct sockaddr_in a, b;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    assert_true(fd >= 0);
+    memset(&b, 0, sizeof b);
+    b.sin_family = AF_INET;
+    b.sin_addr.s_addr = htonl(0x7f000000u | (unsigned)host);
+    assert_int_equal(bind(fd, (struct sockaddr *)&b, sizeof b), 0);
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)S.port);
+    a.sin_addr.s_addr = htonl(0x7f000001u);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void send_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w <= 0)
+            return; /* the server closed it: the caller looks */
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Read the answer's status line (up to 'ms'); 0 if none came. */
+static int status_line(int fd, int ms)
+{
+    char buf[4096];
+    size_t got = 0;
+    struct pollfd p = {fd, POLLIN, 0};
+
+    while (got < sizeof buf - 1 && poll(&p, 1, ms) == 1) {
+        ssize_t n = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        buf[got] = 0;
+        if (strstr(buf, "\r\n"))
+            break;
+    }
+    buf[got] = 0;
+    return got > 12 && !strncmp(buf, "HTTP/1.1 ", 9) ? atoi(buf + 9) : 0;
+}
+
+/* Has the server closed 'fd'?  (Data it sent first is read and dropped.) */
+static int closed(void *arg)
+{
+    int fd = *(int *)arg;
+    char c[256];
+    ssize_t n = recv(fd, c, sizeof c, MSG_DONTWAIT);
+
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/* The value of sample line 'name' (with its labels) of /metrics, or -1. */
+static long metric(const char *name)
+{
+    struct resp r;
+    char want[200];
+    const char *p;
+    long v = -1;
+
+    snprintf(want, sizeof want, "\n%s ", name);
+    assert_int_equal(http(&S, "GET", "/metrics", NULL, NULL, 0, NULL, &r), 0);
+    if ((p = strstr(r.body, want)))
+        v = strtol(p + strlen(want), NULL, 10);
+    resp_free(&r);
+    return v;
+}
+
+static int group_setup(void **state)
+{
+    static const char *const args[] = {"--max-connections", "64", "--per-ip-connections", "40",
+                                       "--idle-timeout", "3", "--head-timeout", "2", NULL};
+
+    (void)state;
+    return srv_start_shared(&S, args);
+}
+
+static int group_teardown(void **state)
+{
+    int rc;
+
+    (void)state;
+    rc = srv_stop(&S);
+    if (rc) {
+        char *log = file_read(S.logpath);
+        fprintf(stderr, "micd exit %d; its log:\n%s\n", rc, log ? log : "(none)");
+        free(log);
+    }
+    srv_cleanup(&S);
+    http_thread_done();
+    return rc ? -1 : 0;
+}
+
+/* 240 idle connections from 8 addresses (30 each, under the per-address
+ * limit) against a limit of 64: a new client is still served, every time,
+ * because the longest-idle connections are closed to make room. */
+static void idle_connections_make_room(void **state)
+{
+    int fds[240], n = 0, served = 0;
+
+    (void)state;
+    for (int host = 2; host < 10; host++)
+        for (int i = 0; i < 30; i++) {
+            int fd = dial(host);
+            if (fd >= 0)
+                fds[n++] = fd;
+        }
+    assert_true(n > 64);
+    for (int i = 0; i < 30; i++) {
+        struct resp r;
+
+        if (http(&S, "GET", "/healthz", NULL, NULL, 0, NULL, &r) == 0 && r.status == 200)
+            served++;
+        resp_free(&r);
+        http_thread_done(); /* a new connection each time */
+    }
+    assert_int_equal(served, 30);
+    assert_true(metric("mic_http_connections_closed_total{reason=\"evicted\"}") > 0);
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+}
+
+/* A head sent one byte at a time is closed at the head deadline (the
+ * request line came) or the idle deadline (it did not), while another
+ * client is served meanwhile. */
+static void slow_heads_are_closed(void **state)
+{
+    int with_line = dial(1), without = dial(1), rounds = 0;
+    struct resp r;
+    const char *line = "GET /healthz HTTP/1.1\r\n", *hdr = "X-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+
+    (void)state;
+    assert_true(with_line >= 0 && without >= 0);
+    send_all(with_line, line, strlen(line));
+    for (size_t i = 0; i < 200 && !(closed(&with_line) && closed(&without)); i++) {
+        struct timespec ts = {0, 200 * 1000000};
+
+        send_all(with_line, hdr + i % strlen(hdr), 1);
+        send_all(without, line + i % 10, 1); /* never a whole line */
+        if (i % 5 == 0) {
+            assert_int_equal(http(&S, "GET", "/healthz", NULL, NULL, 0, NULL, &r), 0);
+            assert_int_equal(r.status, 200);
+            resp_free(&r);
+            rounds++;
+        }
+        nanosleep(&ts, NULL);
+    }
+    /* 200 rounds of 200 ms is 40 s: far past both deadlines (2 s, 3 s). */
+    assert_true(closed(&with_line));
+    assert_true(closed(&without));
+    assert_true(rounds > 1);
+    assert_true(metric("mic_http_connections_closed_total{reason=\"head\"}") >= 1);
+    assert_true(metric("mic_http_connections_closed_total{reason=\"idle\"}") >= 1);
+    close(with_line);
+    close(without);
+}
+
+/* A NUL (or any byte a name forbids) after percent-decoding is not cut
+ * off: nothing named by the prefix is touched. */
+static void nul_in_names(void **state)
+{
+    struct resp r;
+
+    (void)state;
+    assert_int_equal(http_json(&S, "PUT", "/v1/topics/zz", "{}", &r), 0);
+    resp_free(&r);
+    assert_int_equal(http_json(&S, "PUT", "/v1/groups/zz", "{\"topics\":[\"zz\"]}", &r), 0);
+    assert_int_equal(r.status / 100, 2);
+    resp_free(&r);
+    assert_int_equal(http(&S, "DELETE", "/v1/groups/zz%00x", NULL, NULL, 0, NULL, &r), 0);
+    assert_true(r.status == 404 || r.status == 422);
+    resp_free(&r);
+    assert_int_equal(http(&S, "GET", "/v1/groups/zz", NULL, NULL, 0, NULL, &r), 0);
+    assert_int_equal(r.status, 200); /* still there */
+    resp_free(&r);
+    assert_int_equal(http_json(&S, "PUT", "/v1/topics/a%00b", "{}", &r), 0);
+    assert_true(r.status == 404 || r.status == 422);
+    resp_free(&r);
+    assert_int_equal(http(&S, "GET", "/v1/topics/a", NULL, NULL, 0, NULL, &r), 0);
+    assert_int_equal(r.status, 404); /* not created */
+    resp_free(&r);
+    assert_int_equal(http(&S, "DELETE", "/v1/topics/zz%2Fx", NULL, NULL, 0, NULL, &r), 0);
+    assert_true(r.status == 404 || r.status == 422);
+    resp_free(&r);
+}
+
+/* An 8 KB URL gets an HTTP answer (414, or a 404 whose body does not echo
+ * it all). */
+static void long_url_is_answered(void **state)
+{
+    size_t n = 8300;
+    char *req = malloc(n + 64);
+    int fd = dial(1), st;
+
+    (void)state;
+    assert_non_null(req);
+    memcpy(req, "GET /v1/", 8);
+    memset(req + 8, 'a', n - 8);
+    strcpy(req + n, " HTTP/1.1\r\nHost: x\r\n\r\n");
+    send_all(fd, req, strlen(req));
+    st = status_line(fd, 10000);
+    assert_true(st == 414 || st == 404 || st == 431);
+    close(fd);
+    free(req);
+}
+
+/* Two Content-Length headers that differ, or Transfer-Encoding with a
+ * Content-Length: 400, and nothing is stored. */
+static void ambiguous_framing(void **state)
+{
+    static const char *const reqs[] = {
+        "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: 47\r\nContent-Length: 48\r\n\r\n"
+        "{\"topic\":\"smug\",\"event_id\":\"s1\",\"payload\":{}}",
+        "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\nContent-Length: 47\r\n\r\n"
+        "2f\r\n{\"topic\":\"smug\",\"event_id\":\"s2\",\"payload\":{}}\r\n0\r\n\r\n",
+    };
+    struct resp r;
+
+    (void)state;
+    for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
+        int fd = dial(1);
+
+        send_all(fd, reqs[i], strlen(reqs[i]));
+        assert_int_equal(status_line(fd, 10000), 400);
+        close(fd);
+    }
+    assert_int_equal(http(&S, "GET", "/v1/events/s1", NULL, NULL, 0, NULL, &r), 0);
+    assert_int_equal(r.status, 404);
+    resp_free(&r);
+    assert_int_equal(http(&S, "GET", "/v1/events/s2", NULL, NULL, 0, NULL, &r), 0);
+    assert_int_equal(r.status, 404);
+    resp_free(&r);
+}
+
+/* 300 malformed connections: counted in a metric, and the log gets a few
+ * lines, not one per connection. */
+static void malformed_flood_is_rate_limited(void **state)
+{
+    char *log;
+    size_t before = 0, after = 0;
+    long m0 = metric("mic_http_protocol_errors_total"), m1;
+
+    (void)state;
+    if ((log = file_read(S.logpath))) {
+        for (char *p = log; (p = strstr(p, "libmicrohttpd")); p++)
+            before++;
+        free(log);
+    }
+    for (int i = 0; i < 300; i++) {
+        int fd = dial(1);
+        static const char junk[] = "GARBAGE\x01\x02 / HTTP/9.9\r\n\r\n";
+
+        send_all(fd, junk, sizeof junk - 1);
+        status_line(fd, 2000);
+        close(fd);
+    }
+    m1 = metric("mic_http_protocol_errors_total");
+    assert_non_null(log = file_read(S.logpath));
+    for (char *p = log; (p = strstr(p, "libmicrohttpd")); p++)
+        after++;
+    free(log);
+    assert_true(m1 > m0);
+    assert_true(after - before <= 12);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(idle_connections_make_room),
+        cmocka_unit_test(slow_heads_are_closed),
+        cmocka_unit_test(nul_in_names),
+        cmocka_unit_test(long_url_is_answered),
+        cmocka_unit_test(ambiguous_framing),
+        cmocka_unit_test(malformed_flood_is_rate_limited),
+    };
+
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
