@@ -98,7 +98,8 @@
 #define RBUF_MAX         (256 * 1024)   /* it never needs to hold more than a head */
 #define MAX_HEAD         (64 * 1024)    /* longest response head we accept */
 #define MAX_LINE         4096           /* longest chunk-size or trailer line */
-#define HDR_RESERVE      512            /* room in front of a body for the request head */
+#define HDR_RESERVE      1024           /* room in front of a body for the request head */
+#define KEY_MAX          512            /* --key / MIC_KEY, at most */
 #define MAX_STATUS       600
 #define EPOLL_BATCH      256
 #define MAX_WAIT_MS      200            /* epoll_wait cap, so a stop is seen quickly */
@@ -532,12 +533,14 @@ struct options {
     uint64_t aggregates;
     bool versions;
     uint64_t agg_offset;
+    const char *key;        /* API key (--key, else $MIC_KEY), or NULL */
 };
 
 /* Read-only once the workers start, except the atomics and the done trio. */
 struct run {
     struct options opt;
     char host[256], port[8], authority[300];
+    char auth[KEY_MAX + 32];    /* "Authorization: Bearer KEY\r\n" or "" */
     struct sockaddr_storage addr;
     socklen_t addrlen;
     char runid[17];
@@ -640,10 +643,10 @@ static void conn_build(struct conn *c, uint64_t first, unsigned n)
     }
     blen = (size_t)(p - body);
     hl = snprintf(head, sizeof head,
-                  "POST /v1/events HTTP/1.1\r\nHost: %s\r\n"
+                  "POST /v1/events HTTP/1.1\r\nHost: %s\r\n%s"
                   "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-                  r->authority, blen);
-    /* authority is at most 299 bytes, so the head always fits */
+                  r->authority, r->auth, blen);
+    /* authority is at most 299 bytes and auth 543, so the head always fits */
     memcpy(body - hl, head, (size_t)hl);
     c->req_start = HDR_RESERVE - (size_t)hl;
     c->req_len = (size_t)hl + blen;
@@ -1161,7 +1164,7 @@ static int metrics_fetch(const struct run *r, struct metrics *m)
     struct resp rp = { .body = &body };
     struct rbuf in;
     uint64_t deadline = now_ns() + METRICS_BUDGET_S * NS_PER_S;
-    char req[512], whybuf[32];
+    char req[1024], whybuf[32];
     const char *why = "unexpected end of response";
     int fd, len, rc = -1;
     size_t off = 0;
@@ -1169,8 +1172,8 @@ static int metrics_fetch(const struct run *r, struct metrics *m)
     memset(m, 0, sizeof *m);
     resp_reset(&rp);
     len = snprintf(req, sizeof req,
-                   "GET /metrics HTTP/1.1\r\nHost: %s\r\nAccept: text/plain\r\n"
-                   "Connection: close\r\n\r\n", r->authority);
+                   "GET /metrics HTTP/1.1\r\nHost: %s\r\n%sAccept: text/plain\r\n"
+                   "Connection: close\r\n\r\n", r->authority, r->auth);
     if ((fd = socket(r->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) {
         why = strerror(errno);
         goto fail;
@@ -1271,6 +1274,7 @@ static void usage(FILE *f)
             "  --versions           with --aggregates: event n is aggregate_version n/A+1 of\n"
             "                       aggregate n%%A (publish with --conns 1 to keep versions in order)\n"
             "  --agg-offset K       number aggregates from K (default 0)\n"
+            "  --key SECRET         API key sent as Authorization: Bearer (default $MIC_KEY)\n"
             "\n"
             "Prints one JSON line on stdout. Exit 0 when every event was published\n"
             "without error, 1 otherwise, 2 on a bad argument.\n");
@@ -1308,7 +1312,7 @@ static bool topic_valid(const char *t)
 }
 
 enum { OPT_URL = 256, OPT_CONNS, OPT_EVENTS, OPT_BATCH, OPT_TOPIC, OPT_PAYLOAD,
-       OPT_THREADS, OPT_MAXSEC, OPT_AGGS, OPT_VERSIONS, OPT_AGGOFF, OPT_HELP };
+       OPT_THREADS, OPT_MAXSEC, OPT_AGGS, OPT_VERSIONS, OPT_AGGOFF, OPT_KEY, OPT_HELP };
 
 /* Fill *o from argv. Returns 0, 1 for --help, or -1 after saying why. */
 static int options_parse(struct options *o, int argc, char **argv)
@@ -1325,6 +1329,7 @@ static int options_parse(struct options *o, int argc, char **argv)
         { "aggregates", required_argument, NULL, OPT_AGGS },
         { "versions", no_argument, NULL, OPT_VERSIONS },
         { "agg-offset", required_argument, NULL, OPT_AGGOFF },
+        { "key", required_argument, NULL, OPT_KEY },
         { "help", no_argument, NULL, OPT_HELP },
         { NULL, 0, NULL, 0 },
     };
@@ -1399,6 +1404,9 @@ static int options_parse(struct options *o, int argc, char **argv)
                 goto bad;
             o->agg_offset = v;
             break;
+        case OPT_KEY:
+            o->key = optarg;
+            break;
         case OPT_HELP:
             return 1;
         default:
@@ -1413,6 +1421,12 @@ static int options_parse(struct options *o, int argc, char **argv)
     }
     if (!o->url || !have_conns || !have_events || !have_batch) {
         say("--url, --conns, --events and --batch are required");
+        return -1;
+    }
+    if (!o->key && getenv("MIC_KEY") && *getenv("MIC_KEY"))
+        o->key = getenv("MIC_KEY");
+    if (o->key && (strlen(o->key) > KEY_MAX || strpbrk(o->key, " \r\n"))) {
+        say("--key: at most %d characters, no spaces", KEY_MAX);
         return -1;
     }
     if (o->threads > o->conns)
@@ -1464,6 +1478,8 @@ static int url_parse(struct run *r, const char *url)
         return -1;
     memcpy(r->authority, url + 7, (size_t)(end - (url + 7)));
     r->authority[end - (url + 7)] = '\0';
+    if (r->opt.key)
+        snprintf(r->auth, sizeof r->auth, "Authorization: Bearer %s\r\n", r->opt.key);
     return 0;
 }
 

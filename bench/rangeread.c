@@ -122,7 +122,8 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *arg)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: rangeread --url http://HOST:PORT --topic T --from ISO --to ISO\n"
+    fprintf(f, "usage: rangeread --url http(s)://HOST:PORT --topic T --from ISO --to ISO\n"
+               "                 [--key SECRET (default $MIC_KEY)] [--cacert FILE]\n"
                "Reads the topic's events with created_at in [from, to] as NDJSON and prints\n"
                "one JSON line with the count, the rate and the order checks.\n");
 }
@@ -131,8 +132,10 @@ int main(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"url", 1, NULL, 'u'}, {"topic", 1, NULL, 't'}, {"from", 1, NULL, 'f'},
-        {"to", 1, NULL, 'o'}, {"help", 0, NULL, 'h'}, {NULL, 0, NULL, 0}};
-    const char *url = NULL, *topic = NULL;
+        {"to", 1, NULL, 'o'}, {"help", 0, NULL, 'h'}, {"key", 1, NULL, 'k'},
+        {"cacert", 1, NULL, 'c'}, {NULL, 0, NULL, 0}};
+    const char *url = NULL, *topic = NULL, *key = getenv("MIC_KEY"), *cacert = NULL;
+    char *authline = NULL;
     struct reader r;
     struct curl_slist *hdr = NULL;
     char *q;
@@ -149,6 +152,8 @@ int main(int argc, char **argv)
         case 't': topic = optarg; break;
         case 'f': r.from = optarg; break;
         case 'o': r.to = optarg; break;
+        case 'k': key = optarg; break;
+        case 'c': cacert = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -162,6 +167,13 @@ int main(int argc, char **argv)
     if (asprintf(&q, "%s/v1/topics/%s/events?from=%s&to=%s", url, topic, r.from, r.to) < 0)
         return 1;
     hdr = curl_slist_append(hdr, "Accept: application/x-ndjson");
+    if (key && *key) {
+        if (asprintf(&authline, "Authorization: Bearer %s", key) < 0)
+            return 1;
+        hdr = curl_slist_append(hdr, authline);
+    }
+    if (cacert)
+        curl_easy_setopt(c, CURLOPT_CAINFO, cacert);
     curl_easy_setopt(c, CURLOPT_URL, q);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
@@ -186,6 +198,7 @@ int main(int argc, char **argv)
     curl_easy_cleanup(c);
     curl_global_cleanup();
     free(q);
+    free(authline);
     free(r.line);
     return r.failed || status != 200 || r.disorder || r.dups || r.outside ? 1 : 0;
 }

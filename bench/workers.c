@@ -34,6 +34,8 @@
 
 static char host[64] = "127.0.0.1", group[201];
 static int port, nworkers = 8, maxc = 32, rounds;
+static const char *key;       /* --key, else $MIC_KEY */
+static char auth[560];        /* "Authorization: Bearer KEY\r\n" or "" */
 static long expect;
 static double max_seconds = 300;
 static atomic_long acked, claims, dups, empties, disorder;
@@ -76,11 +78,11 @@ static int conn_open(struct conn *c)
  * Returns the status, or -1. */
 static int post(struct conn *c, const char *path, const char *body, size_t blen)
 {
-    char head[512];
+    char head[1200];
     size_t got = 0, hdr_end = 0, clen = 0;
     int n = snprintf(head, sizeof head,
-                     "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\n\r\n", path, host, blen);
+                     "POST %s HTTP/1.1\r\nHost: %s\r\n%sContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n", path, host, auth, blen);
 
     if (write(c->fd, head, (size_t)n) != n || write(c->fd, body, blen) != (ssize_t)blen)
         return -1;
@@ -264,12 +266,23 @@ int main(int argc, char **argv)
             max_seconds = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--verify-order"))
             verify_order = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--key"))
+            key = argv[i + 1];
         else {
             fprintf(stderr, "usage: workers --url URL --group G [--workers N] [--max M] "
-                            "[--expect N [--first-seq S]] [--rounds R] [--max-seconds S] [--verify-order 1]\n");
+                            "[--expect N [--first-seq S]] [--rounds R] [--max-seconds S] [--verify-order 1]\n"
+                            "               [--key SECRET (default $MIC_KEY)]\n");
             return 2;
         }
     }
+    if (!key && getenv("MIC_KEY") && *getenv("MIC_KEY"))
+        key = getenv("MIC_KEY");
+    if (key && (strlen(key) > 512 || strpbrk(key, " \r\n"))) {
+        fprintf(stderr, "workers: --key: at most 512 characters, no spaces\n");
+        return 2;
+    }
+    if (key)
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", key);
     if (!port || !group[0] || (!expect && !rounds) || nworkers < 1 || maxc < 1) {
         fprintf(stderr, "workers: --url, --group and --expect or --rounds are required\n");
         return 2;

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "auth.h"
@@ -312,6 +313,8 @@ static void route_table_has_permissions(void **state)
     assert_int_equal(n, (int)NEXPECT);
 }
 
+static char long_header[700];
+
 static void matrix(void **state)
 {
     static const char *const bad_headers[] = {
@@ -321,11 +324,15 @@ static void matrix(void **state)
         "Authorization: Basic dGVzdDp0ZXN0",    /* another scheme */
         "Authorization: Bearer test-secret admin-all", /* a space in it */
         "Authorization: Bearer test-secret-\xc3\xa9",  /* not ASCII */
+        "Authorization: Bearer test-secret-admin-al",  /* truncated */
+        long_header,                             /* over-long */
     };
     struct mic_route_info ri;
     int cells = 0;
 
     (void)state;
+    memcpy(long_header, "Authorization: Bearer ", 22);
+    memset(long_header + 22, 'k', sizeof long_header - 23);
     for (int i = 0; mic_http_route(i, &ri); i++) {
         for (int out = 0; out < 2; out++) {
             char path[256];
@@ -497,6 +504,52 @@ static void reload(void **state)
     assert_int_equal(status_of("GET", "/v1/topics", NULL, "Authorization: Bearer a-late-secret"),
                      200);
     write_keys(NULL);
+}
+
+/* mic keys new prints a secret and the line that admits it; mic --key and
+ * MIC_KEY send it. */
+static void cli_keys(void **state)
+{
+    const char *cli = getenv("MIC_CLI") ? getenv("MIC_CLI") : "build/san/mic";
+    char cmd[1200], secret[128] = "", line[400] = "", why[200], hex[65];
+    const struct mic_key *k;
+    mic_keys *keys;
+    FILE *f;
+
+    (void)state;
+    snprintf(cmd, sizeof cmd, "%s keys new --id cli-1 --role consumer --scope group:g-* "
+             "--scope topic:t-a 2> %s.line", cli, keys_path);
+    assert_non_null(f = popen(cmd, "r"));
+    assert_non_null(fgets(secret, sizeof secret, f));
+    assert_int_equal(pclose(f), 0);
+    secret[strcspn(secret, "\n")] = 0;
+    assert_int_equal(strlen(secret), 47);
+    snprintf(cmd, sizeof cmd, "%s.line", keys_path);
+    assert_non_null(f = fopen(cmd, "r"));
+    assert_non_null(fgets(line, sizeof line, f));
+    fclose(f);
+    unlink(cmd);
+    assert_int_equal(mic_keys_parse(line, strlen(line), &keys, why, sizeof why), MIC_OK);
+    assert_non_null(k = mic_keys_find(keys, secret, strlen(secret)));
+    assert_string_equal(k->id, "cli-1");
+    assert_int_equal(k->role, MIC_ROLE_CONSUMER);
+    assert_string_equal(k->scopes, "group:g-*,topic:t-a");
+    sha_hex(secret, hex);
+    assert_non_null(strstr(line, hex));
+    mic_keys_free(keys);
+    /* A bad role is a usage error (2), and nothing is printed on stdout. */
+    snprintf(cmd, sizeof cmd, "%s keys new --id x --role root > /dev/null 2>&1", cli);
+    assert_int_equal(WEXITSTATUS(system(cmd)), 2);
+    /* --key and MIC_KEY reach the server; without a key: 401, exit 1. */
+    snprintf(cmd, sizeof cmd, "%s --url %s --key test-secret-monitor-all groups > /dev/null", cli,
+             S.url);
+    assert_int_equal(WEXITSTATUS(system(cmd)), 0);
+    snprintf(cmd, sizeof cmd, "MIC_KEY=test-secret-monitor-all %s --url %s topics > /dev/null", cli,
+             S.url);
+    assert_int_equal(WEXITSTATUS(system(cmd)), 0);
+    snprintf(cmd, sizeof cmd, "env -u MIC_KEY %s --url %s groups 2>&1 | grep -q 'mic: 401 unauthorized'",
+             cli, S.url);
+    assert_int_equal(WEXITSTATUS(system(cmd)), 0);
 }
 
 /* ---- Start-up refusals ---- */
@@ -719,6 +772,7 @@ int main(void)
         cmocka_unit_test(listings_are_narrowed),
         cmocka_unit_test(audit_log),
         cmocka_unit_test(reload),
+        cmocka_unit_test(cli_keys),
     };
     const struct CMUnitTest alone[] = {
         cmocka_unit_test(refusals),
