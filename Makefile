@@ -7,6 +7,7 @@
 #   make bench    MIC's own benchmarks: publish (against Redis Streams), claims, ordered, range
 #   make bench-pages  pages written and fdatasyncs per commit for W3 and W4 (strace)
 #   make bench-peers  MIC and Redis, PostgreSQL, NATS, beanstalkd side by side -> bench/RESULTS.md
+#   make bench-hostile  publish/claim p99 with 2,000 idle and 300 slow connections -> bench/RESULTS.md
 #                 (RUNS=N runs per cell, default 3; BIG=1 adds the 10M backlog)
 #   make deps     install the Debian packages (apt-get update only when something is missing)
 
@@ -39,7 +40,7 @@ UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
 KIT     := build/san/claimkit.o build/san/procfx.o
 
-.PHONY: all run test check deps bench bench-claims bench-ordered bench-range bench-pages bench-peers bench-smoke peer-deps clean
+.PHONY: all run test check deps bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke peer-deps clean
 all: build/micd build/mic-events-replay build/mic
 
 deps:
@@ -137,6 +138,9 @@ bench-range: deps build/micd build/loadgen build/rangeread
 	bench/range.sh
 
 # Pages written and fdatasyncs per commit, W3 and W4 (strace on the writer).
+bench-hostile: deps build/micd build/loadgen build/workers
+	OUT=bench/RESULTS.md bench/hostile.py
+
 bench-pages: deps build/micd build/loadgen build/workers
 	@command -v strace > /dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace > /dev/null; }
