@@ -159,6 +159,39 @@ static void idle_connections_make_room(void **state)
         close(fds[i]);
 }
 
+/* Past --per-ip-connections (40 here) from one address, the extra
+ * connections are refused or closed at once. */
+struct many {
+    int fds[50], n, refused;
+};
+
+static int ten_shut(void *arg)
+{
+    struct many *m = arg;
+    int shut = m->refused;
+
+    for (int i = 0; i < m->n; i++)
+        shut += closed(&m->fds[i]);
+    return shut >= 10;
+}
+
+static void per_address_limit(void **state)
+{
+    struct many m = {.n = 0};
+
+    (void)state;
+    for (int i = 0; i < 50; i++) {
+        int fd = dial(20);
+        if (fd >= 0)
+            m.fds[m.n++] = fd;
+        else
+            m.refused++;
+    }
+    assert_true(await(ten_shut, &m, 20000));
+    for (int i = 0; i < m.n; i++)
+        close(m.fds[i]);
+}
+
 /* A head sent one byte at a time is closed at the head deadline (the
  * request line came) or the idle deadline (it did not), while another
  * client is served meanwhile. */
@@ -308,6 +341,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(idle_connections_make_room),
+        cmocka_unit_test(per_address_limit),
         cmocka_unit_test(slow_heads_are_closed),
         cmocka_unit_test(nul_in_names),
         cmocka_unit_test(long_url_is_answered),
