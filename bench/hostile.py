@@ -29,16 +29,10 @@ import threading
 import time
 import urllib.request
 
+from peers import free_port  # noqa: E402 (bench/peers.py, next to this file)
+
 IDLE, SLOW = 2000, 300
 PUBLISHES, CLAIMS = 20000, 2000
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def run_json(cmd):

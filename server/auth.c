@@ -85,10 +85,10 @@ int mic_glob_match(const char *pat, size_t plen, const char *s)
 }
 
 /* Does one of the comma-separated scopes, "*" or of kind 'kind' ("topic",
- * "group"), match 'name'? */
+ * "group"), match 'name'?  With kind NULL only "*" does. */
 static int covers(const struct mic_key *k, const char *kind, const char *name)
 {
-    size_t klen = strlen(kind);
+    size_t klen = kind ? strlen(kind) : 0;
     const char *s = k->scopes;
 
     while (*s) {
@@ -97,7 +97,7 @@ static int covers(const struct mic_key *k, const char *kind, const char *name)
 
         if (n == 1 && s[0] == '*')
             return 1;
-        if (n > klen && memcmp(s, kind, klen) == 0 && s[klen] == ':' &&
+        if (kind && n > klen && memcmp(s, kind, klen) == 0 && s[klen] == ':' &&
             mic_glob_match(s + klen + 1, n - klen - 1, name))
             return 1;
         s += n;
@@ -119,19 +119,7 @@ int mic_key_covers_group(const struct mic_key *k, const char *name)
 
 int mic_key_covers_all(const struct mic_key *k)
 {
-    const char *s = k->scopes;
-
-    while (*s) {
-        const char *e = strchr(s, ',');
-        size_t n = e ? (size_t)(e - s) : strlen(s);
-
-        if (n == 1 && s[0] == '*')
-            return 1;
-        s += n;
-        if (*s == ',')
-            s++;
-    }
-    return 0;
+    return covers(k, NULL, NULL);
 }
 
 int mic_key_lists(const struct mic_key *k, int group, const char *name, size_t len)
