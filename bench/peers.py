@@ -492,10 +492,25 @@ PROFILES = {
   batch.  `--durability none` runs the same drain at 178k events/s,
   2.3x: what is left is the latency of the fsync'd pages plus about eight
   system calls and three thread switches a request on libmicrohttpd's
-  suspend/resume path (the publish-path issue's part).  Next steps: fewer
-  trees a transition (the lease timer and the ready entry in one tree
-  with the unhandled index, so they share their upper pages), and one
-  wake-up of the HTTP side per batch instead of one per connection.""",
+  suspend/resume path (the publish-path issue's part).  Where the
+  commit's time goes, measured on this disk: 22 pages written and synced
+  in one contiguous run take 0.35 ms, the same 22 scattered 0.90 ms
+  (one write request each); a W3 commit is about 20 single-page writes
+  (bench/pages.py: write calls per commit), by tree dlv 7, ready 4,
+  timers 4, unh 4, the main tree, gstat and the free list 1 each.  Tried
+  and not kept: a pinned read snapshot (so that LMDB appends instead of
+  reusing the lowest free pages) with zeros written ahead of the file's
+  end made commits 0.29-0.35 ms in one contiguous write and W3 1.2-1.4x
+  faster on a fresh store, but after a 600k-event fill (as in this run,
+  where W1 and W2 come first) it was no faster (66-67k against 63-78k
+  events/s) and the file was a third larger: LMDB's lowest-page-first
+  reuse scatters the pages again once the pin moves.  The design change
+  that would reach the floor: a page placement that keeps a commit's
+  pages together (an allocator of our own over LMDB, or the delivery
+  state in a log-structured store), plus fewer trees a transition (the
+  lease timer and the ready entry in one tree with the unhandled index,
+  so they share their upper pages) and one wake-up of the HTTP side per
+  batch instead of one per connection.""",
     "W4": """**W4 ordered**: as W3; an ack also releases its aggregate's
   head and makes the next one ready.  The per-aggregate trees are keyed
   by an aggregate ordinal in publish order and a versioned aggregate's
