@@ -89,9 +89,9 @@ build/san/mic: client/mic.c $(CLI_SAN) | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(RCFLAGS) -Iserver $< $(CLI_SAN) -o $@ $(RLIBS)
 
 build/loadgen: bench/loadgen.c bench/peerlib.c bench/peerlib.h | build/rel
-	$(CC) $(WARN) -O2 $< bench/peerlib.c -o $@ -lpthread -lm
+	$(CC) $(WARN) -O2 $< bench/peerlib.c -o $@ -lpthread -lm -lssl -lcrypto
 build/workers: bench/workers.c | build/rel
-	$(CC) $(WARN) -O2 $< -o $@ -lpthread
+	$(CC) $(WARN) -O2 $< -o $@ -lpthread -lssl -lcrypto
 build/rangeread: bench/rangeread.c | build/rel
 	$(CC) $(WARN) -O2 $(shell pkg-config --cflags libcurl) $< -o $@ $(shell pkg-config --libs libcurl)
 build/bench_parse: bench/bench_parse.c $(REL_OBJ)
@@ -154,7 +154,7 @@ build/peer_postgres: bench/peer_postgres.c bench/peerlib.c bench/peerlib.h | bui
 build/peer_nats: bench/peer_nats.c bench/peerlib.c bench/peerlib.h | build/rel
 	$(CC) $(WARN) -O2 $(shell pkg-config --cflags libnats) $< bench/peerlib.c -o $@ $(shell pkg-config --libs libnats) -lpthread -lm
 build/peer_beanstalkd: bench/peer_beanstalkd.c bench/peerlib.c bench/peerlib.h | build/rel
-	$(CC) $(WARN) -O2 $< bench/peerlib.c -o $@ -lpthread -lm
+	$(CC) $(WARN) -O2 $< bench/peerlib.c -o $@ -lpthread -lm -lssl -lcrypto
 
 peer-deps:
 	@missing=""; for p in $(PEER_DEBS); do \

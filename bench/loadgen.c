@@ -69,6 +69,9 @@
 #define _GNU_SOURCE
 #include "peerlib.h"
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -534,6 +537,7 @@ struct options {
     bool versions;
     uint64_t agg_offset;
     const char *key;        /* API key (--key, else $MIC_KEY), or NULL */
+    const char *cacert;     /* --cacert: PEM CA file for an https:// URL */
 };
 
 /* Read-only once the workers start, except the atomics and the done trio. */
@@ -541,6 +545,7 @@ struct run {
     struct options opt;
     char host[256], port[8], authority[300];
     char auth[KEY_MAX + 32];    /* "Authorization: Bearer KEY\r\n" or "" */
+    SSL_CTX *tls;               /* https:// URL: every connection speaks TLS */
     struct sockaddr_storage addr;
     socklen_t addrlen;
     char runid[17];
@@ -559,13 +564,14 @@ struct tally {
     uint64_t status[MAX_STATUS];
 };
 
-enum conn_state { C_IDLE, C_CONNECTING, C_SENDING, C_RECEIVING, C_WAITING, C_DONE };
+enum conn_state { C_IDLE, C_CONNECTING, C_HANDSHAKE, C_SENDING, C_RECEIVING, C_WAITING, C_DONE };
 
 struct worker;
 
 struct conn {
     struct worker *w;
     int fd;
+    SSL *ssl;                /* https: the connection's TLS session */
     enum conn_state state;
     bool connected_before;   /* a later connect counts as a reconnect */
     bool productive;         /* this fd has carried a complete response */
@@ -660,8 +666,53 @@ static void conn_build(struct conn *c, uint64_t first, unsigned n)
 static void conn_send(struct conn *c);
 static void conn_next(struct conn *c);
 
+/* send(2) and recv(2), or their TLS forms: the same returns, with errno
+ * EAGAIN when TLS waits for the socket either way (both directions are
+ * in the epoll set, edge-triggered, so any event retries). */
+static ssize_t io_send(struct conn *c, const void *p, size_t n)
+{
+    int k, e;
+
+    if (!c->ssl)
+        return send(c->fd, p, n, MSG_NOSIGNAL);
+    ERR_clear_error();
+    if ((k = SSL_write(c->ssl, p, (int)(n > INT32_MAX ? INT32_MAX : n))) > 0)
+        return k;
+    e = SSL_get_error(c->ssl, k);
+    errno = e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ? EAGAIN : EIO;
+    return -1;
+}
+
+static ssize_t io_recv(struct conn *c, void *p, size_t n)
+{
+    int k, e;
+
+    if (!c->ssl)
+        return recv(c->fd, p, n, 0);
+    for (;;) {
+        char peek;
+
+        ERR_clear_error();
+        if ((k = SSL_read(c->ssl, p, (int)(n > INT32_MAX ? INT32_MAX : n))) > 0)
+            return k;
+        e = SSL_get_error(c->ssl, k);
+        /* A record that was no data (a session ticket) may have come with
+         * the data behind it: read on while the socket has bytes, or the
+         * edge-triggered epoll would never say so again. */
+        if (e != SSL_ERROR_WANT_READ || recv(c->fd, &peek, 1, MSG_PEEK | MSG_DONTWAIT) != 1)
+            break;
+    }
+    if (e == SSL_ERROR_ZERO_RETURN)
+        return 0;
+    errno = e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ? EAGAIN : EIO;
+    return -1;
+}
+
 static void conn_close(struct conn *c)
 {
+    if (c->ssl)
+        SSL_free(c->ssl);
+    c->ssl = NULL;
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
@@ -755,6 +806,25 @@ static void conn_connect(struct conn *c)
     c->state = C_CONNECTING;  /* EPOLLOUT says when; then conn_connected */
 }
 
+static void conn_handshake(struct conn *c)
+{
+    int k, e;
+
+    ERR_clear_error();
+    if ((k = SSL_do_handshake(c->ssl)) == 1) {
+        c->state = C_IDLE;
+        conn_send(c);
+        return;
+    }
+    e = SSL_get_error(c->ssl, k);
+    if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) {
+        char why[160];
+
+        ERR_error_string_n(ERR_get_error(), why, sizeof why);
+        conn_lost(c, why);
+    }
+}
+
 static void conn_connected(struct conn *c)
 {
     int err = 0;
@@ -762,6 +832,22 @@ static void conn_connected(struct conn *c)
 
     if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err) {
         conn_lost(c, strerror(err));
+        return;
+    }
+    if (c->w->run->tls) {
+        const struct run *r = c->w->run;
+
+        if (!(c->ssl = SSL_new(r->tls)) || !SSL_set_fd(c->ssl, c->fd)) {
+            conn_lost(c, "cannot start TLS");
+            return;
+        }
+        /* The certificate must name the URL's host (an IP or a DNS name). */
+        if (!X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(c->ssl), r->host))
+            SSL_set1_host(c->ssl, r->host);
+        SSL_set_tlsext_host_name(c->ssl, r->host);
+        SSL_set_connect_state(c->ssl);
+        c->state = C_HANDSHAKE;
+        conn_handshake(c);
         return;
     }
     c->state = C_IDLE;
@@ -781,8 +867,7 @@ static void conn_send(struct conn *c)
 
         if (c->req_off == 0)
             c->t_start = now_ns();
-        n = send(c->fd, c->req + c->req_start + c->req_off, c->req_len - c->req_off,
-                 MSG_NOSIGNAL);
+        n = io_send(c, c->req + c->req_start + c->req_off, c->req_len - c->req_off);
         if (n > 0) {
             c->req_off += (size_t)n;
         } else if (n < 0 && errno == EINTR) {
@@ -877,7 +962,7 @@ static void conn_read(struct conn *c)
             return;
         }
         space = b->cap - b->len;
-        n = recv(c->fd, b->buf + b->len, space, 0);
+        n = io_recv(c, b->buf + b->len, space);
         if (n > 0) {
             b->len += (size_t)n;
             rc = resp_feed(&c->rp, b->buf + b->pos, b->len - b->pos, &used);
@@ -891,8 +976,11 @@ static void conn_read(struct conn *c)
                 conn_proto_error(c);
                 return;
             }
-            if ((size_t)n < space)
-                return;  /* drained; the next arrival raises a new edge */
+            /* Drained: the next arrival raises a new edge.  Not so with
+             * TLS, which reads one record at a time: read on until the
+             * socket itself says EAGAIN. */
+            if ((size_t)n < space && !c->ssl)
+                return;
         } else if (n == 0) {
             if (c->rp.phase == RP_BODY_EOF) {
                 c->rp.phase = RP_DONE;
@@ -941,6 +1029,9 @@ static void conn_on_event(struct conn *c, uint32_t ev)
     case C_CONNECTING:
         if (ev & (EPOLLOUT | EPOLLHUP | EPOLLERR))
             conn_connected(c);
+        break;
+    case C_HANDSHAKE:
+        conn_handshake(c);
         break;
     case C_SENDING:
         if (ev & EPOLLOUT)
@@ -1258,7 +1349,7 @@ fail:
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: loadgen --url http://HOST:PORT --conns N --events TOTAL --batch B\n"
+            "usage: loadgen --url http(s)://HOST:PORT --conns N --events TOTAL --batch B\n"
             "               [--topic T] [--payload-bytes P] [--threads K]\n"
             "               [--max-seconds S] [--aggregates A]\n"
             "\n"
@@ -1275,6 +1366,8 @@ static void usage(FILE *f)
             "                       aggregate n%%A (publish with --conns 1 to keep versions in order)\n"
             "  --agg-offset K       number aggregates from K (default 0)\n"
             "  --key SECRET         API key sent as Authorization: Bearer (default $MIC_KEY)\n"
+            "  --cacert FILE        PEM CA certificate(s) for an https:// URL (default: the\n"
+            "                       system's); with https the server's /metrics is not read\n"
             "\n"
             "Prints one JSON line on stdout. Exit 0 when every event was published\n"
             "without error, 1 otherwise, 2 on a bad argument.\n");
@@ -1312,7 +1405,8 @@ static bool topic_valid(const char *t)
 }
 
 enum { OPT_URL = 256, OPT_CONNS, OPT_EVENTS, OPT_BATCH, OPT_TOPIC, OPT_PAYLOAD,
-       OPT_THREADS, OPT_MAXSEC, OPT_AGGS, OPT_VERSIONS, OPT_AGGOFF, OPT_KEY, OPT_HELP };
+       OPT_THREADS, OPT_MAXSEC, OPT_AGGS, OPT_VERSIONS, OPT_AGGOFF, OPT_KEY, OPT_CACERT,
+       OPT_HELP };
 
 /* Fill *o from argv. Returns 0, 1 for --help, or -1 after saying why. */
 static int options_parse(struct options *o, int argc, char **argv)
@@ -1330,6 +1424,7 @@ static int options_parse(struct options *o, int argc, char **argv)
         { "versions", no_argument, NULL, OPT_VERSIONS },
         { "agg-offset", required_argument, NULL, OPT_AGGOFF },
         { "key", required_argument, NULL, OPT_KEY },
+        { "cacert", required_argument, NULL, OPT_CACERT },
         { "help", no_argument, NULL, OPT_HELP },
         { NULL, 0, NULL, 0 },
     };
@@ -1407,6 +1502,9 @@ static int options_parse(struct options *o, int argc, char **argv)
         case OPT_KEY:
             o->key = optarg;
             break;
+        case OPT_CACERT:
+            o->cacert = optarg;
+            break;
         case OPT_HELP:
             return 1;
         default:
@@ -1443,9 +1541,11 @@ static int url_parse(struct run *r, const char *url)
     const char *p, *h, *he, *pt = NULL, *end;
     size_t hl, pl;
 
-    if (strncmp(url, "http://", 7) != 0)
+    size_t skip = strncmp(url, "https://", 8) == 0 ? 8 : 7;
+
+    if (skip == 7 && strncmp(url, "http://", 7) != 0)
         return -1;
-    p = h = url + 7;
+    p = h = url + skip;
     if (*p == '[') {
         if (!(he = strchr(p, ']')))
             return -1;
@@ -1472,12 +1572,23 @@ static int url_parse(struct run *r, const char *url)
         memcpy(r->port, pt, pl);
         r->port[pl] = '\0';
     } else {
-        strcpy(r->port, "80");
+        strcpy(r->port, skip == 8 ? "443" : "80");
     }
-    if ((size_t)(end - (url + 7)) >= sizeof r->authority)
+    if ((size_t)(end - (url + skip)) >= sizeof r->authority)
         return -1;
-    memcpy(r->authority, url + 7, (size_t)(end - (url + 7)));
-    r->authority[end - (url + 7)] = '\0';
+    memcpy(r->authority, url + skip, (size_t)(end - (url + skip)));
+    r->authority[end - (url + skip)] = '\0';
+    if (skip == 8) {
+        if (!(r->tls = SSL_CTX_new(TLS_client_method())) ||
+            !SSL_CTX_set_min_proto_version(r->tls, TLS1_2_VERSION) ||
+            (r->opt.cacert ? SSL_CTX_load_verify_locations(r->tls, r->opt.cacert, NULL)
+                           : SSL_CTX_set_default_verify_paths(r->tls)) != 1) {
+            say("cannot set up TLS%s%s", r->opt.cacert ? " with " : "",
+                r->opt.cacert ? r->opt.cacert : "");
+            return -1;
+        }
+        SSL_CTX_set_verify(r->tls, SSL_VERIFY_PEER, NULL);
+    }
     if (r->opt.key)
         snprintf(r->auth, sizeof r->auth, "Authorization: Bearer %s\r\n", r->opt.key);
     return 0;
@@ -1745,7 +1856,7 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
 
     memset(&res, 0, sizeof res);
-    rc = metrics_fetch(&r, &res.before);
+    rc = r.tls ? -1 : metrics_fetch(&r, &res.before); /* plain HTTP only */
     say("run %s: %" PRIu64 " events, batch %u, %u conns on %u threads to %s",
         r.runid, r.opt.events, r.opt.batch, r.opt.conns, r.opt.threads, r.authority);
     if (load_run(&r, &res))

@@ -11,6 +11,10 @@
  *   workers --url http://127.0.0.1:PORT --group G --workers 8 --max 32 --expect 100000
  *   workers --url ... --group G --workers 1 --max 1 --rounds 2000
  *
+ * An https:// URL speaks TLS (1.2 or later), checked against --cacert FILE
+ * (default: the system's CAs); --key SECRET (or $MIC_KEY) is sent as
+ * Authorization: Bearer.
+ *
  * With --verify-order 1 (events from `loadgen --aggregates A --versions`),
  * every delivery's aggregate_version must be the one after the version last
  * taken for its aggregate; violations are counted.
@@ -20,6 +24,8 @@
  * "order_violations"}. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -35,6 +41,8 @@
 static char host[64] = "127.0.0.1", group[201];
 static int port, nworkers = 8, maxc = 32, rounds;
 static const char *key;       /* --key, else $MIC_KEY */
+static const char *cacert;    /* --cacert */
+static int https;
 static char auth[560];        /* "Authorization: Bearer KEY\r\n" or "" */
 static long expect;
 static double max_seconds = 300;
@@ -49,9 +57,22 @@ static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
 
 struct conn {
     int fd;
+    SSL *ssl;       /* https:// only */
     char *buf;
     size_t cap;
 };
+
+static SSL_CTX *tls; /* https:// URL */
+
+static ssize_t io_write(struct conn *c, const void *p, size_t n)
+{
+    return c->ssl ? SSL_write(c->ssl, p, (int)n) : write(c->fd, p, n);
+}
+
+static ssize_t io_read(struct conn *c, void *p, size_t n)
+{
+    return c->ssl ? SSL_read(c->ssl, p, (int)n) : read(c->fd, p, n);
+}
 
 static double now_s(void)
 {
@@ -71,6 +92,14 @@ static int conn_open(struct conn *c)
     if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&a, sizeof a))
         return -1;
     setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (tls) {
+        if (!(c->ssl = SSL_new(tls)) || !SSL_set_fd(c->ssl, c->fd) ||
+            !X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(c->ssl), host) ||
+            SSL_connect(c->ssl) != 1) {
+            fprintf(stderr, "workers: TLS handshake with %s failed\n", host);
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -84,7 +113,7 @@ static int post(struct conn *c, const char *path, const char *body, size_t blen)
                      "POST %s HTTP/1.1\r\nHost: %s\r\n%sContent-Type: application/json\r\n"
                      "Content-Length: %zu\r\n\r\n", path, host, auth, blen);
 
-    if (write(c->fd, head, (size_t)n) != n || write(c->fd, body, blen) != (ssize_t)blen)
+    if (io_write(c, head, (size_t)n) != n || io_write(c, body, blen) != (ssize_t)blen)
         return -1;
     for (;;) {
         ssize_t r;
@@ -92,7 +121,7 @@ static int post(struct conn *c, const char *path, const char *body, size_t blen)
             c->cap = c->cap ? c->cap * 2 : 65536;
             c->buf = realloc(c->buf, c->cap + 1);
         }
-        r = read(c->fd, c->buf + got, c->cap - got);
+        r = io_read(c, c->buf + got, c->cap - got);
         if (r <= 0)
             return -1;
         got += (size_t)r;
@@ -229,6 +258,8 @@ static void *work(void *arg)
             atomic_store(&stop, 1);
     }
 out:
+    if (c.ssl)
+        SSL_free(c.ssl);
     if (c.fd > 0)
         close(c.fd);
     free(c.buf);
@@ -248,8 +279,12 @@ int main(int argc, char **argv)
 
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--url")) {
-            if (sscanf(argv[i + 1], "http://%63[^:]:%d", host, &port) != 2)
+            if (sscanf(argv[i + 1], "http://%63[^:]:%d", host, &port) != 2 &&
+                sscanf(argv[i + 1], "https://%63[^:]:%d", host, &port) != 2)
                 return 2;
+            https = !strncmp(argv[i + 1], "https://", 8);
+        } else if (!strcmp(argv[i], "--cacert")) {
+            cacert = argv[i + 1];
         } else if (!strcmp(argv[i], "--group"))
             snprintf(group, sizeof group, "%s", argv[i + 1]);
         else if (!strcmp(argv[i], "--workers"))
@@ -271,7 +306,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr, "usage: workers --url URL --group G [--workers N] [--max M] "
                             "[--expect N [--first-seq S]] [--rounds R] [--max-seconds S] [--verify-order 1]\n"
-                            "               [--key SECRET (default $MIC_KEY)]\n");
+                            "               [--key SECRET (default $MIC_KEY)] [--cacert FILE]\n");
             return 2;
         }
     }
@@ -283,6 +318,15 @@ int main(int argc, char **argv)
     }
     if (key)
         snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", key);
+    if (https && (!(tls = SSL_CTX_new(TLS_client_method())) ||
+                  !SSL_CTX_set_min_proto_version(tls, TLS1_2_VERSION) ||
+                  (cacert ? SSL_CTX_load_verify_locations(tls, cacert, NULL)
+                          : SSL_CTX_set_default_verify_paths(tls)) != 1)) {
+        fprintf(stderr, "workers: cannot set up TLS\n");
+        return 2;
+    }
+    if (tls)
+        SSL_CTX_set_verify(tls, SSL_VERIFY_PEER, NULL);
     if (!port || !group[0] || (!expect && !rounds) || nworkers < 1 || maxc < 1) {
         fprintf(stderr, "workers: --url, --group and --expect or --rounds are required\n");
         return 2;
