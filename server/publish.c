@@ -477,6 +477,39 @@ static int apply(mic_op *op, struct mic_wctx *w)
 
 /* ---- Handler side ---- */
 
+/* 'body' failed to parse because a number is too big for an integer
+ * (jansson: "too big integer"): if it is an event's aggregate_version,
+ * that is the client's field error (422 on it, as for any version out of
+ * range) rather than malformed JSON.  Read again with big integers as
+ * reals, only to find the field: nothing of this parse is kept.  Returns
+ * MIC_EINVAL with 'err' filled, or MIC_OK to keep the 400. */
+static int version_too_big(const char *body, size_t len, struct mic_error *err)
+{
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, NULL);
+    json_t *events = root ? json_object_get(root, "events") : NULL;
+    int rc = MIC_OK;
+
+    for (size_t i = 0; root && i < (events ? json_array_size(events) : 1) && !rc; i++) {
+        json_t *ev = events ? json_array_get(events, i) : root;
+        json_t *v = json_object_get(ev, "aggregate_version");
+
+        if (json_is_real(v) && (json_real_value(v) >= 9223372036854775807.0 ||
+                                json_real_value(v) <= -9223372036854775808.0)) {
+            char f[48];
+
+            if (events)
+                snprintf(f, sizeof f, "events[%zu].aggregate_version", i);
+            else
+                snprintf(f, sizeof f, "aggregate_version");
+            rc = mic_error_set(err, MIC_EINVAL, "invalid_event", f,
+                               "aggregate_version must be between 1 and %lld",
+                               (long long)INT64_MAX);
+        }
+    }
+    json_decref(root);
+    return rc;
+}
+
 int mic_publish_parse(const char *body, size_t len,
                       const struct mic_config *cfg, mic_publish **out,
                       struct mic_error *err)
@@ -490,8 +523,11 @@ int mic_publish_parse(const char *body, size_t len,
         return mic_error_internal(err, MIC_ENOMEM);
     p->cfg = cfg;
     p->op.apply = apply;
-    if ((rc = mic_json_load(body, len, cfg->max_depth, &root, err)))
+    if ((rc = mic_json_load(body, len, cfg->max_depth, &root, err))) {
+        if (rc == MIC_EPARSE && strstr(err->message, "too big") && version_too_big(body, len, err))
+            rc = MIC_EINVAL;
         goto fail;
+    }
     if (!json_is_object(root)) {
         rc = mic_error_set(err, MIC_EINVAL, "invalid_event", NULL,
                            "the body must be an event object or {\"events\":[...]}");

@@ -214,6 +214,36 @@ static void version_rules(void **state)
 #undef AGG
 }
 
+/* An aggregate_version of 2^63 or more (or below -2^63) is a 422 on that
+ * field, with its path in a batch; a too-big integer elsewhere is still
+ * malformed JSON for jansson (400 invalid_json); nothing is stored. */
+static void version_too_big_for_jansson(void **state)
+{
+    struct fx *f = *state;
+    struct mic_error e;
+    mic_publish *p = NULL;
+    const char *one = "{\"event_id\":\"big\",\"topic\":\"t\",\"aggregate_type\":\"o\","
+                      "\"aggregate_id\":\"a\",\"aggregate_version\":9223372036854775808}";
+    const char *batch = "{\"events\":[{\"event_id\":\"ok\",\"topic\":\"t\",\"aggregate_type\":\"o\","
+                        "\"aggregate_id\":\"a\",\"aggregate_version\":1},{\"event_id\":\"neg\","
+                        "\"topic\":\"t\",\"aggregate_type\":\"o\",\"aggregate_id\":\"a\","
+                        "\"aggregate_version\":-99999999999999999999}]}";
+    const char *payload = "{\"event_id\":\"p\",\"topic\":\"t\",\"payload\":{\"n\":99999999999999999999}}";
+
+    memset(&e, 0, sizeof e);
+    assert_int_equal(mic_publish_parse(one, strlen(one), &f->cfg, &p, &e), MIC_EINVAL);
+    assert_string_equal(e.code, "invalid_event");
+    assert_string_equal(e.field, "aggregate_version");
+    assert_int_equal(mic_publish_parse(batch, strlen(batch), &f->cfg, &p, &e), MIC_EINVAL);
+    assert_string_equal(e.field, "events[1].aggregate_version");
+    assert_int_equal(mic_publish_parse(payload, strlen(payload), &f->cfg, &p, &e), MIC_EPARSE);
+    assert_string_equal(e.code, "invalid_json");
+    /* 2^63 - 1 itself is a version like any other. */
+    pub_ok(f, "{\"event_id\":\"max\",\"topic\":\"t\",\"aggregate_type\":\"o\","
+              "\"aggregate_id\":\"m\",\"aggregate_version\":9223372036854775807}", 0);
+    assert_int_equal(events(f), 1);
+}
+
 static void batch_rules(void **state)
 {
     struct fx *f = *state;
@@ -283,6 +313,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(times_come_from_the_clock, setup, teardown),
         cmocka_unit_test_setup_teardown(idempotent_by_digest, setup, teardown),
+        cmocka_unit_test_setup_teardown(version_too_big_for_jansson, setup, teardown),
         cmocka_unit_test_setup_teardown(version_rules, setup, teardown),
         cmocka_unit_test_setup_teardown(batch_rules, setup, teardown),
         cmocka_unit_test_setup_teardown(topic_rules, setup, teardown),
