@@ -107,8 +107,6 @@ static int apply_claim(mic_claim *c, struct mic_wctx *w, struct mic_group *gr)
     free(c->replay);
     c->replay = mic_group_config(gr)->replay_fields ? strdup(mic_group_config(gr)->replay_fields) : NULL;
     c->lease_expires = w->now_us + ttl_us;
-    if (c->op.alive && !c->op.alive(&c->op))
-        return MIC_OK; /* the client left: take nothing */
     if ((rc = mic_delivery_grant(w, gr, c->max, ttl_us, c->worker, c->worker_len, c->seqs,
                                  c->attempts, c->tokens, &c->granted)))
         return rc;

@@ -502,10 +502,18 @@ static void *writer_main(void *arg)
         pthread_mutex_lock(&w->lock);
         w->st.parked = w->nheap;
         pthread_mutex_unlock(&w->lock);
-        /* Woken parked ops go first: they have waited longest. */
+        /* Woken parked ops go first: they have waited longest.  One whose
+         * client went away is finished as it stands (an op that parked
+         * took nothing), without being applied again; ops applied for the
+         * first time are not asked (their client just sent them). */
         while (w->woken) {
             mic_op *op = w->woken;
             w->woken = op->next;
+            if (op->alive && !op->alive(op)) {
+                op->result = MIC_OK;
+                op->done(op);
+                continue;
+            }
             op->next = list;
             list = op;
             n++;

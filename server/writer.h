@@ -54,8 +54,9 @@ struct mic_op {
     int result;  /* MIC_OK, or the error that made the batch fail */
     void *owner; /* the submitter's; the writer never touches it */
     /* Optional, submitter's: nonzero while the client still waits.
-     * Called in the writer thread; a parked op whose client left is
-     * finished instead of being served. */
+     * Called in the writer thread, only for a parked op that a batch woke
+     * (never on an op's first apply): one whose client left is finished
+     * as it stands, without being applied again. */
     int (*alive)(mic_op *op);
     /* Set by apply() to park the op instead of finishing it: it is applied
      * again after a batch that woke 'wait_key', and finished as it stands

@@ -337,6 +337,48 @@ static void malformed_flood_is_rate_limited(void **state)
     assert_true(after - before <= 12);
 }
 
+/* A long-poll whose client hung up takes nothing when events arrive: the
+ * writer asks a woken op whether its client is still there (writer.h,
+ * alive) and finishes it unapplied, so the next claim gets the event. */
+struct parked_n {
+    long want;
+};
+
+static int parked_is(void *arg)
+{
+    return metric("mic_writer_parked") == ((struct parked_n *)arg)->want;
+}
+
+static void abandoned_long_poll_takes_nothing(void **state)
+{
+    static const char body[] = "{\"max\":1,\"wait_s\":20}";
+    char req[300];
+    struct parked_n zero = {0}, one = {1};
+    struct resp r;
+    int fd = dial(1);
+
+    (void)state;
+    assert_int_equal(http_json(&S, "PUT", "/v1/groups/lp", "{\"topics\":[\"lp\"]}", &r), 0);
+    assert_int_equal(r.status / 100, 2);
+    resp_free(&r);
+    assert_true(await(parked_is, &zero, 20000));
+    snprintf(req, sizeof req, "POST /v1/groups/lp/claim HTTP/1.1\r\nHost: x\r\n"
+             "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+             sizeof body - 1, body);
+    send_all(fd, req, strlen(req));
+    assert_true(await(parked_is, &one, 20000));
+    close(fd); /* the client is gone while its claim is parked */
+    assert_int_equal(http_json(&S, "POST", "/v1/events",
+                               "{\"topic\":\"lp\",\"event_id\":\"lp-1\",\"payload\":{}}", &r), 0);
+    assert_int_equal(r.status, 201);
+    resp_free(&r);
+    assert_true(await(parked_is, &zero, 20000));
+    assert_int_equal(http_json(&S, "POST", "/v1/groups/lp/claim", "{\"max\":1}", &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(json_array_size(json_object_get(r.json, "deliveries")), 1);
+    resp_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -347,6 +389,7 @@ int main(void)
         cmocka_unit_test(long_url_is_answered),
         cmocka_unit_test(ambiguous_framing),
         cmocka_unit_test(malformed_flood_is_rate_limited),
+        cmocka_unit_test(abandoned_long_poll_takes_nothing),
     };
 
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
