@@ -3,9 +3,91 @@
 
 #include "err.h"
 
+#include <pthread.h>
+#include <stdalign.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+/* ---- The arena (json.h) ---- */
+
+struct arena_block {
+    struct arena_block *next;
+    size_t cap;
+    alignas(max_align_t) unsigned char data[];
+};
+
+#define ARENA_FIRST (64u * 1024)
+
+static _Thread_local struct mic_json_arena *current;
+static pthread_once_t funcs_once = PTHREAD_ONCE_INIT;
+
+static int in_arena(const struct mic_json_arena *a, const void *p)
+{
+    for (const struct arena_block *b = a->blocks; b; b = b->next)
+        if ((const unsigned char *)p >= b->data && (const unsigned char *)p < b->data + b->cap)
+            return 1;
+    return 0;
+}
+
+static void *arena_malloc(size_t n)
+{
+    struct mic_json_arena *a = current;
+    size_t need = (n + alignof(max_align_t) - 1) & ~(alignof(max_align_t) - 1);
+
+    if (!a)
+        return malloc(n);
+    if (!a->blocks || a->used + need > a->cap) {
+        size_t cap = a->blocks ? a->cap * 2 : ARENA_FIRST;
+        struct arena_block *b;
+
+        while (cap < need)
+            cap *= 2;
+        if (!(b = malloc(sizeof *b + cap)))
+            return NULL;
+        b->next = a->blocks;
+        b->cap = cap;
+        a->blocks = b;
+        a->cap = cap;
+        a->used = 0;
+    }
+    a->used += need;
+    return a->blocks->data + a->used - need;
+}
+
+static void arena_free(void *p)
+{
+    struct mic_json_arena *a = current;
+
+    if (p && (!a || !in_arena(a, p)))
+        free(p);
+}
+
+static void install(void)
+{
+    json_set_alloc_funcs(arena_malloc, arena_free);
+}
+
+int mic_json_arena_begin(struct mic_json_arena *a)
+{
+    pthread_once(&funcs_once, install);
+    a->blocks = NULL;
+    a->used = a->cap = 0;
+    current = a;
+    return MIC_OK;
+}
+
+void mic_json_arena_end(struct mic_json_arena *a)
+{
+    current = NULL;
+    while (a->blocks) {
+        struct arena_block *b = a->blocks;
+        a->blocks = b->next;
+        free(b);
+    }
+    a->used = a->cap = 0;
+}
 
 /* Deepest nesting of arrays and objects in 'p', strings skipped. */
 static int depth_of(const char *p, size_t len, int limit)

@@ -517,12 +517,16 @@ int mic_publish_parse(const char *body, size_t len,
     mic_publish *p = calloc(1, sizeof *p);
     json_t *root = NULL, *events = NULL;
     int64_t now = mic_now_us();
+    struct mic_json_arena arena;
     int rc;
 
     if (!p)
         return mic_error_internal(err, MIC_ENOMEM);
     p->cfg = cfg;
     p->op.apply = apply;
+    /* Every value jansson makes for this body lives until the events are
+     * copied out, and then goes at once (json.h, the arena). */
+    mic_json_arena_begin(&arena);
     if ((rc = mic_json_load(body, len, cfg->max_depth, &root, err))) {
         if (rc == MIC_EPARSE && strstr(err->message, "too big") && version_too_big(body, len, err))
             rc = MIC_EINVAL;
@@ -567,7 +571,7 @@ int mic_publish_parse(const char *body, size_t len,
                                   now, path, &p->items[i].ev, err)))
             goto fail;
     }
-    json_decref(root);
+    mic_json_arena_end(&arena); /* root and all it holds */
     root = NULL;
     if ((rc = batch_rules(p))) {
         *err = p->err;
@@ -576,7 +580,7 @@ int mic_publish_parse(const char *body, size_t len,
     *out = p;
     return MIC_OK;
 fail:
-    json_decref(root);
+    mic_json_arena_end(&arena); /* again after the first end: nothing */
     mic_publish_free(p);
     return rc;
 }
@@ -595,8 +599,16 @@ void mic_publish_tally(const mic_publish *p,
             fn(p->items[0].ev.topic, 0, 0, 1);
         return;
     }
-    for (int i = 0; i < p->n; i++)
-        fn(p->items[i].ev.topic, !p->items[i].duplicate, p->items[i].duplicate, 0);
+    /* One call per run of events of one topic (a batch is mostly one),
+     * not one per event: fn takes a lock. */
+    for (int i = 0, pub = 0, dup = 0; i < p->n; i++) {
+        pub += !p->items[i].duplicate;
+        dup += p->items[i].duplicate;
+        if (i + 1 == p->n || strcmp(p->items[i + 1].ev.topic, p->items[i].ev.topic)) {
+            fn(p->items[i].ev.topic, pub, dup, 0);
+            pub = dup = 0;
+        }
+    }
 }
 
 /* Does 'key' cover the topic of stored event 'json' (len bytes)? */

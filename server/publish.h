@@ -42,8 +42,9 @@ int mic_publish_lookup(mic_store *s, const char *id, size_t idlen, const struct 
  * valid until mic_publish_free(p). */
 const char *mic_publish_topic(const mic_publish *p, int i);
 
-/* After done(): call fn for each event (published or duplicate), or once
- * for a request refused with a conflict (with its first event's topic). */
+/* After done(): call fn with the counts of each run of events of one
+ * topic (published, duplicates), or once for a request refused with a
+ * conflict (with its first event's topic). */
 void mic_publish_tally(const mic_publish *p,
                        void (*fn)(const char *topic, int published, int duplicate,
                                   int conflict));
