@@ -9,6 +9,7 @@
  * deliver_at is part of the digest as sent and is stored normalised like
  * created_at, in its sorted place. */
 #include "event.h"
+#include "json.h"
 
 #include "buf.h"
 #include "clock.h"
@@ -180,8 +181,8 @@ static int check_known(struct ctx *c, json_t *obj)
 
 /* ---- Canonical form ----
  *
- * The top-level values are dumped once each (jansson, compact, keys sorted
- * at every level) in key order.  The concatenation {"k":v,...} is the
+ * The top-level values are dumped once each (as jansson's compact dump with
+ * keys sorted at every level writes them: mic_json_canonical) in key order.  The concatenation {"k":v,...} is the
  * canonical text whose SHA-256 is the digest; the stored event reuses the
  * same bytes, minus created_at (normalised) plus the server's defaults. */
 
@@ -190,14 +191,6 @@ struct piece {
     json_t *value;
     size_t off, len; /* the value's bytes in the canonical text */
 };
-
-static int append_cb(const char *p, size_t n, void *arg)
-{
-    struct mic_buf *b = arg;
-
-    mic_buf_add(b, p, n);
-    return b->oom ? -1 : 0;
-}
 
 static int key_cmp(const void *a, const void *b)
 {
@@ -229,8 +222,7 @@ static int canonical(json_t *obj, struct mic_buf *canon, struct piece *pieces,
             mic_buf_json_str(canon, json_string_value(v), json_string_length(v));
         else if (json_is_integer(v))
             mic_buf_i64(canon, json_integer_value(v));
-        else if (json_dump_callback(v, append_cb, canon,
-                                    JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY))
+        else if (mic_json_canonical(v, canon)) /* jansson's dump, byte for byte */
             return MIC_ENOMEM;
         pieces[i].len = canon->len - pieces[i].off;
     }

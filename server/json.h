@@ -33,6 +33,15 @@ struct mic_json_arena {
 int mic_json_arena_begin(struct mic_json_arena *a);
 void mic_json_arena_end(struct mic_json_arena *a);
 
+/* Append 'v' to 'out' exactly as jansson's json_dumps(v, JSON_COMPACT |
+ * JSON_SORT_KEYS | JSON_ENCODE_ANY) writes it -- the canonical form under
+ * the stored digests (proto/store-format.md), byte for byte, proved by
+ * tests/test_json.c against jansson over a generated corpus -- without
+ * jansson's callbacks and per-object key array.  Returns MIC_OK, or
+ * MIC_ENOMEM (out->oom). */
+struct mic_buf;
+int mic_json_canonical(const json_t *v, struct mic_buf *out);
+
 /* Nonzero if the Content-Type header value names JSON
  * ("application/json", parameters such as charset allowed). */
 int mic_json_content_type_ok(const char *content_type);
