@@ -5,6 +5,7 @@
 #include "err.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 
 struct mic_keys {
+    atomic_int refs;
     int n;
     struct mic_key *keys;
 };
@@ -258,6 +260,7 @@ int mic_keys_parse(const char *text, size_t len, mic_keys **out, char *why, size
     *out = NULL;
     if (!k)
         return MIC_ENOMEM;
+    atomic_init(&k->refs, 1);
     while (i < len) {
         size_t e = i, b;
         const char *reason;
@@ -352,9 +355,16 @@ int mic_keys_load(const char *path, mic_keys **out, char *why, size_t whylen)
     return rc;
 }
 
+mic_keys *mic_keys_ref(mic_keys *k)
+{
+    if (k)
+        atomic_fetch_add(&k->refs, 1);
+    return k;
+}
+
 void mic_keys_free(mic_keys *k)
 {
-    if (!k)
+    if (!k || atomic_fetch_sub(&k->refs, 1) > 1)
         return;
     if (k->keys)
         OPENSSL_cleanse(k->keys, (size_t)k->n * sizeof *k->keys);

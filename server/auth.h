@@ -62,13 +62,18 @@ typedef struct mic_keys mic_keys;
 int mic_keys_parse(const char *text, size_t len, mic_keys **out, char *why, size_t whylen);
 /* Read and parse the file at 'path': as mic_keys_parse, plus MIC_EIO. */
 int mic_keys_load(const char *path, mic_keys **out, char *why, size_t whylen);
+/* Drop a reference (NULL is ignored): the set is freed with the last.
+ * mic_keys_parse/_load return a set holding one; mic_keys_ref adds one
+ * (any thread) and returns k.  A mic_key pointer from mic_keys_find stays
+ * valid while its holder keeps a reference. */
 void mic_keys_free(mic_keys *k);
+mic_keys *mic_keys_ref(mic_keys *k);
 /* How many keys 'k' holds. */
 int mic_keys_count(const mic_keys *k);
 
 /* The key whose secret is 'secret' (len bytes), or NULL.  Every key's
  * hash is compared, each in constant time, whichever matches.  The
- * pointer is valid until mic_keys_free(k). */
+ * pointer is valid while a reference to k is held. */
 const struct mic_key *mic_keys_find(const mic_keys *k, const char *secret, size_t len);
 
 /* Do the key's scopes cover topic 'name' (a topic: pattern or "*"), group

@@ -96,10 +96,13 @@ struct req {
     int submit_err;  /* writer refused the op (429 / 503) */
     unsigned status; /* of the answer queued, 0 before */
     char method[8];
-    char path[256];  /* for the audit log; cut */
-    int authed;      /* key holds the request's API key */
+    char *path;      /* for the audit log (only with one), cut at 255 bytes */
     int close;       /* answer with Connection: close */
-    struct mic_key key;
+    /* The request's API key (NULL: not authenticated), inside 'keys', the
+     * set it was found in, of which the request holds a reference (a
+     * reload may replace the set meanwhile). */
+    const struct mic_key *key;
+    mic_keys *keys;
 };
 
 /* ---- Replies ---- */
@@ -270,7 +273,7 @@ static void op_done(mic_op *op)
 /* The request's API key, or NULL when micd runs without --keys. */
 static const struct mic_key *req_key(const struct req *r)
 {
-    return r->authed ? &r->key : NULL;
+    return r->key;
 }
 
 typedef enum MHD_Result (*handler_fn)(struct req *r, const char **args);
@@ -321,10 +324,10 @@ static enum MHD_Result h_publish(struct req *r, const char **args)
         return send_error(r, &e);
     r->kind = OK_PUBLISH;
     /* Scopes: every event's topic, or nothing of the batch is stored. */
-    for (int i = 0; r->authed && i < mic_publish_count(r->u.publish); i++)
-        if (!mic_key_covers_topic(&r->key, mic_publish_topic(r->u.publish, i))) {
+    for (int i = 0; r->key && i < mic_publish_count(r->u.publish); i++)
+        if (!mic_key_covers_topic(r->key, mic_publish_topic(r->u.publish, i))) {
             mic_error_set(&e, MIC_EFORBIDDEN, "forbidden", NULL,
-                          "key %s may not publish to topic %s", r->key.id,
+                          "key %s may not publish to topic %s", r->key->id,
                           mic_publish_topic(r->u.publish, i));
             return send_error(r, &e);
         }
@@ -909,12 +912,13 @@ static int authenticate(struct req *r, struct mic_error *e)
             return mic_error_set(e, MIC_EAUTH, "unauthorized", NULL,
                                  "the secret is printable ASCII without spaces");
     pthread_rwlock_rdlock(&r->h->keys_lock);
-    if ((k = mic_keys_find(r->h->keys, v, n)))
-        r->key = *k; /* a copy: a reload may free the set */
+    if ((k = mic_keys_find(r->h->keys, v, n))) {
+        r->key = k;
+        r->keys = mic_keys_ref(r->h->keys); /* released in completed() */
+    }
     pthread_rwlock_unlock(&r->h->keys_lock);
     if (!k)
         return mic_error_set(e, MIC_EAUTH, "unauthorized", NULL, "unknown API key");
-    r->authed = 1;
     return MIC_OK;
 }
 
@@ -923,25 +927,25 @@ static int authenticate(struct req *r, struct mic_error *e)
 static int authorize(struct req *r, const struct route *rt, const char **args,
                      struct mic_error *e)
 {
-    const char *role = mic_role_name(r->key.role);
+    const char *role = mic_role_name(r->key->role);
 
-    if (!mic_perm_allows(rt->perm, r->key.role))
+    if (!mic_perm_allows(rt->perm, r->key->role))
         return mic_error_set(e, MIC_EFORBIDDEN, "forbidden", NULL,
-                             "key %s (%s) may not %s %s", r->key.id, role, rt->method,
+                             "key %s (%s) may not %s %s", r->key->id, role, rt->method,
                              rt->name);
     switch (rt->scope) {
     case SC_TOPIC:
-        if (!mic_key_covers_topic(&r->key, args[0]))
+        if (!mic_key_covers_topic(r->key, args[0]))
             return mic_error_set(e, MIC_EFORBIDDEN, "forbidden", NULL,
-                                 "key %s's scopes do not cover topic %s", r->key.id, args[0]);
+                                 "key %s's scopes do not cover topic %s", r->key->id, args[0]);
         break;
     case SC_GROUP:
-        if (!mic_key_covers_group(&r->key, args[0]))
+        if (!mic_key_covers_group(r->key, args[0]))
             return mic_error_set(e, MIC_EFORBIDDEN, "forbidden", NULL,
-                                 "key %s's scopes do not cover group %s", r->key.id, args[0]);
+                                 "key %s's scopes do not cover group %s", r->key->id, args[0]);
         break;
     case SC_ALL:
-        if (!mic_key_covers_all(&r->key))
+        if (!mic_key_covers_all(r->key))
             return mic_error_set(e, MIC_EFORBIDDEN, "forbidden", NULL,
                                  "%s %s needs a key with scope *", rt->method, rt->name);
         break;
@@ -1100,7 +1104,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
         request_id(h, r);
         *con_cls = r;
         snprintf(r->method, sizeof r->method, "%s", method);
-        snprintf(r->path, sizeof r->path, "%s", url);
+        if (h->audit_fd >= 0)
+            r->path = strndup(url, 255);
         {
             const union MHD_ConnectionInfo *ci =
                 MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
@@ -1211,8 +1216,8 @@ static void audit(mic_http *h, struct req *r)
     mic_buf_puts(&b, ",\"request_id\":");
     mic_buf_json_str(&b, r->rid, strlen(r->rid));
     mic_buf_puts(&b, ",\"key_id\":");
-    if (r->authed)
-        mic_buf_json_str(&b, r->key.id, strlen(r->key.id));
+    if (r->key)
+        mic_buf_json_str(&b, r->key->id, strlen(r->key->id));
     else
         mic_buf_puts(&b, "null");
     mic_buf_puts(&b, ",\"remote\":");
@@ -1220,7 +1225,7 @@ static void audit(mic_http *h, struct req *r)
     mic_buf_puts(&b, ",\"method\":");
     mic_buf_json_str(&b, r->method, strlen(r->method));
     mic_buf_puts(&b, ",\"path\":");
-    mic_buf_json_str(&b, r->path, strlen(r->path));
+    mic_buf_json_str(&b, r->path ? r->path : "", r->path ? strlen(r->path) : 0);
     snprintf(st, sizeof st, "%u", r->status);
     mic_buf_puts(&b, ",\"status\":");
     mic_buf_puts(&b, r->status ? st : "null");
@@ -1269,6 +1274,8 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     case OK_NONE:
         break;
     }
+    mic_keys_free(r->keys);
+    free(r->path);
     free(r->body);
     free(r);
     *con_cls = NULL;
