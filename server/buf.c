@@ -79,9 +79,9 @@ void mic_buf_printf(struct mic_buf *b, const char *fmt, ...)
     b->len += (size_t)n;
 }
 
-void mic_buf_json_str(struct mic_buf *b, const char *s, size_t n)
+/* A JSON string with the short escapes and \u00XX, XX in 'hex' digits. */
+static void json_str(struct mic_buf *b, const char *s, size_t n, const char *hex)
 {
-    static const char hex[] = "0123456789abcdef";
     size_t run = 0;
 
     if (reserve(b, n + 2))
@@ -106,6 +106,16 @@ void mic_buf_json_str(struct mic_buf *b, const char *s, size_t n)
     }
     mic_buf_add(b, s + run, n - run);
     mic_buf_add(b, "\"", 1);
+}
+
+void mic_buf_json_str(struct mic_buf *b, const char *s, size_t n)
+{
+    json_str(b, s, n, "0123456789abcdef");
+}
+
+void mic_buf_json_str_upper(struct mic_buf *b, const char *s, size_t n)
+{
+    json_str(b, s, n, "0123456789ABCDEF");
 }
 
 void mic_buf_i64(struct mic_buf *b, int64_t v)

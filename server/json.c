@@ -180,40 +180,6 @@ static void put_real(struct mic_buf *out, double d)
     mic_buf_puts(out, e);
 }
 
-/* A string as jansson's dump writes it: the short escapes, and \u00XX with
- * UPPERCASE hex for the other control bytes (mic_buf_json_str writes
- * lowercase: both are in stored digests, each where it always was). */
-static void put_str(struct mic_buf *out, const char *s, size_t n)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    size_t run = 0;
-
-    mic_buf_add(out, "\"", 1);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-
-        if (c >= 0x20 && c != '"' && c != '\\')
-            continue;
-        mic_buf_add(out, s + run, i - run);
-        run = i + 1;
-        switch (c) {
-        case '"': mic_buf_add(out, "\\\"", 2); break;
-        case '\\': mic_buf_add(out, "\\\\", 2); break;
-        case '\b': mic_buf_add(out, "\\b", 2); break;
-        case '\f': mic_buf_add(out, "\\f", 2); break;
-        case '\n': mic_buf_add(out, "\\n", 2); break;
-        case '\r': mic_buf_add(out, "\\r", 2); break;
-        case '\t': mic_buf_add(out, "\\t", 2); break;
-        default: {
-            char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-            mic_buf_add(out, e, 6);
-        }
-        }
-    }
-    mic_buf_add(out, s + run, n - run);
-    mic_buf_add(out, "\"", 1);
-}
-
 static void canon(const json_t *v, struct mic_buf *out, int depth)
 {
     switch (json_typeof(v)) {
@@ -238,7 +204,7 @@ static void canon(const json_t *v, struct mic_buf *out, int depth)
         for (i = 0; i < n; i++) {
             if (i)
                 mic_buf_add(out, ",", 1);
-            put_str(out, keys[i].key, keys[i].len);
+            mic_buf_json_str_upper(out, keys[i].key, keys[i].len);
             mic_buf_add(out, ":", 1);
             canon(keys[i].value, out, depth + 1);
         }
@@ -257,7 +223,7 @@ static void canon(const json_t *v, struct mic_buf *out, int depth)
         mic_buf_add(out, "]", 1);
         break;
     case JSON_STRING:
-        put_str(out, json_string_value(v), json_string_length(v));
+        mic_buf_json_str_upper(out, json_string_value(v), json_string_length(v));
         break;
     case JSON_INTEGER:
         mic_buf_i64(out, json_integer_value(v));
