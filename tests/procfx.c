@@ -104,17 +104,22 @@ int procfx_open(struct procfx *f, const char *prefix, int argc, const char *cons
     return 0;
 }
 
+void procfx_rm_store(const char *dir)
+{
+    char p[400];
+
+    snprintf(p, sizeof p, "%s/data.mdb", dir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/lock.mdb", dir);
+    unlink(p);
+    rmdir(dir);
+}
+
 void procfx_close(struct procfx *f)
 {
-    char p[128];
-
     procfx_stop(f);
     sem_destroy(&f->sem);
-    snprintf(p, sizeof p, "%s/data.mdb", f->dir);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/lock.mdb", f->dir);
-    unlink(p);
-    rmdir(f->dir);
+    procfx_rm_store(f->dir);
 }
 
 static void done(mic_op *op)
@@ -206,4 +211,17 @@ json_t *procfx_call(struct procfx *f, int kind, const char *group, const char *b
     mic_buf_fini(&b);
     mic_claim_free(c);
     return j;
+}
+
+int procfx_stored(mic_store *s, const char *id)
+{
+    struct mic_error e;
+    struct mic_buf b;
+    int rc;
+
+    mic_buf_init(&b);
+    rc = mic_publish_lookup(s, id, strlen(id), NULL, &b, &e);
+    mic_buf_fini(&b);
+    assert_true(rc == MIC_OK || rc == MIC_ENOTFOUND);
+    return rc == MIC_OK;
 }

@@ -62,6 +62,11 @@ void procfx_group(struct procfx *f, const char *name, const char *body);
  * none (a static buffer, valid until the next call); *dup (may be NULL)
  * is set when every item was a duplicate. */
 int procfx_publish(struct procfx *f, const char *body, const char **code, int *dup);
+/* Remove a test store: 'dir'/data.mdb, 'dir'/lock.mdb, then 'dir'. */
+void procfx_rm_store(const char *dir);
+/* 1 if event 'id' is stored in 's' (GET /v1/events/{id} finds it), 0 if
+ * not; asserts no other answer.  For any store, not only a procfx's. */
+int procfx_stored(mic_store *s, const char *id);
 /* A claim-family request (enum mic_claim_kind) on 'group': asserts it
  * succeeds and returns its parsed answer (the caller's: json_decref). */
 json_t *procfx_call(struct procfx *f, int kind, const char *group, const char *body);

@@ -77,6 +77,7 @@
 #include "publish.h"
 #include "schedule.h"
 #include "store.h"
+#include "procfx.h"
 #include "writer.h"
 
 #include <jansson.h>
@@ -655,8 +656,6 @@ static void dump_model(struct fx *f)
 static int teardown(void **state)
 {
     struct fx *f = *state;
-    char p[128];
-
     if (!f->finished && !f->directed) {
         fprintf(stderr, "FAILED: seed %u (dlq_policy %s, backoff initial_ms %d) at step %d\n",
                 f->seed, f->hold ? "hold" : "release", f->init_ms, f->step);
@@ -666,11 +665,7 @@ static int teardown(void **state)
     close_all(f);
     mic_clock_set(NULL);
     sem_destroy(&f->sem);
-    snprintf(p, sizeof p, "%s/data.mdb", f->dir);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/lock.mdb", f->dir);
-    unlink(p);
-    rmdir(f->dir);
+    procfx_rm_store(f->dir);
     free(f->ev);
     free(f);
     return 0;

@@ -15,6 +15,7 @@
 #include "publish.h"
 #include "store.h"
 #include "topic.h"
+#include "procfx.h"
 #include "writer.h"
 
 #include <jansson.h>
@@ -66,17 +67,11 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fx *f = *state;
-    char p[128];
-
     mic_clock_set(NULL);
     mic_writer_free(f->w);
     mic_store_close(f->store);
     sem_destroy(&f->sem);
-    snprintf(p, sizeof p, "%s/data.mdb", f->dir);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/lock.mdb", f->dir);
-    unlink(p);
-    rmdir(f->dir);
+    procfx_rm_store(f->dir);
     free(f);
     return 0;
 }

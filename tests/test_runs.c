@@ -100,19 +100,6 @@ static void expect_counts(struct procfx *f, const char *run_id, json_int_t dispa
     json_decref(j);
 }
 
-static int stored(struct procfx *f, const char *id)
-{
-    struct mic_error e;
-    struct mic_buf b;
-    int rc;
-
-    mic_buf_init(&b);
-    rc = mic_publish_lookup(f->store, id, strlen(id), NULL, &b, &e);
-    mic_buf_fini(&b);
-    assert_true(rc == MIC_OK || rc == MIC_ENOTFOUND);
-    return rc == MIC_OK;
-}
-
 static int noop_apply(mic_op *op, struct mic_wctx *w)
 {
     (void)op;
@@ -230,8 +217,8 @@ static void removed_dead_letter_stays_counted(void **state)
     /* Past retention: both go (terminal in every group). */
     procfx_now += 2 * SEC;
     batch(f);
-    assert_false(stored(f, "e1"));
-    assert_false(stored(f, "e2"));
+    assert_false(procfx_stored(f->store, "e1"));
+    assert_false(procfx_stored(f->store, "e2"));
     expect_counts(f, "r1", 1, 0, 1, "drained");
 }
 
@@ -277,7 +264,7 @@ static void run_keeps_what_it_has_not_added(void **state)
     assert_int_equal(mic_store_log_count(t, &n), MIC_OK);
     mic_txn_abort(t);
     assert_int_equal(n, 5000);
-    assert_true(stored(f, "e0"));
+    assert_true(procfx_stored(f->store, "e0"));
     expect_counts(f, "big", 0, 5000, 0, "running");
 }
 
@@ -295,8 +282,8 @@ static void removed_before_the_record_is_lost(void **state)
     o = prepare_run(f, "{\"topic\":\"t\",\"run_id\":\"late\"}");
     procfx_now += 2 * SEC;
     batch(f); /* e1 and e2 go: no group holds them yet */
-    assert_false(stored(f, "e1"));
-    assert_false(stored(f, "e2"));
+    assert_false(procfx_stored(f->store, "e1"));
+    assert_false(procfx_stored(f->store, "e2"));
     record_run(f, o, NULL);
     assert_true(await(state_is, &s, 10000));
     expect_counts(f, "late", 0, 0, 2, "drained");

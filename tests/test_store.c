@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "err.h"
+#include "procfx.h"
 #include "store.h"
 
 #define KiB 1024ull
@@ -27,17 +28,6 @@ struct fixture {
     char dir[64];
     mic_store *s;
 };
-
-static void rm_store(const char *dir)
-{
-    char p[128];
-
-    snprintf(p, sizeof p, "%s/data.mdb", dir);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/lock.mdb", dir);
-    unlink(p);
-    rmdir(dir);
-}
 
 static int setup_dir(void **state)
 {
@@ -63,7 +53,7 @@ static int setup(void **state)
         return -1;
     f = *state;
     if (mic_store_open(&f->s, f->dir, 16 * MiB, 64 * MiB, 1) != MIC_OK) {
-        rm_store(f->dir);
+        procfx_rm_store(f->dir);
         free(f);
         return -1;
     }
@@ -76,7 +66,7 @@ static int teardown(void **state)
 
     mic_store_set_fault(NULL);
     mic_store_close(f->s);
-    rm_store(f->dir);
+    procfx_rm_store(f->dir);
     free(f);
     return 0;
 }
@@ -124,7 +114,7 @@ static void open_creates_nested_dirs(void **state)
     snprintf(nested, sizeof nested, "%s/a/b", f->dir);
     assert_int_equal(mic_store_open(&s, nested, 1 * MiB, 1 * MiB, 1), MIC_OK);
     mic_store_close(s);
-    rm_store(nested);
+    procfx_rm_store(nested);
     assert_int_equal(rmdir(mid), 0);
 }
 
@@ -725,7 +715,7 @@ static int setup_small(void **state)
         return -1;
     f = *state;
     if (mic_store_open(&f->s, f->dir, 1 * MiB, 4 * MiB, 1) != MIC_OK) {
-        rm_store(f->dir);
+        procfx_rm_store(f->dir);
         free(f);
         return -1;
     }

@@ -17,6 +17,7 @@
 #include "config.h"
 #include "err.h"
 #include "group.h"
+#include "procfx.h"
 #include "publish.h"
 #include "schedule.h"
 #include "store.h"
@@ -128,9 +129,7 @@ static int teardown(void **state)
     stop(f);
     mic_clock_set(NULL);
     sem_destroy(&f->sem);
-    rm_file(f->dir, "data.mdb");
-    rm_file(f->dir, "lock.mdb");
-    rmdir(f->dir);
+    procfx_rm_store(f->dir);
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
         rm_file(f->arch, files[i]);
     rmdir(f->arch);
@@ -226,19 +225,6 @@ static void batch(struct fx *f)
     mic_claim_free(c);
 }
 
-static int stored(struct fx *f, const char *id)
-{
-    struct mic_error e;
-    struct mic_buf b;
-    int rc;
-
-    mic_buf_init(&b);
-    rc = mic_publish_lookup(f->store, id, strlen(id), NULL, &b, &e);
-    mic_buf_fini(&b);
-    assert_true(rc == MIC_OK || rc == MIC_ENOTFOUND);
-    return rc == MIC_OK;
-}
-
 /* Lines of archive file 'topic'.ndjson that hold event 'id'. */
 static int archived(struct fx *f, const char *topic, const char *id)
 {
@@ -283,19 +269,19 @@ static void sweep_finds_topic_and_holders(void **state)
      * in their groups and stay. */
     fake_now += 8 * DAY;
     batch(f);
-    assert_false(stored(f, "r1"));
+    assert_false(procfx_stored(f->store, "r1"));
     assert_int_equal(archived(f, "real", "r1"), 1);
     assert_int_equal(archived(f, "ghost", "r1"), 0);
-    assert_true(stored(f, "k1"));
-    assert_true(stored(f, "a1"));
+    assert_true(procfx_stored(f->store, "k1"));
+    assert_true(procfx_stored(f->store, "a1"));
 
     /* Handled: they go at their next look (at most a minute later). */
     claim_ack(f, "g.keep");
     claim_ack(f, "g.prefix");
     fake_now += 61 * SEC;
     batch(f);
-    assert_false(stored(f, "k1"));
-    assert_false(stored(f, "a1"));
+    assert_false(procfx_stored(f->store, "k1"));
+    assert_false(procfx_stored(f->store, "a1"));
     assert_int_equal(archived(f, "keep", "k1"), 1);
     assert_int_equal(archived(f, "auto", "a1"), 1);
 }
@@ -313,13 +299,13 @@ static void sweep_after_restart(void **state)
     assert_int_equal(start(f), 0);
     fake_now += 8 * DAY;
     batch(f);
-    assert_false(stored(f, "a1"));
+    assert_false(procfx_stored(f->store, "a1"));
     assert_int_equal(archived(f, "auto", "a1"), 1);
-    assert_true(stored(f, "k1"));
+    assert_true(procfx_stored(f->store, "k1"));
     claim_ack(f, "g.keep");
     fake_now += 61 * SEC;
     batch(f);
-    assert_false(stored(f, "k1"));
+    assert_false(procfx_stored(f->store, "k1"));
     assert_int_equal(archived(f, "keep", "k1"), 1);
 }
 

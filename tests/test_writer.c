@@ -13,6 +13,7 @@
 #include "config.h"
 #include "err.h"
 #include "store.h"
+#include "procfx.h"
 #include "writer.h"
 
 #include <errno.h>
@@ -104,15 +105,9 @@ static int fx_open(struct fx *f, const char *const *extra)
 
 static void fx_close(struct fx *f)
 {
-    char p[128];
-
     mic_writer_free(f->w);
     mic_store_close(f->store);
-    snprintf(p, sizeof p, "%s/data.mdb", f->dir);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/lock.mdb", f->dir);
-    unlink(p);
-    rmdir(f->dir);
+    procfx_rm_store(f->dir);
 }
 
 static void gate_reset(void)
