@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "auth.h"
 
+#include "buf.h"
 #include "err.h"
 
 #include <errno.h>
@@ -313,45 +314,26 @@ bad:
 
 int mic_keys_load(const char *path, mic_keys **out, char *why, size_t whylen)
 {
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
+    struct mic_buf b;
     int rc;
 
     *out = NULL;
-    if (!f) {
-        snprintf(why, whylen, "cannot open %s: %s", path, strerror(errno));
-        return MIC_EIO;
-    }
-    for (;;) {
-        size_t got;
-
-        if (len == cap) {
-            char *nb = cap > (1u << 24) ? NULL : realloc(buf, cap ? cap * 2 : 4096);
-
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                snprintf(why, whylen, "%s is larger than 16 MiB", path);
-                return cap > (1u << 24) ? MIC_EINVAL : MIC_ENOMEM;
-            }
-            buf = nb;
-            cap = cap ? cap * 2 : 4096;
-        }
-        got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0)
-            break;
-    }
-    if (ferror(f)) {
+    mic_buf_init(&b);
+    switch ((rc = mic_buf_read_file(&b, path, (size_t)16 << 20))) {
+    case MIC_OK:
+        rc = mic_keys_parse(b.p ? b.p : "", b.len, out, why, whylen);
+        break;
+    case MIC_ETOOBIG:
+        snprintf(why, whylen, "%s is larger than 16 MiB", path);
+        rc = MIC_EINVAL;
+        break;
+    case MIC_EIO:
         snprintf(why, whylen, "cannot read %s: %s", path, strerror(errno));
-        free(buf);
-        fclose(f);
-        return MIC_EIO;
+        break;
+    default:
+        snprintf(why, whylen, "no memory to read %s", path);
     }
-    fclose(f);
-    rc = mic_keys_parse(buf ? buf : "", len, out, why, whylen);
-    free(buf);
+    mic_buf_fini(&b);
     return rc;
 }
 

@@ -1,12 +1,15 @@
 /* buf.c - growable buffers (see buf.h). */
+#define _POSIX_C_SOURCE 200809L
 #include "buf.h"
 
 #include "clock.h"
+#include "err.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 void mic_buf_init(struct mic_buf *b)
 {
@@ -140,4 +143,50 @@ void mic_buf_json_time(struct mic_buf *b, int64_t us)
     mic_time_format(us, t + 1);
     t[MIC_TIME_LEN + 1] = '"';
     mic_buf_add(b, t, MIC_TIME_LEN + 2);
+}
+
+int mic_buf_read_file(struct mic_buf *b, const char *path, size_t max)
+{
+    FILE *f = fopen(path, "rb");
+    size_t start = b->len;
+    struct stat st;
+    int rc = MIC_OK;
+
+    if (!f)
+        return MIC_EIO;
+    if (fstat(fileno(f), &st) == 0 && st.st_size > 0 && (uint64_t)st.st_size <= max &&
+        reserve(b, (size_t)st.st_size))
+        rc = MIC_ENOMEM;
+    while (rc == MIC_OK) {
+        size_t room = b->cap > b->len + 1 ? b->cap - b->len - 1 : 0, got;
+
+        if (room == 0) {
+            int c = fgetc(f); /* at the end, or grow? */
+
+            if (c == EOF)
+                break;
+            ungetc(c, f);
+            if (reserve(b, 4096)) {
+                rc = MIC_ENOMEM;
+                break;
+            }
+            continue;
+        }
+        got = fread(b->p + b->len, 1, room, f);
+        b->len += got;
+        if (b->len - start > max)
+            rc = MIC_ETOOBIG;
+        else if (got == 0)
+            break;
+    }
+    if (rc == MIC_OK && ferror(f))
+        rc = MIC_EIO;
+    fclose(f);
+    if (rc) {
+        b->len = start;
+        b->oom = 0;
+    }
+    if (b->p)
+        b->p[b->len] = 0;
+    return rc;
 }

@@ -35,4 +35,12 @@ void mic_buf_i64(struct mic_buf *b, int64_t v);
 /* Append "YYYY-MM-DDTHH:MM:SS.ffffffZ" with quotes. */
 void mic_buf_json_time(struct mic_buf *b, int64_t us);
 
+/* Append the whole file at 'path', NUL-terminated after its last byte (not
+ * counted in len).  The buffer is sized from the file's length first, so a
+ * regular file is read into one allocation (no copies of a key left in
+ * freed memory).  Returns MIC_OK; MIC_EIO when the file cannot be opened
+ * or read (errno says why); MIC_ETOOBIG when it holds more than 'max'
+ * bytes; MIC_ENOMEM.  On failure the buffer holds what it held before. */
+int mic_buf_read_file(struct mic_buf *b, const char *path, size_t max);
+
 #endif

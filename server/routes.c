@@ -270,12 +270,6 @@ static void op_done(mic_op *op)
 
 /* ---- Handlers ---- */
 
-/* The request's API key, or NULL when micd runs without --keys. */
-static const struct mic_key *req_key(const struct req *r)
-{
-    return r->key;
-}
-
 typedef enum MHD_Result (*handler_fn)(struct req *r, const char **args);
 
 static enum MHD_Result finish_publish(struct req *r)
@@ -340,7 +334,7 @@ static enum MHD_Result h_event_get(struct req *r, const char **args)
     struct mic_buf b;
 
     mic_buf_init(&b);
-    return answer(r, mic_publish_lookup(r->h->store, args[0], strlen(args[0]), req_key(r), &b, &e), &b, &e,
+    return answer(r, mic_publish_lookup(r->h->store, args[0], strlen(args[0]), r->key, &b, &e), &b, &e,
                   MHD_HTTP_OK);
 }
 
@@ -351,7 +345,7 @@ static enum MHD_Result h_topic_list(struct req *r, const char **args)
 
     (void)args;
     mic_buf_init(&b);
-    return answer(r, mic_topic_list(r->h->store, req_key(r), &b, &e), &b, &e, MHD_HTTP_OK);
+    return answer(r, mic_topic_list(r->h->store, r->key, &b, &e), &b, &e, MHD_HTTP_OK);
 }
 
 static enum MHD_Result h_topic_get(struct req *r, const char **args)
@@ -412,7 +406,7 @@ static enum MHD_Result h_group_list(struct req *r, const char **args)
 
     (void)args;
     mic_buf_init(&b);
-    return answer(r, mic_group_list(r->h->store, req_key(r), &b, &e), &b, &e, MHD_HTTP_OK);
+    return answer(r, mic_group_list(r->h->store, r->key, &b, &e), &b, &e, MHD_HTTP_OK);
 }
 
 static enum MHD_Result h_group_get(struct req *r, const char **args)
@@ -674,7 +668,7 @@ static enum MHD_Result h_stats(struct req *r, const char **args)
 
     (void)args;
     mic_buf_init(&b);
-    if ((rc = mic_metrics_stats(r->h->store, req_key(r), &b)))
+    if ((rc = mic_metrics_stats(r->h->store, r->key, &b)))
         server_error(&e, rc);
     return answer(r, rc, &b, &e, MHD_HTTP_OK);
 }
@@ -743,7 +737,7 @@ static enum MHD_Result h_metrics(struct req *r, const char **args)
 
     (void)args;
     mic_buf_init(&b);
-    if (mic_metrics_render(r->h->store, r->h->writer, req_key(r), &b)) {
+    if (mic_metrics_render(r->h->store, r->h->writer, r->key, &b)) {
         mic_buf_fini(&b);
         return MHD_NO;
     }
@@ -969,15 +963,15 @@ static enum MHD_Result dispatch(struct req *r, const char *url,
     const char *args[MAX_ARGS];
     char store[1024];
     struct mic_error e;
-    int path_found = 0, open = 0, checked = !keys_in_use(r->h);
+    int path_found = 0, guarded = keys_in_use(r->h);
 
-    for (int i = 0; i < NROUTES; i++)
-        if (routes[i].perm == MIC_PERM_OPEN &&
-            match(routes[i].path, url, args, store, sizeof store))
-            open = 1;
     /* With keys, everything but the open routes needs a known key, before
      * anything about the path is told. */
-    if (!checked && !open && authenticate(r, &e))
+    for (int i = 0; guarded && i < NROUTES; i++)
+        if (routes[i].perm == MIC_PERM_OPEN &&
+            match(routes[i].path, url, args, store, sizeof store))
+            guarded = 0;
+    if (guarded && authenticate(r, &e))
         return send_error(r, &e);
     for (int i = 0; i < NROUTES; i++) {
         if (!match(routes[i].path, url, args, store, sizeof store))
@@ -986,7 +980,7 @@ static enum MHD_Result dispatch(struct req *r, const char *url,
         r->route = i;
         if (strcmp(routes[i].method, method) != 0)
             continue;
-        if (!checked && !open && authorize(r, &routes[i], args, &e))
+        if (guarded && authorize(r, &routes[i], args, &e))
             return send_error(r, &e);
         return routes[i].fn(r, args);
     }
@@ -1051,6 +1045,15 @@ static enum MHD_Result finish(struct req *r)
     return MHD_NO;
 }
 
+/* The deadline tracker's handle of a connection (conns.h), or NULL. */
+static mic_conn *conn_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+    return ci ? ci->socket_context : NULL;
+}
+
 struct framing {
     int lengths, chunked;
     char first[32];
@@ -1106,12 +1109,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
         snprintf(r->method, sizeof r->method, "%s", method);
         if (h->audit_fd >= 0)
             r->path = strndup(url, 255);
-        {
-            const union MHD_ConnectionInfo *ci =
-                MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-            if (ci && ci->socket_context)
-                mic_conns_busy(h->conns, ci->socket_context, 1);
-        }
+        mic_conns_busy(h->conns, conn_of(conn), 1);
         if (framing_ambiguous(conn)) {
             /* Behind a proxy, two lengths (or a length and chunks) let
              * one side read a second request where the other sees a
@@ -1246,12 +1244,7 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (!r)
         return;
     audit(cls, r);
-    {
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-        if (ci && ci->socket_context)
-            mic_conns_busy(((mic_http *)cls)->conns, ci->socket_context, 0);
-    }
+    mic_conns_busy(((mic_http *)cls)->conns, conn_of(conn), 0);
     switch (r->kind) {
     case OK_PUBLISH:
         mic_publish_free(r->u.publish);
@@ -1301,12 +1294,9 @@ static void notify_connection(void *cls, struct MHD_Connection *conn, void **soc
 static void *uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     mic_http *h = cls;
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 
     (void)uri;
-    if (ci && ci->socket_context)
-        mic_conns_head(h->conns, ci->socket_context);
+    mic_conns_head(h->conns, conn_of(conn));
     return NULL;
 }
 
@@ -1445,26 +1435,24 @@ int mic_http_listen_is_loopback(const char *listen)
     return 0;
 }
 
+/* The PEM file at 'path' (at most 1 MiB), NUL-terminated: the caller's
+ * (free it), or NULL with errno set. */
 static char *read_file(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    char *p = NULL;
-    long n;
+    struct mic_buf b;
+    int rc;
 
-    if (!f)
+    mic_buf_init(&b);
+    if ((rc = mic_buf_read_file(&b, path, (size_t)1 << 20))) {
+        mic_buf_fini(&b);
+        if (rc == MIC_ETOOBIG)
+            errno = EFBIG;
         return NULL;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n < (1 << 20) &&
-        fseek(f, 0, SEEK_SET) == 0 && (p = malloc((size_t)n + 1))) {
-        if (fread(p, 1, (size_t)n, f) != (size_t)n) {
-            free(p);
-            p = NULL;
-        } else {
-            p[n] = 0;
-            *len = (size_t)n;
-        }
     }
-    fclose(f);
-    return p;
+    if (!b.p && !(b.p = calloc(1, 1))) /* an empty file: "" */
+        return NULL;
+    *len = b.len;
+    return b.p;
 }
 
 int mic_http_tls_check(const char *cert_path, const char *key_path, char *why, size_t whylen)

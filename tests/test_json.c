@@ -1,5 +1,6 @@
 /* test_json.c - request body loading under limits (server/json.h) and the
  * response buffer's JSON helpers (server/buf.h). */
+#define _GNU_SOURCE
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "buf.h"
 #include "err.h"
@@ -515,10 +517,37 @@ static void canonical_matches_jansson_parsed(void **state)
     }
 }
 
+/* mic_buf_read_file: the bytes and a NUL after them; a missing file,
+ * one over the limit: the error, and the buffer as it was. */
+static void read_file_into_buf(void **state)
+{
+    char path[] = "/tmp/mic-test-readfile-XXXXXX";
+    int fd = mkstemp(path);
+    struct mic_buf b;
+
+    (void)state;
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "hello\nworld", 11), 11);
+    close(fd);
+    mic_buf_init(&b);
+    mic_buf_add(&b, ">", 1);
+    assert_int_equal(mic_buf_read_file(&b, path, 100), MIC_OK);
+    assert_int_equal(b.len, 12);
+    assert_string_equal(b.p, ">hello\nworld");
+    assert_int_equal(mic_buf_read_file(&b, path, 10), MIC_ETOOBIG);
+    assert_int_equal(b.len, 12);
+    assert_string_equal(b.p, ">hello\nworld");
+    unlink(path);
+    assert_int_equal(mic_buf_read_file(&b, path, 100), MIC_EIO);
+    assert_int_equal(b.len, 12);
+    mic_buf_fini(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(depth_limit),
+        cmocka_unit_test(read_file_into_buf),
         cmocka_unit_test(canonical_matches_jansson_generated),
         cmocka_unit_test(canonical_matches_jansson_parsed),
         cmocka_unit_test(depth_message_names_limit),
