@@ -233,8 +233,19 @@ class Peer:
         procs.append(p)
         self.proc = p
         wait_port(self.port, p)
-        subprocess.run([bindir + "/createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "bench"],
-                       check=True)
+        # The port opens before the server accepts sessions ("the database system is
+        # starting up"): await pg_isready's 0 (accepting) before createdb.
+        end = time.monotonic() + 60
+        while subprocess.run([bindir + "/pg_isready", "-q", "-h", "127.0.0.1", "-p", str(self.port)]).returncode:
+            if p.poll() is not None:
+                raise RuntimeError("exited with status %s" % p.returncode)
+            if time.monotonic() > end:
+                raise RuntimeError("did not accept sessions within 60 s")
+            time.sleep(0.05)
+        r = subprocess.run([bindir + "/createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "bench"],
+                           stderr=subprocess.PIPE, text=True)
+        if r.returncode:
+            raise RuntimeError("createdb: " + r.stderr.strip())
         self.addr = "host=127.0.0.1 port=%d dbname=bench user=postgres" % self.port
 
     def run(self, w):
