@@ -22,7 +22,11 @@ DEBS    := build-essential pkg-config libmicrohttpd-dev liblmdb-dev lmdb-utils \
 WARN    := -std=c11 -Wall -Wextra -Werror -Wformat=2 -g
 SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 PKGCFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKGLIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lpthread -lm
+# LMDB is linked from a copy of Debian's liblmdb.a whose pwrite and writev
+# calls go to the store journal's capture functions (server/journal.h):
+# everything LMDB writes to data.mdb is also copied into the journal.
+LMDB_A    := build/liblmdb-journal.a
+PKGLIBS   = $(LMDB_A) $(shell pkg-config --libs $(filter-out lmdb,$(PKGS)) 2>/dev/null) -lpthread -lm
 TCFLAGS   = $(shell pkg-config --cflags $(TPKGS) 2>/dev/null)
 TLIBS     = $(shell pkg-config --libs $(TPKGS) 2>/dev/null)
 RCFLAGS   = $(shell pkg-config --cflags $(RPKGS) 2>/dev/null)
@@ -59,11 +63,14 @@ build/san/%.o: server/%.c server/*.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) -c $< -o $@
 build/rel build/san:
 	mkdir -p $@
+$(LMDB_A): | build/rel
+	objcopy --redefine-sym pwrite=mic_jnl_pwrite --redefine-sym writev=mic_jnl_writev \
+	    $$(pkg-config --variable=libdir lmdb)/liblmdb.a $@
 
-build/micd: $(REL_OBJ) build/rel/main.o
-	$(CC) $(WARN) -O2 $^ -o $@ $(PKGLIBS)
-build/san/micd: $(SAN_OBJ) build/san/main.o
-	$(CC) $(WARN) $(SAN) $^ -o $@ $(PKGLIBS)
+build/micd: $(REL_OBJ) build/rel/main.o $(LMDB_A)
+	$(CC) $(WARN) -O2 $(filter %.o,$^) -o $@ $(PKGLIBS)
+build/san/micd: $(SAN_OBJ) build/san/main.o $(LMDB_A)
+	$(CC) $(WARN) $(SAN) $(filter %.o,$^) -o $@ $(PKGLIBS)
 
 $(HARNESS): tests/harness.c tests/harness.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
@@ -71,7 +78,7 @@ build/san/claimkit.o: tests/claimkit.c tests/claimkit.h tests/harness.h | build/
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
 build/san/procfx.o: tests/procfx.c tests/procfx.h server/*.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
-build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) $(KIT) tests/harness.h tests/claimkit.h tests/procfx.h
+build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) $(KIT) tests/harness.h tests/claimkit.h tests/procfx.h $(LMDB_A)
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver $< $(SAN_OBJ) $(HARNESS) $(KIT) -o $@ $(PKGLIBS) $(TLIBS)
 
 # The clients share micd's time parsing and formatting (server/clock.c)
@@ -94,7 +101,7 @@ build/workers: bench/workers.c | build/rel
 	$(CC) $(WARN) -O2 $< -o $@ -lpthread -lssl -lcrypto
 build/rangeread: bench/rangeread.c | build/rel
 	$(CC) $(WARN) -O2 $(shell pkg-config --cflags libcurl) $< -o $@ $(shell pkg-config --libs libcurl)
-build/bench_parse: bench/bench_parse.c $(REL_OBJ)
+build/bench_parse: bench/bench_parse.c $(REL_OBJ) $(LMDB_A)
 	$(CC) $(WARN) -O2 $(PKGCFLAGS) -Iserver $< $(REL_OBJ) -o $@ $(PKGLIBS)
 
 run: deps build/micd

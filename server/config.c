@@ -53,6 +53,8 @@ static const struct setting settings[] = {
      "initial LMDB map size (K, M, G, T suffixes)"},
     {"map-max", C_SIZE, "64G", 1 * MiB, 1024 * TiB, F(map_max),
      "largest the map may grow to; past it writes answer 507"},
+    {"journal-size", C_SIZE, "64M", 64 * KiB, 64 * GiB, F(journal_size),
+     "size at which the store journal switches files (two files; fsync mode only)"},
     {"durability", C_DURABILITY, "fsync", 0, 0, F(durability),
      "fsync: a 2xx is on disk; none: no fsync, a crash may lose the last commits"},
     {"max-body", C_SIZE, "16M", 1 * KiB, 1 * GiB, F(max_body),

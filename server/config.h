@@ -21,6 +21,7 @@ struct mic_config {
     uint64_t map_size;      /* initial LMDB map size, bytes */
     uint64_t map_max;       /* growth limit; MDB_MAP_FULL past it -> 507 */
     int durability;         /* enum mic_durability */
+    uint64_t journal_size;  /* store journal: bytes per file before switching */
     uint64_t max_body;      /* request body bytes */
     int max_batch;          /* events per publish */
     int max_depth;          /* JSON nesting */

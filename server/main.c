@@ -157,6 +157,7 @@ int main(int argc, char **argv)
     sigaddset(&mask, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &mask, &old);
 
+    mic_store_set_journal_size(cfg.journal_size);
     rc = mic_store_open(&store, cfg.data_dir, cfg.map_size, cfg.map_max,
                         cfg.durability == MIC_DURABILITY_NONE);
     if (rc)

@@ -11,6 +11,7 @@
 #include "clock.h"
 #include "delivery.h"
 #include "err.h"
+#include "journal.h"
 
 #include <jansson.h>
 #include <pthread.h>
@@ -445,8 +446,32 @@ int mic_metrics_render(mic_store *s, mic_writer *w, const struct mic_key *key,
         (unsigned long long)map_max);
     histogram(b, "mic_writer_batch_size", "Operations per committed transaction.",
               batch_le, st.batch_hist, (double)st.ops);
-    histogram(b, "mic_commit_seconds", "Time to commit (and fsync) a transaction.",
+    histogram(b, "mic_commit_seconds", "Time to commit a transaction (into the OS cache "
+              "and the journal's queue; the journal's fdatasync follows in the sync stage).",
               commit_le, st.commit_us_hist, st.commit_seconds_sum);
+    {
+        struct mic_jnl_stats js;
+        if (mic_store_journal_stats(s, &js) == 0)
+            mic_buf_printf(b,
+                "# HELP mic_journal_syncs_total Journal writes, each followed by one fdatasync.\n"
+                "# TYPE mic_journal_syncs_total counter\n"
+                "mic_journal_syncs_total %llu\n"
+                "# HELP mic_journal_records_total Commits written to the journal.\n"
+                "# TYPE mic_journal_records_total counter\n"
+                "mic_journal_records_total %llu\n"
+                "# HELP mic_journal_bytes_total Bytes written to the journal.\n"
+                "# TYPE mic_journal_bytes_total counter\n"
+                "mic_journal_bytes_total %llu\n"
+                "# HELP mic_journal_checkpoints_total fdatasyncs of data.mdb that freed a journal file.\n"
+                "# TYPE mic_journal_checkpoints_total counter\n"
+                "mic_journal_checkpoints_total %llu\n"
+                "# HELP mic_journal_late_checkpoints_total Times a journal file grew past --journal-size because the other one was not checkpointed yet.\n"
+                "# TYPE mic_journal_late_checkpoints_total counter\n"
+                "mic_journal_late_checkpoints_total %llu\n",
+                (unsigned long long)js.flushes, (unsigned long long)js.records,
+                (unsigned long long)js.bytes, (unsigned long long)js.checkpoints,
+                (unsigned long long)js.late_checkpoints);
+    }
     if (mic_txn_begin(s, 0, &t) == MIC_OK) {
         struct figs f;
         memset(&f, 0, sizeof f);

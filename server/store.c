@@ -39,6 +39,7 @@
 
 #include "digest.h"
 #include "err.h"
+#include "journal.h"
 #include "log.h"
 
 #include <errno.h>
@@ -48,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define REC_HDR 56    /* log record header, record format 2 */
 #define REC_HDR_V1 48 /* record format 1 (no deliver_at) */
@@ -60,6 +62,8 @@ struct mic_store {
     uint64_t map_size, map_max;
     int nosync;
     pthread_rwlock_t resize;
+    mic_jnl *jnl;       /* durable stores: the redo journal (journal.h) */
+    int jlock;          /* --durability none: the store lock, else -1 */
 };
 
 struct mic_txn {
@@ -72,6 +76,12 @@ struct mic_txn {
 
 static int (*fault_hook)(const char *dbname);
 static int (*sync_fault_hook)(void);
+static uint64_t journal_size = (uint64_t)64 << 20;
+
+void mic_store_set_journal_size(uint64_t bytes)
+{
+    journal_size = bytes;
+}
 
 void mic_store_set_sync_fault(int (*hook)(void))
 {
@@ -174,6 +184,10 @@ static int open_dbs(mic_store *s)
     mdb_reader_check(s->env, &dead);
     if ((rc = mdb_txn_begin(s->env, NULL, 0, &txn)))
         return rc;
+    if (s->jnl && mic_jnl_begin(s->jnl)) {
+        mdb_txn_abort(txn);
+        return EIO;
+    }
     if ((rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &s->meta)) ||
         (rc = mdb_dbi_open(txn, "log", MDB_CREATE, &s->log)) ||
         (rc = mdb_dbi_open(txn, "ids", MDB_CREATE, &s->ids)) ||
@@ -222,11 +236,22 @@ static int open_dbs(mic_store *s)
         mic_log(MIC_LOG_ERROR, NULL, "store has an unknown format version",
                 "found", found, NULL);
         mdb_txn_abort(txn);
+        if (s->jnl)
+            mic_jnl_discard(s->jnl);
         return -1;
     }
-    return mdb_txn_commit(txn);
+    {
+        uint64_t id = mdb_txn_id(txn);
+        if ((rc = mdb_txn_commit(txn)))
+            return rc;
+        if (s->jnl && (mic_jnl_seal(s->jnl, id) || mic_jnl_flush(s->jnl)))
+            return EIO;
+        return 0;
+    }
 fail:
     mdb_txn_abort(txn);
+    if (s->jnl)
+        mic_jnl_discard(s->jnl);
     return rc;
 }
 
@@ -235,7 +260,8 @@ int mic_store_open(mic_store **out, const char *dir, uint64_t map_size,
 {
     mic_store *s = calloc(1, sizeof *s);
     pthread_rwlockattr_t attr;
-    int rc;
+    uint64_t next_seq, replayed;
+    int rc, jlock = -1;
 
     if (!s)
         return MIC_ENOMEM;
@@ -253,22 +279,55 @@ int mic_store_open(mic_store **out, const char *dir, uint64_t map_size,
     s->map_size = map_size;
     s->map_max = map_max;
     s->nosync = nosync;
+    s->jlock = -1;
+    /* A journal left by a crash is replayed first, whatever the mode. */
+    if ((rc = mic_jnl_recover(dir, &jlock, &next_seq, &replayed))) {
+        pthread_rwlock_destroy(&s->resize);
+        free(s);
+        return rc;
+    }
     if ((rc = mdb_env_create(&s->env)))
         goto fail_free;
     if ((rc = mdb_env_set_maxdbs(s->env, 32)) ||
         (rc = mdb_env_set_maxreaders(s->env, 1024)) ||
         (rc = mdb_env_set_mapsize(s->env, map_size)) ||
-        (rc = mdb_env_open(s->env, dir,
-                           MDB_NOTLS | MDB_NORDAHEAD | (nosync ? MDB_NOSYNC : MDB_NOMETASYNC),
-                           0600)))
+        (rc = mdb_env_open(s->env, dir, MDB_NOTLS | MDB_NORDAHEAD | MDB_NOSYNC, 0600)))
         goto fail_env;
+    if (nosync) {
+        if (mic_jnl_disable(dir, jlock)) {
+            rc = EIO;
+            goto fail_env;
+        }
+        s->jlock = jlock;
+        jlock = -1;
+    } else {
+        MDB_stat st;
+        int fd;
+        /* The journal starts from a data.mdb that is on disk as it is. */
+        if ((rc = mdb_env_sync(s->env, 1)) || (rc = mdb_env_get_fd(s->env, &fd)) ||
+            (rc = mdb_env_stat(s->env, &st)))
+            goto fail_env;
+        rc = mic_jnl_open(&s->jnl, dir, jlock, fd, st.ms_psize, journal_size, next_seq);
+        jlock = -1;
+        if (rc) {
+            mdb_env_close(s->env);
+            pthread_rwlock_destroy(&s->resize);
+            free(s);
+            return rc;
+        }
+    }
     if ((rc = open_dbs(s)))
         goto fail_env;
     *out = s;
     return MIC_OK;
 fail_env:
+    mic_jnl_close(s->jnl);
     mdb_env_close(s->env);
 fail_free:
+    if (jlock >= 0)
+        close(jlock);
+    if (s->jlock >= 0)
+        close(s->jlock);
     pthread_rwlock_destroy(&s->resize);
     free(s);
     if (rc == -1)
@@ -282,7 +341,10 @@ void mic_store_close(mic_store *s)
 {
     if (!s)
         return;
+    mic_jnl_close(s->jnl);
     mdb_env_close(s->env);
+    if (s->jlock >= 0)
+        close(s->jlock);
     pthread_rwlock_destroy(&s->resize);
     free(s);
 }
@@ -323,27 +385,33 @@ void mic_store_usage(mic_store *s, uint64_t *map_size, uint64_t *used,
 
 /* ---- Durability ----
  *
- * The environment is opened with MDB_NOMETASYNC: a commit writes its pages,
- * fdatasyncs them, then writes its meta page without a sync (LMDB keeps
- * the store consistent: the meta of a commit reaches the disk only after
- * its pages).  The commit is durable after the next fdatasync, which
- * mic_store_sync makes (the writer's sync stage calls it before answering
- * the commit's requests), or which the next commit makes. */
+ * LMDB runs with MDB_NOSYNC: a commit only writes its pages and its meta
+ * page into the OS cache.  Under --durability fsync the journal
+ * (journal.h) has copied every byte of it, and mic_store_sync writes the
+ * commits sealed since the last call to the journal file in one write and
+ * one fdatasync: the commit is then durable, and a crash or power loss
+ * before data.mdb itself reached the disk is repaired by the journal's
+ * replay at the next open. */
 
 int mic_store_sync(mic_store *s)
 {
     int rc;
 
-    if (sync_fault_hook && (rc = sync_fault_hook()))
-        goto failed;
-    if (s->nosync)
-        return MIC_OK;
-    if ((rc = mdb_env_sync(s->env, 1))) {
-    failed:
-        mic_log(MIC_LOG_ERROR, NULL, "fdatasync failed", "error", mdb_strerror(rc), NULL);
+    if (sync_fault_hook && (rc = sync_fault_hook())) {
+        mic_log(MIC_LOG_ERROR, NULL, "fdatasync failed", "error", strerror(rc), NULL);
         return MIC_EIO;
     }
-    return MIC_OK;
+    if (!s->jnl)
+        return MIC_OK;
+    return mic_jnl_flush(s->jnl);
+}
+
+int mic_store_journal_stats(mic_store *s, struct mic_jnl_stats *st)
+{
+    if (!s->jnl)
+        return -1;
+    mic_jnl_stats(s->jnl, st);
+    return 0;
 }
 
 /* ---- Transactions ---- */
@@ -368,6 +436,12 @@ int mic_txn_begin(mic_store *s, int write, mic_txn **out)
         free(t);
         return from_mdb(rc);
     }
+    /* At most one commit may be ahead of the journal (journal.h). */
+    if (write && s->jnl && mic_jnl_begin(s->jnl)) {
+        mdb_txn_abort(t->txn);
+        free(t);
+        return MIC_EIO;
+    }
     *out = t;
     return MIC_OK;
 }
@@ -378,7 +452,17 @@ int mic_txn_commit(mic_txn *t)
 
     if (t->logc)
         mdb_cursor_close(t->logc);
-    rc = mdb_txn_commit(t->txn);
+    if (t->write && t->s->jnl) {
+        uint64_t id = mdb_txn_id(t->txn);
+        if ((rc = mdb_txn_commit(t->txn)))
+            mic_jnl_discard(t->s->jnl);
+        else if (mic_jnl_seal(t->s->jnl, id)) {
+            free(t);
+            return MIC_EIO;
+        }
+    } else {
+        rc = mdb_txn_commit(t->txn);
+    }
 
     if (!t->write)
         pthread_rwlock_unlock(&t->s->resize);
@@ -393,6 +477,8 @@ void mic_txn_abort(mic_txn *t)
     if (t->logc)
         mdb_cursor_close(t->logc);
     mdb_txn_abort(t->txn);
+    if (t->write && t->s->jnl)
+        mic_jnl_discard(t->s->jnl); /* pages it spilled: free ones */
     if (!t->write)
         pthread_rwlock_unlock(&t->s->resize);
     free(t);

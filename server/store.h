@@ -80,12 +80,23 @@ struct mic_agg_rec {
 /* ---- Environment ---- */
 
 /* Open (creating if needed) the store in 'dir' with 'map_size' bytes of map
- * that may grow up to 'map_max'.  'nosync' skips fsync at commit (the
- * --durability none setting).  Returns MIC_EVERSION for a store of another
- * format version, MIC_EIO for other failures (logged). */
+ * that may grow up to 'map_max'.  A journal left by a crash is replayed
+ * first (journal.h).  'nosync' runs without the journal and without any
+ * fsync (the --durability none setting).  One process at a time may have
+ * a store open.  Returns MIC_EVERSION for a store of another format
+ * version, MIC_EBUSY when another process has it open, MIC_EIO for other
+ * failures (logged). */
 int mic_store_open(mic_store **out, const char *dir, uint64_t map_size,
                    uint64_t map_max, int nosync);
 void mic_store_close(mic_store *s);
+
+/* Size at which the journal of stores opened from now on switches files
+ * (default 64 MiB; --journal-size). */
+void mic_store_set_journal_size(uint64_t bytes);
+
+/* The journal's figures; -1 for a store without one (nosync). */
+struct mic_jnl_stats;
+int mic_store_journal_stats(mic_store *s, struct mic_jnl_stats *st);
 
 /* Double the map (up to its limit).  Waits until no read transaction is
  * open.  Writer thread only, with no write transaction open.  Returns
@@ -110,15 +121,20 @@ void mic_store_set_sync_fault(int (*hook)(void));
 
 /* Begin a read (write == 0) or write transaction. */
 int mic_txn_begin(mic_store *s, int write, mic_txn **out);
-/* Commit and free: the pages are synced (unless nosync), the meta page
- * is written but not yet synced, so the commit is durable only after the
- * next mic_store_sync (or the next commit).  MIC_ENOSPC on a full disk,
- * MIC_EIO on another failure (nothing of the transaction is committed). */
+/* Begin: a write transaction waits, when needed, until no more than one
+ * commit is ahead of the journal (MIC_EIO once the journal failed).
+ * Commit and free: the commit is visible to new transactions but durable
+ * only after the next mic_store_sync.  MIC_ENOSPC on a full disk, MIC_EIO
+ * on another failure (nothing of the transaction is committed), or when
+ * the journal could not take the commit (it is then visible but can never
+ * be made durable: the journal is failed and every later sync and write
+ * transaction answers MIC_EIO). */
 int mic_txn_commit(mic_txn *t);
-/* Make every commit so far durable (fdatasync; nothing with nosync).
- * Returns MIC_OK, or MIC_EIO when the sync failed (logged): what was
- * committed since the last good sync may then be lost, so the caller must
- * not report it durable.  Any thread, also during a write transaction. */
+/* Make every commit so far durable: one write of the journal file and one
+ * fdatasync (nothing with nosync).  Returns MIC_OK, or MIC_EIO when the
+ * write or sync failed now or before (logged): what was committed since
+ * the last good sync may then be lost, so the caller must not report it
+ * durable.  Any thread, also during a write transaction. */
 int mic_store_sync(mic_store *s);
 void mic_txn_abort(mic_txn *t);
 

@@ -15,11 +15,12 @@
  * the next stored deadline, the next parked op's deadline; idle after a
  * batch, it first hands freed memory back with malloc_trim (TRIM_MS).
  *
- * Durability: a commit syncs its pages but not its meta page (store.c,
- * "Durability"), so the ops it finished go to the sync stage, a thread of
- * its own that makes one fdatasync for every commit queued since its last
- * one and only then calls their done().  Meanwhile the writer already runs
- * the next batch: the meta sync of commit N overlaps batch N+1.  No op is
+ * Durability: a commit only reaches the OS cache and the store journal's
+ * queue (store.c, "Durability"), so the ops it finished go to the sync
+ * stage, a thread of its own that writes every commit queued since its
+ * last one to the journal with one fdatasync and only then calls their
+ * done().  Meanwhile the writer already runs the next batch: the sync of
+ * commit N overlaps batch N+1 (the store makes batch N+2 wait for it).  No op is
  * answered before the sync that covers its commit returned; a failed sync
  * answers its ops MIC_EIO and stops the writer (fail-stop: after a failed
  * fsync the kernel may have dropped the pages, so nothing later can be

@@ -1,6 +1,7 @@
 /* harness.c - see harness.h. */
 #define _GNU_SOURCE
 #include "harness.h"
+#include "procfx.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -205,15 +206,9 @@ void srv_kill9(struct srv *s)
 
 void srv_cleanup(struct srv *s)
 {
-    char path[400];
-
     if (!s->dir[0])
         return;
-    snprintf(path, sizeof path, "%s/data.mdb", s->dir);
-    unlink(path);
-    snprintf(path, sizeof path, "%s/lock.mdb", s->dir);
-    unlink(path);
-    rmdir(s->dir);
+    procfx_rm_store(s->dir);
     unlink(s->logpath);
     s->dir[0] = 0;
 }

@@ -106,12 +106,13 @@ int procfx_open(struct procfx *f, const char *prefix, int argc, const char *cons
 
 void procfx_rm_store(const char *dir)
 {
+    static const char *const files[] = {"data.mdb", "lock.mdb", "journal-0", "journal-1"};
     char p[400];
 
-    snprintf(p, sizeof p, "%s/data.mdb", dir);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/lock.mdb", dir);
-    unlink(p);
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        unlink(p);
+    }
     rmdir(dir);
 }
 

@@ -62,7 +62,8 @@ void procfx_group(struct procfx *f, const char *name, const char *body);
  * none (a static buffer, valid until the next call); *dup (may be NULL)
  * is set when every item was a duplicate. */
 int procfx_publish(struct procfx *f, const char *body, const char **code, int *dup);
-/* Remove a test store: 'dir'/data.mdb, 'dir'/lock.mdb, then 'dir'. */
+/* Remove a test store: 'dir'/data.mdb, lock.mdb, journal-0, journal-1, then
+ * 'dir'. */
 void procfx_rm_store(const char *dir);
 /* 1 if event 'id' is stored in 's' (GET /v1/events/{id} finds it), 0 if
  * not; asserts no other answer.  For any store, not only a procfx's. */

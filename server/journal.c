@@ -1,0 +1,1068 @@
+/* journal.c - the store's redo journal (journal.h; format in
+ * proto/store-format.md, "Journal").
+ *
+ * State and who may touch it:
+ *   cur, cap_failed          the committing thread (LMDB's write lock)
+ *   qhead/qtail, spare, sealed_seq, st
+ *                            qlock
+ *   f[].off/zeroed/first_seq, active, shadow, shadow_txnid
+ *                            flush_lock (held for a whole flush)
+ *   f[].free, ck_*           ck_lock
+ *   durable_seq, failed      atomics, written under flush_lock (failed also
+ *                            by the checkpoint thread)
+ *
+ * A record is what one commit wrote to data.mdb, byte for byte, in write
+ * order: replaying it over an older data.mdb gives the pages the commit
+ * left.  Records are only ever appended to the active file; a file is
+ * restarted from its header only once a checkpoint made every page its
+ * records hold durable in data.mdb itself. */
+#define _GNU_SOURCE
+#include "journal.h"
+
+#include "err.h"
+#include "log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define HDR_FIELDS 4096u     /* the header's fixed part; the meta pages follow */
+#define REC_HDR 40u
+#define SEG_HDR 16u
+#define REC_MAGIC 0x4d4a5243u
+#define JNL_VERSION 1u
+#define FILE_MAGIC "MICJRNL1"
+/* LMDB 0.9's meta page: page header (16 bytes), then MDB_meta, whose
+ * mm_magic is at 0 and mm_txnid at 128 (after mm_version, mm_address,
+ * mm_mapsize, two MDB_db of 48 bytes and mm_last_pg). */
+#define MDB_META_MAGIC 0xBEEFC0DEu
+#define META_MAGIC_OFF 16
+#define META_TXNID_OFF 144
+#define ZERO_STEP_MIN (1u << 20)
+#define ZERO_STEP_MAX (16u << 20)
+#define MAX_REGISTERED 16
+#define MAX_RECORD ((uint64_t)1 << 40)
+
+struct rec {
+    struct rec *next;
+    unsigned char *buf;
+    size_t len, cap;
+    uint64_t seq, txnid;
+    uint32_t nseg;
+    int has_meta;
+};
+
+struct jfile {
+    int fd;
+    uint64_t off;       /* where the next record goes */
+    uint64_t zeroed;    /* bytes below this were written before: no size change */
+    uint64_t first_seq;
+    int free;           /* every record checkpointed: may be restarted */
+};
+
+struct mic_jnl {
+    int data_fd;
+    unsigned psize;
+    uint64_t hdr_size, file_size;
+    struct jfile f[2];
+    int active;
+    struct rec *cur;
+    int cap_failed;
+    pthread_mutex_t qlock;
+    struct rec *qhead, *qtail, *spare;
+    int nspare;
+    uint64_t sealed_seq;
+    struct mic_jnl_stats st;
+    pthread_mutex_t flush_lock;
+    unsigned char *shadow, *hdrbuf;
+    uint64_t shadow_txnid;
+    _Atomic uint64_t durable_seq;
+    _Atomic int failed;
+    pthread_mutex_t ck_lock;
+    pthread_cond_t ck_cond;
+    pthread_t ck_thread;
+    int ck_want, ck_busy, ck_stop;
+};
+
+static struct mic_jnl_hooks hooks;
+
+void mic_jnl_set_hooks(const struct mic_jnl_hooks *h)
+{
+    if (h)
+        hooks = *h;
+    else
+        memset(&hooks, 0, sizeof hooks);
+}
+
+/* ---- Little-endian fields, CRC-32C ---- */
+
+static void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static uint64_t get64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static uint32_t crc_table[256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+static int crc_hw_ok;
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc_table[i] = c;
+    }
+#if defined(__x86_64__)
+    crc_hw_ok = __builtin_cpu_supports("sse4.2");
+#endif
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2")))
+static uint32_t crc_hw(uint32_t c, const unsigned char *p, size_t n)
+{
+    uint64_t c64 = c;
+
+    for (; n >= 8; p += 8, n -= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c64 = __builtin_ia32_crc32di(c64, v);
+    }
+    c = (uint32_t)c64;
+    while (n--)
+        c = __builtin_ia32_crc32qi(c, *p++);
+    return c;
+}
+#endif
+
+/* CRC-32C (Castagnoli) of p[0..n), continuing 'crc' (0 to start). */
+static uint32_t crc32c(uint32_t crc, const void *buf, size_t n)
+{
+    const unsigned char *p = buf;
+    uint32_t c = ~crc;
+
+    pthread_once(&crc_once, crc_init);
+#if defined(__x86_64__)
+    if (crc_hw_ok)
+        return ~crc_hw(c, p, n);
+#endif
+    while (n--)
+        c = crc_table[(c ^ *p++) & 0xff] ^ (c >> 8);
+    return ~c;
+}
+
+/* ---- Full reads and writes ---- */
+
+static int pread_full(int fd, void *buf, size_t n, off_t off)
+{
+    while (n) {
+        ssize_t r = pread(fd, buf, n, off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        buf = (char *)buf + r;
+        n -= (size_t)r;
+        off += r;
+    }
+    return 0;
+}
+
+static int pwrite_full(int fd, const void *buf, size_t n, off_t off)
+{
+    while (n) {
+        ssize_t r = pwrite(fd, buf, n, off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        buf = (const char *)buf + r;
+        n -= (size_t)r;
+        off += r;
+    }
+    return 0;
+}
+
+/* Write 'cnt' buffers back to back at 'off'; the iovec array is consumed. */
+static int pwritev_full(int fd, struct iovec *iov, int cnt, off_t off)
+{
+    while (cnt > 0) {
+        int n = cnt > IOV_MAX ? IOV_MAX : cnt;
+        ssize_t r = pwritev(fd, iov, n, off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        off += r;
+        while (r > 0 && cnt > 0) {
+            if ((size_t)r >= iov->iov_len) {
+                r -= (ssize_t)iov->iov_len;
+                iov++;
+                cnt--;
+            } else {
+                iov->iov_base = (char *)iov->iov_base + r;
+                iov->iov_len -= (size_t)r;
+                r = 0;
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---- The registry: which descriptors are journaled data files ---- */
+
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int reg_fd[MAX_REGISTERED];        /* fd + 1; 0 = free */
+static mic_jnl *_Atomic reg_jnl[MAX_REGISTERED];
+
+static int reg_add(mic_jnl *j)
+{
+    int rc = -1;
+
+    pthread_mutex_lock(&reg_lock);
+    for (int i = 0; i < MAX_REGISTERED; i++)
+        if (atomic_load(&reg_fd[i]) == 0) {
+            atomic_store(&reg_jnl[i], j);
+            atomic_store(&reg_fd[i], j->data_fd + 1);
+            rc = 0;
+            break;
+        }
+    pthread_mutex_unlock(&reg_lock);
+    return rc;
+}
+
+static void reg_del(mic_jnl *j)
+{
+    pthread_mutex_lock(&reg_lock);
+    for (int i = 0; i < MAX_REGISTERED; i++)
+        if (atomic_load(&reg_jnl[i]) == j) {
+            atomic_store(&reg_fd[i], 0);
+            atomic_store(&reg_jnl[i], NULL);
+        }
+    pthread_mutex_unlock(&reg_lock);
+}
+
+static mic_jnl *reg_find(int fd)
+{
+    for (int i = 0; i < MAX_REGISTERED; i++)
+        if (atomic_load(&reg_fd[i]) == fd + 1)
+            return atomic_load(&reg_jnl[i]);
+    return NULL;
+}
+
+/* ---- Capture (the committing thread) ---- */
+
+static void fail(mic_jnl *j, const char *what, int err)
+{
+    if (!atomic_exchange(&j->failed, 1))
+        mic_log(MIC_LOG_ERROR, NULL, "journal failed: nothing more is acknowledged",
+                "what", what, "error", err ? strerror(err) : "-", NULL);
+}
+
+static struct rec *rec_take(mic_jnl *j)
+{
+    struct rec *r;
+
+    pthread_mutex_lock(&j->qlock);
+    r = j->spare;
+    if (r) {
+        j->spare = r->next;
+        j->nspare--;
+    }
+    pthread_mutex_unlock(&j->qlock);
+    if (!r)
+        r = calloc(1, sizeof *r);
+    if (r) {
+        r->next = NULL;
+        r->len = REC_HDR;
+        r->nseg = 0;
+        r->has_meta = 0;
+    }
+    return r;
+}
+
+static void rec_give(mic_jnl *j, struct rec *r)
+{
+    pthread_mutex_lock(&j->qlock);
+    if (j->nspare < 4 && r->cap <= ((size_t)8 << 20)) {
+        r->next = j->spare;
+        j->spare = r;
+        j->nspare++;
+        r = NULL;
+    }
+    pthread_mutex_unlock(&j->qlock);
+    if (r) {
+        free(r->buf);
+        free(r);
+    }
+}
+
+static void capture(mic_jnl *j, off_t off, const struct iovec *iov, int cnt, size_t total)
+{
+    size_t need = SEG_HDR + ((total + 7) & ~(size_t)7);
+    struct rec *r;
+    unsigned char *p;
+
+    if (j->cap_failed)
+        return;
+    if (!j->cur && !(j->cur = rec_take(j)))
+        goto oom;
+    r = j->cur;
+    if (r->len + need > r->cap) {
+        size_t cap = r->cap ? r->cap : 64 * 1024;
+        unsigned char *b;
+        while (cap < r->len + need)
+            cap *= 2;
+        if (!(b = realloc(r->buf, cap)))
+            goto oom;
+        r->buf = b;
+        r->cap = cap;
+    }
+    p = r->buf + r->len;
+    put64(p, (uint64_t)off);
+    put32(p + 8, (uint32_t)total);
+    put32(p + 12, 0);
+    p += SEG_HDR;
+    for (size_t left = total; left && cnt > 0; iov++, cnt--) {
+        size_t n = iov->iov_len < left ? iov->iov_len : left;
+        memcpy(p, iov->iov_base, n);
+        p += n;
+        left -= n;
+    }
+    memset(p, 0, need - SEG_HDR - total);
+    if (hooks.on_data)
+        hooks.on_data(off, r->buf + r->len + SEG_HDR, total);
+    r->len += need;
+    r->nseg++;
+    if ((uint64_t)off < 2 * (uint64_t)j->psize)
+        r->has_meta = 1;
+    return;
+oom:
+    j->cap_failed = 1;
+}
+
+ssize_t mic_jnl_pwrite(int fd, const void *buf, size_t n, off_t off)
+{
+    ssize_t r = pwrite(fd, buf, n, off);
+    mic_jnl *j;
+
+    if (r > 0 && (j = reg_find(fd))) {
+        struct iovec v = {(void *)buf, (size_t)r};
+        capture(j, off, &v, 1, (size_t)r);
+    }
+    return r;
+}
+
+ssize_t mic_jnl_writev(int fd, const struct iovec *iov, int cnt)
+{
+    mic_jnl *j = reg_find(fd);
+    off_t pos = j ? lseek(fd, 0, SEEK_CUR) : 0;
+    ssize_t r = writev(fd, iov, cnt);
+
+    if (j && r > 0) {
+        if (pos < 0)
+            j->cap_failed = 1;
+        else
+            capture(j, pos, iov, cnt, (size_t)r);
+    }
+    return r;
+}
+
+/* ---- Headers ---- */
+
+/* A header: its chain starts at 'first_seq' (0: the file holds no chain),
+ * and no record of either file has a sequence number from 'floor' on. */
+static size_t hdr_fill(mic_jnl *j, unsigned char *h, uint64_t first_seq, uint64_t floor)
+{
+    uint32_t crc;
+
+    memset(h, 0, HDR_FIELDS);
+    memcpy(h, FILE_MAGIC, 8);
+    put32(h + 8, JNL_VERSION);
+    put32(h + 12, j->psize);
+    put64(h + 16, first_seq);
+    put64(h + 24, j->shadow_txnid);
+    put64(h + 40, floor);
+    memcpy(h + HDR_FIELDS, j->shadow, 2 * (size_t)j->psize);
+    crc = crc32c(0, h, 32);
+    crc = crc32c(crc, h + 36, j->hdr_size - 36);
+    put32(h + 32, crc);
+    return j->hdr_size;
+}
+
+/* Write zeros up to past 'need' so that the records that follow do not
+ * change the file's size (an fdatasync that must also commit a new size
+ * costs a journal commit of the filesystem as well). */
+static int zero_ahead(struct jfile *f, uint64_t need)
+{
+    static const unsigned char zeros[64 * 1024];
+    uint64_t step = f->zeroed < ZERO_STEP_MIN ? ZERO_STEP_MIN
+                  : f->zeroed > ZERO_STEP_MAX ? ZERO_STEP_MAX : f->zeroed;
+    uint64_t to = need > f->zeroed + step ? need : f->zeroed + step;
+
+    to = (to + ZERO_STEP_MIN - 1) & ~(uint64_t)(ZERO_STEP_MIN - 1);
+    for (uint64_t at = f->zeroed; at < to;) {
+        size_t n = to - at < sizeof zeros ? (size_t)(to - at) : sizeof zeros;
+        if (pwrite_full(f->fd, zeros, n, (off_t)at))
+            return -1;
+        at += n;
+    }
+    f->zeroed = to;
+    return 0;
+}
+
+/* ---- Flush ---- */
+
+static void shadow_apply(mic_jnl *j, const struct rec *r)
+{
+    const unsigned char *p = r->buf + REC_HDR;
+    uint64_t meta_end = 2 * (uint64_t)j->psize;
+
+    for (uint32_t i = 0; i < r->nseg; i++) {
+        uint64_t off = get64(p);
+        uint32_t len = get32(p + 8);
+        if (off < meta_end) {
+            uint64_t n = off + len > meta_end ? meta_end - off : len;
+            memcpy(j->shadow + off, p + SEG_HDR, (size_t)n);
+        }
+        p += SEG_HDR + ((len + 7) & ~(uint32_t)7);
+    }
+    j->shadow_txnid = r->txnid;
+}
+
+static int flush_locked(mic_jnl *j)
+{
+    struct rec *list, *r;
+    struct iovec *iov = NULL, one;
+    struct jfile *f;
+    uint64_t total = 0, last_seq = 0;
+    int n = 0, rotated = 0, rc = MIC_EIO;
+
+    if (atomic_load(&j->failed))
+        return MIC_EIO;
+    pthread_mutex_lock(&j->qlock);
+    list = j->qhead;
+    j->qhead = j->qtail = NULL;
+    pthread_mutex_unlock(&j->qlock);
+    if (!list)
+        return MIC_OK;
+    for (r = list; r; r = r->next) {
+        put32(r->buf + 4, crc32c(0, r->buf + 8, r->len - 8));
+        total += r->len;
+        last_seq = r->seq;
+        n++;
+    }
+    f = &j->f[j->active];
+    if (f->off > j->hdr_size && f->off + total > j->file_size) {
+        struct jfile *o = &j->f[!j->active];
+        int ofree;
+        pthread_mutex_lock(&j->ck_lock);
+        ofree = o->free;
+        if (ofree) {
+            f->free = 0;
+            j->ck_want = j->active;
+            pthread_cond_signal(&j->ck_cond);
+        }
+        pthread_mutex_unlock(&j->ck_lock);
+        if (!ofree) {
+            pthread_mutex_lock(&j->qlock);
+            j->st.late_checkpoints++;
+            pthread_mutex_unlock(&j->qlock);
+        } else {
+            j->active = !j->active;
+            f = o;
+            f->first_seq = list->seq;
+            f->off = j->hdr_size;
+            rotated = 1;
+        }
+    }
+    if (f->off + total > f->zeroed && zero_ahead(f, f->off + total)) {
+        fail(j, "journal write", errno);
+        goto out;
+    }
+    if (rotated) {
+        hdr_fill(j, j->hdrbuf, f->first_seq, f->first_seq);
+        if (pwrite_full(f->fd, j->hdrbuf, j->hdr_size, 0)) {
+            fail(j, "journal write", errno);
+            goto out;
+        }
+    }
+    if (n == 1) {
+        iov = &one;
+    } else if (!(iov = malloc((size_t)n * sizeof *iov))) {
+        fail(j, "journal write", ENOMEM);
+        goto out;
+    }
+    n = 0;
+    for (r = list; r; r = r->next)
+        iov[n++] = (struct iovec){r->buf, r->len};
+    if (pwritev_full(f->fd, iov, n, (off_t)f->off)) {
+        fail(j, "journal write", errno);
+        goto out;
+    }
+    if (hooks.on_written)
+        hooks.on_written((int)(f - j->f), (off_t)f->off, (size_t)total);
+    if (hooks.fail_sync && (errno = hooks.fail_sync())) {
+        fail(j, "journal fdatasync", errno);
+        goto out;
+    }
+    if (fdatasync(f->fd)) {
+        fail(j, "journal fdatasync", errno);
+        goto out;
+    }
+    f->off += total;
+    for (r = list; r; r = r->next)
+        shadow_apply(j, r);
+    atomic_store(&j->durable_seq, last_seq);
+    pthread_mutex_lock(&j->qlock);
+    j->st.flushes++;
+    j->st.records += (uint64_t)n;
+    j->st.bytes += total;
+    j->st.rotations += (uint64_t)rotated;
+    pthread_mutex_unlock(&j->qlock);
+    rc = MIC_OK;
+out:
+    if (iov != &one)
+        free(iov);
+    while (list) {
+        r = list->next;
+        rec_give(j, list);
+        list = r;
+    }
+    return rc;
+}
+
+int mic_jnl_flush(mic_jnl *j)
+{
+    int rc;
+
+    pthread_mutex_lock(&j->flush_lock);
+    rc = flush_locked(j);
+    pthread_mutex_unlock(&j->flush_lock);
+    return rc;
+}
+
+int mic_jnl_begin(mic_jnl *j)
+{
+    uint64_t sealed;
+    int rc = MIC_OK;
+
+    if (j->cur && j->cur->nseg)
+        mic_jnl_discard(j);
+    if (atomic_load(&j->failed))
+        return MIC_EIO;
+    pthread_mutex_lock(&j->qlock);
+    sealed = j->sealed_seq;
+    pthread_mutex_unlock(&j->qlock);
+    if (sealed <= atomic_load(&j->durable_seq) + 1)
+        return MIC_OK;
+    /* Wait for a flush in progress; flush here only if none covered it. */
+    pthread_mutex_lock(&j->flush_lock);
+    if (sealed > atomic_load(&j->durable_seq) + 1)
+        rc = flush_locked(j);
+    pthread_mutex_unlock(&j->flush_lock);
+    return rc;
+}
+
+int mic_jnl_seal(mic_jnl *j, uint64_t txnid)
+{
+    struct rec *r = j->cur;
+
+    if (j->cap_failed) {
+        mic_jnl_discard(j);
+        fail(j, "journal capture", ENOMEM);
+        return MIC_EIO;
+    }
+    if (!r || !r->nseg)
+        return MIC_OK;
+    if (!r->has_meta) {
+        mic_jnl_discard(j);
+        fail(j, "a commit wrote no meta page", 0);
+        return MIC_EIO;
+    }
+    j->cur = NULL;
+    r->txnid = txnid;
+    memset(r->buf, 0, REC_HDR);
+    put32(r->buf, REC_MAGIC);
+    put64(r->buf + 16, txnid);
+    put64(r->buf + 24, r->len);
+    put32(r->buf + 32, r->nseg);
+    pthread_mutex_lock(&j->qlock);
+    r->seq = ++j->sealed_seq;
+    put64(r->buf + 8, r->seq);
+    if (j->qtail)
+        j->qtail->next = r;
+    else
+        j->qhead = r;
+    j->qtail = r;
+    pthread_mutex_unlock(&j->qlock);
+    return MIC_OK;
+}
+
+void mic_jnl_discard(mic_jnl *j)
+{
+    j->cap_failed = 0;
+    if (j->cur) {
+        j->cur->len = REC_HDR;
+        j->cur->nseg = 0;
+        j->cur->has_meta = 0;
+    }
+}
+
+/* ---- Checkpoints ---- */
+
+static void *ck_main(void *arg)
+{
+    mic_jnl *j = arg;
+
+    pthread_mutex_lock(&j->ck_lock);
+    for (;;) {
+        int idx, rc;
+
+        while (j->ck_want < 0 && !j->ck_stop)
+            pthread_cond_wait(&j->ck_cond, &j->ck_lock);
+        if (j->ck_want < 0)
+            break;
+        idx = j->ck_want;
+        j->ck_want = -1;
+        j->ck_busy = 1;
+        pthread_mutex_unlock(&j->ck_lock);
+        if (hooks.on_checkpoint)
+            hooks.on_checkpoint(0);
+        rc = fdatasync(j->data_fd);
+        if (rc)
+            fail(j, "checkpoint fdatasync of data.mdb", errno);
+        else if (hooks.on_checkpoint)
+            hooks.on_checkpoint(1);
+        pthread_mutex_lock(&j->ck_lock);
+        j->ck_busy = 0;
+        if (!rc) {
+            j->f[idx].free = 1;
+            pthread_mutex_lock(&j->qlock);
+            j->st.checkpoints++;
+            pthread_mutex_unlock(&j->qlock);
+        }
+        pthread_cond_broadcast(&j->ck_cond);
+    }
+    pthread_mutex_unlock(&j->ck_lock);
+    return NULL;
+}
+
+void mic_jnl_stats(mic_jnl *j, struct mic_jnl_stats *st)
+{
+    pthread_mutex_lock(&j->qlock);
+    *st = j->st;
+    pthread_mutex_unlock(&j->qlock);
+}
+
+/* ---- Open and close ---- */
+
+static int meta_txnid(const unsigned char *page, uint64_t *txnid)
+{
+    if (get32(page + META_MAGIC_OFF) != MDB_META_MAGIC)
+        return -1;
+    *txnid = get64(page + META_TXNID_OFF);
+    return 0;
+}
+
+static int open_file(const char *dir, int i)
+{
+    char path[PATH_MAX];
+
+    snprintf(path, sizeof path, "%s/journal-%d", dir, i);
+    return open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+}
+
+int mic_jnl_open(mic_jnl **out, const char *dir, int lock_fd, int data_fd,
+                 unsigned psize, uint64_t file_size, uint64_t next_seq)
+{
+    mic_jnl *j = calloc(1, sizeof *j);
+    uint64_t t0 = 0, t1 = 0;
+    int rc = MIC_EIO;
+
+    if (!j) {
+        close(lock_fd);
+        return MIC_ENOMEM;
+    }
+    j->data_fd = data_fd;
+    j->psize = psize;
+    j->hdr_size = HDR_FIELDS + 2 * (uint64_t)psize;
+    j->file_size = file_size < j->hdr_size + 64 * 1024 ? j->hdr_size + 64 * 1024 : file_size;
+    j->f[0].fd = lock_fd;
+    j->f[1].fd = -1;
+    j->ck_want = -1;
+    pthread_mutex_init(&j->qlock, NULL);
+    pthread_mutex_init(&j->flush_lock, NULL);
+    pthread_mutex_init(&j->ck_lock, NULL);
+    pthread_cond_init(&j->ck_cond, NULL);
+    if (!(j->shadow = malloc(2 * (size_t)psize)) || !(j->hdrbuf = malloc(j->hdr_size))) {
+        rc = MIC_ENOMEM;
+        goto fail;
+    }
+    for (int i = 0; i < 2; i++) {
+        struct stat st;
+        if ((i == 1 && (j->f[i].fd = open_file(dir, i)) < 0) || fstat(j->f[i].fd, &st))
+            goto fail_errno;
+        j->f[i].zeroed = (uint64_t)st.st_size;
+    }
+    if (pread_full(data_fd, j->shadow, 2 * (size_t)psize, 0) ||
+        meta_txnid(j->shadow, &t0) || meta_txnid(j->shadow + psize, &t1)) {
+        mic_log(MIC_LOG_ERROR, NULL, "journal: cannot read data.mdb's meta pages", "dir", dir, NULL);
+        goto fail;
+    }
+    j->shadow_txnid = t0 > t1 ? t0 : t1;
+    /* File 0 starts at next_seq over the synced store; file 1 is empty. */
+    for (int i = 0; i < 2; i++) {
+        hdr_fill(j, j->hdrbuf, i == 0 ? next_seq : 0, next_seq);
+        if (pwrite_full(j->f[i].fd, j->hdrbuf, j->hdr_size, 0) || fdatasync(j->f[i].fd))
+            goto fail_errno;
+        if (j->f[i].zeroed < j->hdr_size)
+            j->f[i].zeroed = j->hdr_size;
+        j->f[i].off = j->hdr_size;
+    }
+    j->f[0].first_seq = next_seq;
+    j->f[1].free = 1;
+    j->sealed_seq = next_seq - 1;
+    atomic_store(&j->durable_seq, next_seq - 1);
+    if (reg_add(j)) {
+        mic_log(MIC_LOG_ERROR, NULL, "journal: too many stores open in this process", NULL);
+        goto fail;
+    }
+    if (pthread_create(&j->ck_thread, NULL, ck_main, j)) {
+        reg_del(j);
+        rc = MIC_ENOMEM;
+        goto fail;
+    }
+    *out = j;
+    return MIC_OK;
+fail_errno:
+    mic_log(MIC_LOG_ERROR, NULL, "journal: cannot set up its files", "dir", dir,
+            "error", strerror(errno), NULL);
+fail:
+    for (int i = 0; i < 2; i++)
+        if (j->f[i].fd >= 0)
+            close(j->f[i].fd);
+    free(j->shadow);
+    free(j->hdrbuf);
+    pthread_cond_destroy(&j->ck_cond);
+    pthread_mutex_destroy(&j->ck_lock);
+    pthread_mutex_destroy(&j->flush_lock);
+    pthread_mutex_destroy(&j->qlock);
+    free(j);
+    return rc;
+}
+
+void mic_jnl_close(mic_jnl *j)
+{
+    int ok;
+
+    if (!j)
+        return;
+    ok = mic_jnl_flush(j) == MIC_OK;
+    pthread_mutex_lock(&j->ck_lock);
+    j->ck_stop = 1;
+    pthread_cond_signal(&j->ck_cond);
+    pthread_mutex_unlock(&j->ck_lock);
+    pthread_join(j->ck_thread, NULL);
+    reg_del(j);
+    if (ok && !atomic_load(&j->failed) && fdatasync(j->data_fd) == 0) {
+        /* Everything is in data.mdb: neither file holds a chain, so the
+         * next open rewrites nothing (not even the meta pages: a tool may
+         * have written data.mdb meanwhile). */
+        uint64_t next = atomic_load(&j->durable_seq) + 1;
+        for (int i = 0; i < 2; i++) {
+            hdr_fill(j, j->hdrbuf, 0, next);
+            if (pwrite_full(j->f[i].fd, j->hdrbuf, j->hdr_size, 0) || fdatasync(j->f[i].fd))
+                break;
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        close(j->f[i].fd);
+    for (struct rec *r = j->spare, *n; r; r = n) {
+        n = r->next;
+        free(r->buf);
+        free(r);
+    }
+    if (j->cur) {
+        free(j->cur->buf);
+        free(j->cur);
+    }
+    for (struct rec *r = j->qhead, *n; r; r = n) {
+        n = r->next;
+        free(r->buf);
+        free(r);
+    }
+    free(j->shadow);
+    free(j->hdrbuf);
+    pthread_cond_destroy(&j->ck_cond);
+    pthread_mutex_destroy(&j->ck_lock);
+    pthread_mutex_destroy(&j->flush_lock);
+    pthread_mutex_destroy(&j->qlock);
+    free(j);
+}
+
+/* ---- Recovery ---- */
+
+struct scan {
+    int valid;
+    unsigned psize;
+    uint64_t hdr_size, size, first_seq, base_txnid, floor;
+    unsigned char *base;        /* 2 * psize: the meta pages at first_seq */
+    uint64_t nrec, last_seq, last_txnid;
+};
+
+/* Read and check file fd's header; walk its chain of records (first_seq,
+ * first_seq + 1, ... each whole and with a good CRC), writing each one's
+ * segments to data_fd unless data_fd < 0.  Returns 0, or -1 when a read
+ * or write failed or a record with a good CRC does not parse. */
+static int scan_file(int fd, struct scan *s, int data_fd, unsigned char **buf, size_t *cap)
+{
+    unsigned char h[HDR_FIELDS];
+    struct stat st;
+    uint64_t off, expect;
+    uint32_t crc;
+
+    memset(s, 0, sizeof *s);
+    if (fstat(fd, &st))
+        return -1;
+    s->size = (uint64_t)st.st_size;
+    if (s->size < HDR_FIELDS || pread_full(fd, h, HDR_FIELDS, 0))
+        return 0;
+    s->psize = get32(h + 12);
+    if (memcmp(h, FILE_MAGIC, 8) || get32(h + 8) != JNL_VERSION ||
+        s->psize < 512 || s->psize > 65536 || (s->psize & (s->psize - 1)))
+        return 0;
+    s->hdr_size = HDR_FIELDS + 2 * (uint64_t)s->psize;
+    if (s->size < s->hdr_size)
+        return 0;
+    if (!(s->base = malloc(2 * (size_t)s->psize)))
+        return -1;
+    if (pread_full(fd, s->base, 2 * (size_t)s->psize, HDR_FIELDS))
+        return -1;
+    crc = crc32c(0, h, 32);
+    crc = crc32c(crc, h + 36, HDR_FIELDS - 36);
+    crc = crc32c(crc, s->base, 2 * (size_t)s->psize);
+    if (crc != get32(h + 32))
+        return 0;
+    s->valid = 1;
+    s->first_seq = get64(h + 16);
+    s->base_txnid = get64(h + 24);
+    s->floor = get64(h + 40);
+    if (data_fd >= 0 && s->first_seq &&
+        pwrite_full(data_fd, s->base, 2 * (size_t)s->psize, 0))
+        return -1;
+    expect = s->first_seq;
+    for (off = s->hdr_size; expect && off + REC_HDR <= s->size;) {
+        unsigned char rh[REC_HDR];
+        uint64_t len, p;
+        uint32_t nseg;
+
+        if (pread_full(fd, rh, REC_HDR, (off_t)off))
+            return -1;
+        len = get64(rh + 24);
+        if (get32(rh) != REC_MAGIC || get64(rh + 8) != expect || len < REC_HDR ||
+            len > MAX_RECORD || off + len > s->size)
+            break;
+        if (len > *cap) {
+            unsigned char *b = realloc(*buf, (size_t)len);
+            if (!b)
+                return -1;
+            *buf = b;
+            *cap = (size_t)len;
+        }
+        if (pread_full(fd, *buf, (size_t)len, (off_t)off))
+            return -1;
+        if (crc32c(0, *buf + 8, (size_t)len - 8) != get32(rh + 4))
+            break;
+        nseg = get32(rh + 32);
+        for (p = REC_HDR; nseg; nseg--) {
+            uint64_t soff = get64(*buf + p);
+            uint32_t slen = get32(*buf + p + 8);
+            if (p + SEG_HDR + slen > len)
+                return -1;
+            if (data_fd >= 0 && pwrite_full(data_fd, *buf + p + SEG_HDR, slen, (off_t)soff))
+                return -1;
+            p += SEG_HDR + ((slen + 7) & ~(uint64_t)7);
+        }
+        s->nrec++;
+        s->last_seq = expect;
+        s->last_txnid = get64(rh + 16);
+        expect++;
+        off += len;
+    }
+    return 0;
+}
+
+int mic_jnl_recover(const char *dir, int *lock_fd, uint64_t *next_seq, uint64_t *replayed)
+{
+    char path[PATH_MAX];
+    struct scan s[2];
+    unsigned char *buf = NULL, *meta = NULL;
+    size_t cap = 0;
+    int fd[2] = {-1, -1}, data_fd = -1, rc = MIC_EIO, newest = -1, older = -1;
+    uint64_t top = 0, L, t;
+    unsigned psize;
+
+    memset(s, 0, sizeof s);
+    *lock_fd = -1;
+    *next_seq = 1;
+    *replayed = 0;
+    if ((fd[0] = open_file(dir, 0)) < 0)
+        goto io;
+    if (flock(fd[0], LOCK_EX | LOCK_NB)) {
+        if (errno != EWOULDBLOCK)
+            goto io;
+        mic_log(MIC_LOG_ERROR, NULL, "another process has the store open", "dir", dir, NULL);
+        rc = MIC_EBUSY;
+        goto out;
+    }
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/journal-%d", dir, i);
+        if (i == 1 && (fd[i] = open(path, O_RDONLY | O_CLOEXEC)) < 0 && errno != ENOENT)
+            goto io;
+        if (fd[i] >= 0 && scan_file(fd[i], &s[i], -1, &buf, &cap))
+            goto io;
+        if (s[i].valid) {
+            if (s[i].first_seq > top)
+                top = s[i].first_seq;
+            if (s[i].floor > top + 1)
+                top = s[i].floor - 1;
+            if (s[i].nrec && s[i].last_seq > top)
+                top = s[i].last_seq;
+            if (s[i].first_seq && (newest < 0 || s[i].first_seq > s[newest].first_seq))
+                newest = i;
+        }
+    }
+    *next_seq = top + 1;
+    if (newest < 0) {
+        rc = MIC_OK;
+        goto out;
+    }
+    snprintf(path, sizeof path, "%s/data.mdb", dir);
+    if ((data_fd = open(path, O_RDWR | O_CLOEXEC)) < 0) {
+        if (errno == ENOENT) {
+            mic_log(MIC_LOG_WARN, NULL, "journal without data.mdb: ignored", "dir", dir, NULL);
+            rc = MIC_OK;
+            goto out;
+        }
+        goto io;
+    }
+    older = !newest;
+    if (!(s[older].valid && s[older].first_seq && s[older].nrec &&
+          s[older].last_seq + 1 == s[newest].first_seq && s[older].psize == s[newest].psize))
+        older = -1;
+    /* Replay: the older file when it leads into the newer, then the newer. */
+    for (int pass = 0; pass < 2; pass++) {
+        int i = pass == 0 ? older : newest;
+        if (i < 0)
+            continue;
+        free(s[i].base);
+        if (scan_file(fd[i], &s[i], data_fd, &buf, &cap))
+            goto io;
+        *replayed += s[i].nrec;
+    }
+    psize = s[newest].psize;
+    L = s[newest].nrec ? s[newest].last_txnid : s[newest].base_txnid;
+    if (!(meta = malloc(2 * (size_t)psize))) {
+        rc = MIC_ENOMEM;
+        goto out;
+    }
+    if (pread_full(data_fd, meta, 2 * (size_t)psize, 0))
+        goto io;
+    if (meta_txnid(meta + (L & 1) * psize, &t) || t != L) {
+        mic_log(MIC_LOG_ERROR, NULL, "journal: the replayed store does not end at the "
+                "journal's last commit (refusing to open it)", "dir", dir, NULL);
+        goto out;
+    }
+    /* The base pages put both meta pages back to the file's first commit
+     * and every record after it rewrote its own: a meta page newer than
+     * the last durable commit (one that never reached the journal) cannot
+     * be left.  Checked all the same, since LMDB would open it. */
+    if (meta_txnid(meta + (!(L & 1)) * psize, &t) || t > L) {
+        mic_log(MIC_LOG_ERROR, NULL, "journal: a meta page of data.mdb is newer than the "
+                "journal's last commit (refusing to open it)", "dir", dir, NULL);
+        goto out;
+    }
+    if (fdatasync(data_fd))
+        goto io;
+    if (*replayed) {
+        char n[32];
+        snprintf(n, sizeof n, "%llu", (unsigned long long)*replayed);
+        mic_log(MIC_LOG_INFO, NULL, "journal replayed", "records", n, NULL);
+    }
+    rc = MIC_OK;
+    goto out;
+io:
+    mic_log(MIC_LOG_ERROR, NULL, "journal recovery failed", "dir", dir,
+            "error", strerror(errno), NULL);
+out:
+    if (rc == MIC_OK) {
+        *lock_fd = fd[0];
+        fd[0] = -1;
+    }
+    for (int i = 0; i < 2; i++) {
+        free(s[i].base);
+        if (fd[i] >= 0)
+            close(fd[i]);
+    }
+    if (data_fd >= 0)
+        close(data_fd);
+    free(buf);
+    free(meta);
+    return rc;
+}
+
+int mic_jnl_disable(const char *dir, int lock_fd)
+{
+    char path[PATH_MAX];
+    int fd;
+
+    snprintf(path, sizeof path, "%s/journal-1", dir);
+    if ((fd = open(path, O_RDWR | O_CLOEXEC)) >= 0) {
+        int bad = ftruncate(fd, 0) || fsync(fd);
+        close(fd);
+        if (bad)
+            goto io;
+    } else if (errno != ENOENT) {
+        goto io;
+    }
+    if (ftruncate(lock_fd, 0) || fsync(lock_fd))
+        goto io;
+    return MIC_OK;
+io:
+    mic_log(MIC_LOG_ERROR, NULL, "journal: cannot empty its files", "dir", dir,
+            "error", strerror(errno), NULL);
+    return MIC_EIO;
+}

@@ -1,0 +1,636 @@
+/* test_journal.c - the store journal (server/journal.h) against power
+ * losses made on purpose.
+ *
+ * A child process opens a journaled store with small journal files (so
+ * that files switch and checkpoints run), writes a deterministic series of
+ * transactions (log records appended, some large enough for overflow
+ * pages; event ids put, overwritten and deleted at random), syncs after
+ * some of them, and records through the journal's test hooks every byte
+ * it wrote to data.mdb, every checkpoint and every sync that returned.
+ * Then it dies: after its last commit, in the middle of a journal write
+ * (between the write and its fdatasync), or after commits it never synced.
+ *
+ * The parent builds what a disk could hold after a power loss at that
+ * moment: data.mdb as it was when the store opened, plus every write a
+ * finished checkpoint covered, plus a random subset of the later writes,
+ * some of them torn at a 512-byte boundary; the journal's interrupted
+ * write torn as well.  It opens the store (the journal replays) and checks
+ * that the store holds exactly the state after some commit between the
+ * last acknowledged one and the last one made: nothing acknowledged is
+ * lost, nothing is half applied. */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "err.h"
+#include "journal.h"
+#include "procfx.h"
+#include "store.h"
+
+#define KiB 1024ull
+#define MiB (1024ull * KiB)
+#define NIDS 400
+#define NCOLD 300
+#define MAXSEQ 20000
+
+enum { EV_DATA = 1, EV_CK0, EV_CK1, EV_WRITTEN, EV_ACK };
+
+/* ---- The workload: the same for the child and the parent's model ---- */
+
+static uint64_t rng_state;
+
+static uint32_t rnd(void)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng_state >> 33);
+}
+
+/* The model: which log seqs exist (with the step that wrote them) and
+ * which event ids map to which value. */
+struct model {
+    uint64_t next_seq;
+    uint32_t ids[NIDS];        /* 0 = absent, else the value written */
+    uint32_t cold[NCOLD];      /* ids written at step 1 and at cold_step */
+};
+
+/* The step that rewrites the cold ids (0: none), and the steps after it
+ * that append many log records: pages the cold ids used at step 1, long
+ * out of the journal, are then freed and handed out again. */
+static int cold_step;
+
+static size_t log_json(uint64_t seq, char *buf, size_t cap)
+{
+    /* Most records are small; one in 16 spans several pages. */
+    size_t len = (seq % 16 == 0) ? 5000 + seq % 3000 : 40 + seq % 200;
+    if (len >= cap)
+        len = cap - 1;
+    for (size_t i = 0; i < len; i++)
+        buf[i] = (char)('a' + (seq * 31 + i * 7) % 26);
+    buf[len] = 0;
+    return len;
+}
+
+/* Step 'step' against 'm'; with a transaction, also write it. */
+static int run_step(struct model *m, int step, mic_txn *t)
+{
+    static char json[9000];
+    int nlog, nid, rc;
+
+    rng_state = (uint64_t)step * 0x9E3779B97F4A7C15ull + 12345;
+    nlog = (int)(rnd() % (step % 23 == 0 ? 300 : 12));
+    nid = (int)(rnd() % 30);
+    if (cold_step && step > cold_step)
+        nlog = 150;
+    if (step == 1 || step == cold_step)
+        for (int k = 0; k < NCOLD; k++) {
+            char id[24];
+            uint8_t dg[MIC_DIGEST_LEN];
+            snprintf(id, sizeof id, "cold-%d", k);
+            m->cold[k] = (uint32_t)step * 1000 + (uint32_t)k;
+            memset(dg, (int)(m->cold[k] & 0xff), sizeof dg);
+            if (t && (rc = mic_store_id_put(t, id, strlen(id), m->cold[k], dg)))
+                return rc;
+        }
+    for (int i = 0; i < nlog && m->next_seq < MAXSEQ; i++) {
+        struct mic_rec r;
+        memset(&r, 0, sizeof r);
+        r.seq = m->next_seq++;
+        r.topic_id = 1;
+        r.created_at_us = (int64_t)r.seq;
+        r.json = json;
+        r.json_len = log_json(r.seq, json, sizeof json);
+        if (t && (rc = mic_store_log_put(t, &r)))
+            return rc;
+    }
+    for (int i = 0; i < nid; i++) {
+        uint32_t k = rnd() % NIDS, op = rnd() % 4;
+        char id[24];
+        uint8_t dg[MIC_DIGEST_LEN];
+        snprintf(id, sizeof id, "id-%u", k);
+        if (op == 0 && m->ids[k]) {
+            m->ids[k] = 0;
+            if (t && (rc = mic_store_id_del(t, id, strlen(id))))
+                return rc;
+        } else if (op != 0) {
+            m->ids[k] = (uint32_t)step * 8 + op;
+            memset(dg, (int)(m->ids[k] & 0xff), sizeof dg);
+            if (t && (rc = mic_store_id_put(t, id, strlen(id), m->ids[k], dg)))
+                return rc;
+        }
+    }
+    return MIC_OK;
+}
+
+/* ---- The child ---- */
+
+static int ev_fd = -1;
+static pthread_mutex_t ev_lock = PTHREAD_MUTEX_INITIALIZER;
+static int die_in_flush;
+
+static void ev_write(int type, uint64_t a, uint64_t b, const void *data, size_t len)
+{
+    unsigned char h[24];
+
+    memcpy(h, &type, 4);
+    memcpy(h + 4, &a, 8);
+    memcpy(h + 12, &b, 8);
+    memcpy(h + 20, &len, 4);
+    pthread_mutex_lock(&ev_lock);
+    if (write(ev_fd, h, sizeof h) != (ssize_t)sizeof h ||
+        (len && write(ev_fd, data, len) != (ssize_t)len))
+        _exit(3);
+    pthread_mutex_unlock(&ev_lock);
+}
+
+static void on_data(off_t off, const void *buf, size_t len)
+{
+    ev_write(EV_DATA, (uint64_t)off, 0, buf, len);
+}
+
+static void on_checkpoint(int phase)
+{
+    ev_write(phase ? EV_CK1 : EV_CK0, 0, 0, NULL, 0);
+}
+
+static void on_written(int file, off_t off, size_t len)
+{
+    ev_write(EV_WRITTEN, (uint64_t)file, (uint64_t)off, &len, sizeof len);
+    if (die_in_flush)
+        _exit(0);
+}
+
+static int copy_file(const char *from, const char *to)
+{
+    char buf[65536];
+    int in = open(from, O_RDONLY), out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ssize_t n;
+
+    if (in < 0 || out < 0)
+        return -1;
+    while ((n = read(in, buf, sizeof buf)) > 0)
+        if (write(out, buf, (size_t)n) != n)
+            return -1;
+    close(in);
+    close(out);
+    return (int)n;
+}
+
+static void child(const char *dir, int steps, int die_mode, uint64_t seed)
+{
+    char path[400], snap[400];
+    struct mic_jnl_hooks h = {on_data, on_checkpoint, on_written, NULL};
+    static struct model m;
+    mic_store *s;
+
+    memset(&m, 0, sizeof m);
+    m.next_seq = 1;
+    mic_store_set_journal_size(96 * KiB);
+    if (mic_store_open(&s, dir, 64 * MiB, 64 * MiB, 0))
+        _exit(2);
+    snprintf(path, sizeof path, "%s/data.mdb", dir);
+    snprintf(snap, sizeof snap, "%s/snap", dir);
+    if (copy_file(path, snap))
+        _exit(2);
+    snprintf(path, sizeof path, "%s/events", dir);
+    if ((ev_fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0600)) < 0)
+        _exit(2);
+    mic_jnl_set_hooks(&h);
+    rng_state = seed;
+    for (int step = 1; step <= steps; step++) {
+        mic_txn *t;
+        uint64_t keep = seed * 7919 + (uint64_t)step;
+        if (mic_txn_begin(s, 1, &t) || run_step(&m, step, t) || mic_txn_commit(t))
+            _exit(2);
+        ev_write(EV_ACK, (uint64_t)step, 0, NULL, 0); /* committed, not yet durable */
+        if (step == steps && die_mode == 1)
+            die_in_flush = 1;
+        if (die_mode == 2 && step >= cold_step)
+            continue; /* the last commits are never synced here */
+        if (keep % 3 != 0 || step == steps) {
+            if (mic_store_sync(s))
+                _exit(2);
+            ev_write(EV_ACK, (uint64_t)step, 1, NULL, 0);
+        }
+    }
+    _exit(0); /* a crash: no close, nothing more synced */
+}
+
+/* ---- The parent: a disk after a power loss ---- */
+
+struct ev {
+    int type;
+    uint64_t a, b;
+    size_t len;
+    unsigned char *data;
+};
+
+static struct ev *read_events(const char *path, int *n)
+{
+    FILE *f = fopen(path, "rb");
+    struct ev *v = NULL;
+    int cap = 0;
+    unsigned char h[24];
+
+    *n = 0;
+    assert_non_null(f);
+    while (fread(h, 1, sizeof h, f) == sizeof h) {
+        struct ev e;
+        uint32_t len = 0;
+        memcpy(&e.type, h, 4);
+        memcpy(&e.a, h + 4, 8);
+        memcpy(&e.b, h + 12, 8);
+        memcpy(&len, h + 20, 4);
+        e.len = len;
+        e.data = len ? malloc(len) : NULL;
+        if (len)
+            assert_int_equal(fread(e.data, 1, len, f), len);
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 1024;
+            v = realloc(v, (size_t)cap * sizeof *v);
+            assert_non_null(v);
+        }
+        v[(*n)++] = e;
+    }
+    fclose(f);
+    return v;
+}
+
+/* Write what a power loss leaves of 'e' (a data write): all of it, none,
+ * or its first sectors. */
+static void maybe_apply(int fd, const struct ev *e, int durable)
+{
+    size_t len = e->len;
+
+    if (!durable) {
+        uint32_t r = rnd() % 4;
+        if (r == 0)
+            return;
+        if (r == 1 && len > 512)
+            len = 512 * (1 + rnd() % (uint32_t)(len / 512));
+    }
+    assert_int_equal(pwrite(fd, e->data, len, (off_t)e->a), (ssize_t)len);
+}
+
+static int compare(mic_store *s, const struct model *m, int *why)
+{
+    static char json[9000];
+    mic_txn *t;
+    uint64_t n;
+    int rc = 1;
+
+    assert_int_equal(mic_txn_begin(s, 0, &t), MIC_OK);
+    assert_int_equal(mic_store_log_count(t, &n), MIC_OK);
+    if (n != m->next_seq - 1) {
+        *why = 1;
+        goto out;
+    }
+    for (uint64_t seq = 1; seq < m->next_seq; seq++) {
+        struct mic_rec r;
+        size_t len = log_json(seq, json, sizeof json);
+        if (mic_store_log_get(t, seq, &r) || r.json_len != len || memcmp(r.json, json, len)) {
+            *why = 2;
+            goto out;
+        }
+    }
+    for (int k = 0; k < NIDS; k++) {
+        char id[24];
+        uint64_t seq;
+        uint8_t dg[MIC_DIGEST_LEN];
+        snprintf(id, sizeof id, "id-%d", k);
+        rc = mic_store_id_get(t, id, strlen(id), &seq, dg);
+        if (m->ids[k] ? rc != MIC_OK || seq != m->ids[k] || dg[0] != (m->ids[k] & 0xff)
+                      : rc != MIC_ENOTFOUND) {
+            *why = 3;
+            rc = 1;
+            goto out;
+        }
+    }
+    for (int k = 0; k < NCOLD; k++) {
+        char id[24];
+        uint64_t seq;
+        uint8_t dg[MIC_DIGEST_LEN];
+        snprintf(id, sizeof id, "cold-%d", k);
+        rc = mic_store_id_get(t, id, strlen(id), &seq, dg);
+        if (m->cold[k] ? rc != MIC_OK || seq != m->cold[k] || dg[0] != (m->cold[k] & 0xff)
+                       : rc != MIC_ENOTFOUND) {
+            *why = 3;
+            rc = 1;
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    mic_txn_abort(t);
+    return rc;
+}
+
+static void power_loss_round(int round, int die_mode)
+{
+    char dir[64], path[400], snap[400];
+    int status, nev, fd, acked = 0, committed = 0, matched = -1, why = 0;
+    uint64_t replayed, next;
+    int steps = 40 + round % 50, lockfd;
+    struct ev *ev;
+    static struct model m;
+    mic_store *s;
+    pid_t pid;
+
+    snprintf(dir, sizeof dir, "/tmp/mic-test-journal-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    cold_step = die_mode == 2 ? steps - 6 : 0;
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        child(dir, steps, die_mode, (uint64_t)round);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+
+    /* The disk: the snapshot, then the writes as a power loss leaves them. */
+    snprintf(path, sizeof path, "%s/events", dir);
+    ev = read_events(path, &nev);
+    snprintf(snap, sizeof snap, "%s/snap", dir);
+    snprintf(path, sizeof path, "%s/data.mdb", dir);
+    assert_int_equal(rename(snap, path), 0);
+    fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    rng_state = (uint64_t)round * 104729 + 7;
+    {
+        int ck0 = -1, done_upto = 0; /* writes before index done_upto are durable */
+        for (int i = 0; i < nev; i++) {
+            if (ev[i].type == EV_CK0)
+                ck0 = i;
+            else if (ev[i].type == EV_CK1 && ck0 >= 0)
+                done_upto = ck0;
+        }
+        for (int i = 0; i < nev; i++) {
+            if (ev[i].type == EV_DATA)
+                maybe_apply(fd, &ev[i], i < done_upto);
+            else if (ev[i].type == EV_ACK && ev[i].b == 1)
+                acked = (int)ev[i].a;
+            else if (ev[i].type == EV_ACK)
+                committed = (int)ev[i].a;
+            else if (ev[i].type == EV_WRITTEN && die_mode == 1 && i == nev - 1) {
+                /* The interrupted journal write: keep a prefix of it. */
+                int jf;
+                size_t len, keep;
+                char jp[400];
+                memcpy(&len, ev[i].data, sizeof len);
+                keep = 512 * (rnd() % (uint32_t)(len / 512 + 1));
+                snprintf(jp, sizeof jp, "%s/journal-%d", dir, (int)ev[i].a);
+                jf = open(jp, O_RDWR);
+                assert_true(jf >= 0);
+                for (size_t at = keep; at < len; at += 512) {
+                    static const char zeros[512];
+                    size_t n = len - at < 512 ? len - at : 512;
+                    assert_int_equal(pwrite(jf, zeros, n, (off_t)(ev[i].b + at)), (ssize_t)n);
+                }
+                close(jf);
+            }
+        }
+    }
+    close(fd);
+    for (int i = 0; i < nev; i++)
+        free(ev[i].data);
+    free(ev);
+    assert_true(committed >= acked);
+
+    /* The journal replays; the store must be one of the states from the
+     * last acknowledged commit on. */
+    assert_int_equal(mic_jnl_recover(dir, &lockfd, &next, &replayed), MIC_OK);
+    close(lockfd);
+    assert_int_equal(mic_store_open(&s, dir, 64 * MiB, 64 * MiB, 1), MIC_OK);
+    memset(&m, 0, sizeof m);
+    m.next_seq = 1;
+    for (int step = 1; step <= committed; step++) {
+        assert_int_equal(run_step(&m, step, NULL), MIC_OK);
+        if (step >= acked && matched < 0 && compare(s, &m, &why) == 0)
+            matched = step;
+    }
+    if (acked == 0 && matched < 0) {
+        memset(&m, 0, sizeof m);
+        m.next_seq = 1;
+        if (compare(s, &m, &why) == 0)
+            matched = 0;
+    }
+    if (matched < 0)
+        fail_msg("round %d (die mode %d): the store after the power loss is no state between "
+                 "commit %d (acknowledged) and %d (last made); first difference: %s",
+                 round, die_mode, acked, committed,
+                 why == 1 ? "log record count" : why == 2 ? "a log record" : "an event id");
+    mic_store_close(s);
+    snprintf(path, sizeof path, "%s/events", dir);
+    unlink(path);
+    procfx_rm_store(dir);
+}
+
+/* The child dies after its last commit (synced or not). */
+static void power_loss_after_commit(void **state)
+{
+    (void)state;
+    for (int round = 0; round < 24; round++)
+        power_loss_round(round, 0);
+}
+
+/* The child dies between the journal's write and its fdatasync. */
+static void power_loss_in_journal_write(void **state)
+{
+    (void)state;
+    for (int round = 100; round < 124; round++)
+        power_loss_round(round, 1);
+}
+
+/* The child dies after seven commits it never synced, the first of them
+ * rewriting ids last written at step 1 and the others appending enough to
+ * take the pages that freed: the store must not be behind the last sync,
+ * and the commits after it (made while the journal lagged) must not have
+ * damaged it. */
+static void power_loss_with_commits_ahead(void **state)
+{
+    (void)state;
+    for (int round = 200; round < 224; round++)
+        power_loss_round(round, 2);
+}
+
+/* ---- The lock, the clean close, rotation ---- */
+
+static void one_process_at_a_time(void **state)
+{
+    char dir[64];
+    mic_store *s, *s2;
+    int st;
+    pid_t pid;
+
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/mic-test-journal-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(mic_store_open(&s, dir, 4 * MiB, 4 * MiB, 0), MIC_OK);
+    pid = fork();
+    if (pid == 0)
+        _exit(mic_store_open(&s2, dir, 4 * MiB, 4 * MiB, 0) == MIC_EBUSY ? 0 : 1);
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    mic_store_close(s);
+    procfx_rm_store(dir);
+}
+
+/* Many commits through small journal files: the files switch, the
+ * checkpoints free them, they stay bounded; a clean close leaves nothing
+ * to replay, and everything is there after reopening. */
+static void files_switch_and_stay_bounded(void **state)
+{
+    char dir[64], path[400];
+    static struct model m;
+    struct mic_jnl_stats st;
+    struct stat sb;
+    uint64_t next, replayed;
+    mic_store *s;
+    int why = 0, lockfd;
+
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/mic-test-journal-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    mic_store_set_journal_size(128 * KiB);
+    assert_int_equal(mic_store_open(&s, dir, 64 * MiB, 64 * MiB, 0), MIC_OK);
+    cold_step = 0;
+    memset(&m, 0, sizeof m);
+    m.next_seq = 1;
+    for (int step = 1; step <= 300; step++) {
+        mic_txn *t;
+        assert_int_equal(mic_txn_begin(s, 1, &t), MIC_OK);
+        assert_int_equal(run_step(&m, step, t), MIC_OK);
+        assert_int_equal(mic_txn_commit(t), MIC_OK);
+        assert_int_equal(mic_store_sync(s), MIC_OK);
+    }
+    assert_int_equal(mic_store_journal_stats(s, &st), 0);
+    assert_true(st.records >= 200); /* steps that wrote nothing have no record */
+    assert_true(st.rotations >= 4);
+    assert_true(st.checkpoints >= 1);
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/journal-%d", dir, i);
+        assert_int_equal(stat(path, &sb), 0);
+        /* the switch size plus what one late checkpoint let through */
+        assert_true((uint64_t)sb.st_size <= 8 * MiB);
+    }
+    mic_store_close(s);
+    assert_int_equal(mic_jnl_recover(dir, &lockfd, &next, &replayed), MIC_OK);
+    close(lockfd);
+    assert_int_equal(replayed, 0);
+    assert_true(next > st.records);
+    assert_int_equal(mic_store_open(&s, dir, 64 * MiB, 64 * MiB, 0), MIC_OK);
+    assert_int_equal(compare(s, &m, &why), 0);
+    mic_store_close(s);
+    mic_store_set_journal_size(64 * MiB);
+    procfx_rm_store(dir);
+}
+
+/* A store opened without fsync empties the journal first, so that a later
+ * journaled open cannot replay old records over its writes. */
+static void nosync_open_empties_the_journal(void **state)
+{
+    char dir[64], path[400];
+    struct stat sb;
+    mic_store *s;
+    mic_txn *t;
+    uint64_t seq;
+    uint8_t dg[MIC_DIGEST_LEN] = {0};
+
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/mic-test-journal-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(mic_store_open(&s, dir, 4 * MiB, 4 * MiB, 0), MIC_OK);
+    assert_int_equal(mic_txn_begin(s, 1, &t), MIC_OK);
+    assert_int_equal(mic_store_id_put(t, "a", 1, 1, dg), MIC_OK);
+    assert_int_equal(mic_txn_commit(t), MIC_OK);
+    assert_int_equal(mic_store_sync(s), MIC_OK);
+    mic_store_close(s);
+    assert_int_equal(mic_store_open(&s, dir, 4 * MiB, 4 * MiB, 1), MIC_OK);
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/journal-%d", dir, i);
+        assert_true(stat(path, &sb) != 0 || sb.st_size == 0);
+    }
+    assert_int_equal(mic_txn_begin(s, 1, &t), MIC_OK);
+    assert_int_equal(mic_store_id_put(t, "a", 1, 2, dg), MIC_OK);
+    assert_int_equal(mic_txn_commit(t), MIC_OK);
+    mic_store_close(s);
+    assert_int_equal(mic_store_open(&s, dir, 4 * MiB, 4 * MiB, 0), MIC_OK);
+    assert_int_equal(mic_txn_begin(s, 0, &t), MIC_OK);
+    assert_int_equal(mic_store_id_get(t, "a", 1, &seq, dg), MIC_OK);
+    assert_int_equal(seq, 2);
+    mic_txn_abort(t);
+    mic_store_close(s);
+    procfx_rm_store(dir);
+}
+
+/* A failed journal fdatasync is sticky: that sync answers MIC_EIO, and so
+ * do every later sync and write transaction; the next open replays what
+ * was durable (not the commit whose sync failed... which may or may not
+ * have reached the disk: it was never acknowledged). */
+static int fail_sync(void)
+{
+    return EIO;
+}
+
+static void failed_sync_is_sticky(void **state)
+{
+    char dir[64];
+    struct mic_jnl_hooks h = {0};
+    mic_store *s;
+    mic_txn *t;
+    uint64_t seq;
+    uint8_t dg[MIC_DIGEST_LEN] = {0};
+
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/mic-test-journal-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(mic_store_open(&s, dir, 4 * MiB, 4 * MiB, 0), MIC_OK);
+    assert_int_equal(mic_txn_begin(s, 1, &t), MIC_OK);
+    assert_int_equal(mic_store_id_put(t, "a", 1, 1, dg), MIC_OK);
+    assert_int_equal(mic_txn_commit(t), MIC_OK);
+    assert_int_equal(mic_store_sync(s), MIC_OK);
+    assert_int_equal(mic_txn_begin(s, 1, &t), MIC_OK);
+    assert_int_equal(mic_store_id_put(t, "b", 1, 2, dg), MIC_OK);
+    assert_int_equal(mic_txn_commit(t), MIC_OK);
+    h.fail_sync = fail_sync;
+    mic_jnl_set_hooks(&h);
+    assert_int_equal(mic_store_sync(s), MIC_EIO);
+    mic_jnl_set_hooks(NULL);
+    assert_int_equal(mic_store_sync(s), MIC_EIO);
+    assert_int_equal(mic_txn_begin(s, 1, &t), MIC_EIO);
+    mic_store_close(s);
+    assert_int_equal(mic_store_open(&s, dir, 4 * MiB, 4 * MiB, 0), MIC_OK);
+    assert_int_equal(mic_txn_begin(s, 0, &t), MIC_OK);
+    assert_int_equal(mic_store_id_get(t, "a", 1, &seq, dg), MIC_OK);
+    assert_int_equal(seq, 1);
+    mic_txn_abort(t);
+    mic_store_close(s);
+    procfx_rm_store(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(power_loss_after_commit),
+        cmocka_unit_test(power_loss_in_journal_write),
+        cmocka_unit_test(power_loss_with_commits_ahead),
+        cmocka_unit_test(one_process_at_a_time),
+        cmocka_unit_test(files_switch_and_stay_bounded),
+        cmocka_unit_test(nosync_open_empties_the_journal),
+        cmocka_unit_test(failed_sync_is_sticky),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
