@@ -23,6 +23,10 @@ struct arena_block {
 #define ARENA_FIRST (64u * 1024)
 
 static _Thread_local struct mic_json_arena *current;
+/* The thread's largest block, kept from one request to the next so that a
+ * busy handler thread allocates (and the kernel zeroes) nothing per request. */
+static _Thread_local struct arena_block *spare;
+#define ARENA_KEEP (8u * 1024 * 1024)
 static pthread_once_t funcs_once = PTHREAD_ONCE_INIT;
 
 static int in_arena(const struct mic_json_arena *a, const void *p)
@@ -74,8 +78,12 @@ static void install(void)
 int mic_json_arena_begin(struct mic_json_arena *a)
 {
     pthread_once(&funcs_once, install);
-    a->blocks = NULL;
-    a->used = a->cap = 0;
+    a->blocks = spare;
+    a->used = 0;
+    a->cap = spare ? spare->cap : 0;
+    if (spare)
+        spare->next = NULL;
+    spare = NULL;
     current = a;
     return MIC_OK;
 }
@@ -86,7 +94,12 @@ void mic_json_arena_end(struct mic_json_arena *a)
     while (a->blocks) {
         struct arena_block *b = a->blocks;
         a->blocks = b->next;
-        free(b);
+        if (b->cap <= ARENA_KEEP && (!spare || b->cap > spare->cap)) {
+            free(spare);
+            spare = b;
+        } else {
+            free(b);
+        }
     }
     a->used = a->cap = 0;
 }
