@@ -12,11 +12,11 @@
 #   make deps     install the Debian packages (apt-get update only when something is missing)
 
 CC      ?= cc
-PKGS    := libmicrohttpd lmdb jansson openssl
+PKGS    := libmicrohttpd lmdb jansson yajl openssl
 TPKGS   := cmocka libcurl libnats
 RPKGS   := libcurl jansson libcrypto libnats
 DEBS    := build-essential pkg-config libmicrohttpd-dev liblmdb-dev lmdb-utils \
-           libjansson-dev libssl-dev libcmocka-dev libcurl4-openssl-dev curl \
+           libjansson-dev libyajl-dev libssl-dev libcmocka-dev libcurl4-openssl-dev curl \
            procps libnats-dev nats-server clickhouse-server clickhouse-client \
            prometheus python3 openssl
 WARN    := -std=c11 -Wall -Wextra -Werror -Wformat=2 -g
@@ -42,7 +42,7 @@ REL_OBJ := $(SRV_SRC:server/%.c=build/rel/%.o)
 SAN_OBJ := $(SRV_SRC:server/%.c=build/san/%.o)
 UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
-KIT     := build/san/claimkit.o build/san/procfx.o
+KIT     := build/san/claimkit.o build/san/procfx.o build/san/jgen.o
 
 .PHONY: all run test check deps bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke peer-deps clean
 all: build/micd build/mic-events-replay build/mic
@@ -78,7 +78,9 @@ build/san/claimkit.o: tests/claimkit.c tests/claimkit.h tests/harness.h | build/
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
 build/san/procfx.o: tests/procfx.c tests/procfx.h server/*.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
-build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) $(KIT) tests/harness.h tests/claimkit.h tests/procfx.h $(LMDB_A)
+build/san/jgen.o: tests/jgen.c tests/jgen.h | build/san
+	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
+build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) $(KIT) tests/harness.h tests/claimkit.h tests/procfx.h tests/jgen.h $(LMDB_A)
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver $< $(SAN_OBJ) $(HARNESS) $(KIT) -o $@ $(PKGLIBS) $(TLIBS)
 
 # The clients share micd's time parsing and formatting (server/clock.c)

@@ -9,7 +9,7 @@
  * deliver_at is part of the digest as sent and is stored normalised like
  * created_at, in its sorted place. */
 #include "event.h"
-#include "json.h"
+#include "jdoc.h"
 
 #include "buf.h"
 #include "clock.h"
@@ -78,6 +78,7 @@ void mic_event_uuid7(int64_t now_us, char out[37])
     mic_error_set(err, MIC_EINVAL, "invalid_event", field, __VA_ARGS__)
 
 struct ctx {
+    const mic_jdoc *d;
     const char *path;
     struct mic_error *err;
     char field[128];
@@ -90,64 +91,65 @@ static const char *fname(struct ctx *c, const char *name)
 }
 
 /* A string field of 1..max bytes; *out stays NULL when absent. */
-static int get_str(struct ctx *c, json_t *obj, const char *name, size_t max,
+static int get_str(struct ctx *c, mic_jv obj, const char *name, size_t max,
                    const char **out, size_t *len)
 {
     struct mic_error *err = c->err;
-    json_t *v = json_object_get(obj, name);
+    mic_jv v = mic_jdoc_get(c->d, obj, name);
 
     *out = NULL;
     *len = 0;
     if (!v)
         return MIC_OK;
-    if (!json_is_string(v))
+    if (mic_jdoc_type(c->d, v) != MIC_JSTRING)
         return BAD(fname(c, name), "%s must be a string", name);
-    *len = json_string_length(v);
-    if (*len == 0 || *len > max)
+    *out = mic_jdoc_str(c->d, v, len);
+    if (*len == 0 || *len > max) {
+        *out = NULL;
         return BAD(fname(c, name), "%s must be 1 to %zu bytes long", name, max);
-    *out = json_string_value(v);
+    }
     if (strlen(*out) != *len)
         return BAD(fname(c, name), "%s must not contain NUL", name);
     return MIC_OK;
 }
 
 /* An integer field within [lo, hi]; returns 1 in *present when there. */
-static int get_int(struct ctx *c, json_t *obj, const char *name,
-                   json_int_t lo, json_int_t hi, json_int_t *out, int *present)
+static int get_int(struct ctx *c, mic_jv obj, const char *name,
+                   int64_t lo, int64_t hi, int64_t *out, int *present)
 {
     struct mic_error *err = c->err;
-    json_t *v = json_object_get(obj, name);
+    mic_jv v = mic_jdoc_get(c->d, obj, name);
 
-    *present = v != NULL;
+    *present = v != 0;
     if (!v)
         return MIC_OK;
-    if (!json_is_integer(v))
+    if (mic_jdoc_type(c->d, v) != MIC_JINTEGER)
         return BAD(fname(c, name), "%s must be an integer", name);
-    *out = json_integer_value(v);
+    *out = mic_jdoc_int(c->d, v);
     if (*out < lo || *out > hi)
         return BAD(fname(c, name), "%s must be between %lld and %lld", name,
                    (long long)lo, (long long)hi);
     return MIC_OK;
 }
 
-static int check_headers(struct ctx *c, json_t *h)
+static int check_headers(struct ctx *c, mic_jv h)
 {
     struct mic_error *err = c->err;
-    const char *k;
-    json_t *v;
 
-    if (!json_is_object(h))
+    if (mic_jdoc_type(c->d, h) != MIC_JOBJECT)
         return BAD(fname(c, "headers"), "headers must be an object of strings");
-    if (json_object_size(h) > HEADERS_MAX)
+    if (mic_jdoc_size(c->d, h) > HEADERS_MAX)
         return BAD(fname(c, "headers"), "at most %d headers", HEADERS_MAX);
-    json_object_foreach(h, k, v) {
+    for (mic_jv v = mic_jdoc_first(c->d, h); v; v = mic_jdoc_next(c->d, v)) {
+        size_t klen, vlen;
+        const char *k = mic_jdoc_key(c->d, v, &klen);
         char f[96];
         snprintf(f, sizeof f, "headers.%.64s", k);
-        if (!name_ok(k, strlen(k), HEADER_KEY_MAX, 0))
+        if (!name_ok(k, klen, HEADER_KEY_MAX, 0))
             return BAD(fname(c, f), "header names are [A-Za-z0-9._-]{1,64}");
-        if (!json_is_string(v))
+        if (!mic_jdoc_str(c->d, v, &vlen))
             return BAD(fname(c, f), "header values must be strings");
-        if (json_string_length(v) > HEADER_VAL_MAX)
+        if (vlen > HEADER_VAL_MAX)
             return BAD(fname(c, f), "header values are at most %d bytes",
                        HEADER_VAL_MAX);
     }
@@ -160,13 +162,12 @@ static const char *const known[] = {
     "created_at", "deliver_at", "headers", "payload", NULL,
 };
 
-static int check_known(struct ctx *c, json_t *obj)
+static int check_known(struct ctx *c, mic_jv obj)
 {
     struct mic_error *err = c->err;
-    const char *k;
-    json_t *v;
 
-    json_object_foreach(obj, k, v) {
+    for (mic_jv v = mic_jdoc_first(c->d, obj); v; v = mic_jdoc_next(c->d, v)) {
+        const char *k = mic_jdoc_key(c->d, v, NULL);
         int ok = 0;
         for (int i = 0; known[i] && !ok; i++)
             ok = strcmp(k, known[i]) == 0;
@@ -188,43 +189,35 @@ static int check_known(struct ctx *c, json_t *obj)
 
 struct piece {
     const char *key;
-    json_t *value;
+    mic_jv value;
     size_t off, len; /* the value's bytes in the canonical text */
 };
 
-static int key_cmp(const void *a, const void *b)
+static int canonical(const mic_jdoc *d, mic_jv obj, struct mic_buf *canon,
+                     struct piece *pieces, size_t *npieces)
 {
-    return strcmp(((const struct piece *)a)->key, ((const struct piece *)b)->key);
-}
-
-static int canonical(json_t *obj, struct mic_buf *canon, struct piece *pieces,
-                     size_t *npieces)
-{
-    const char *k;
-    json_t *v;
     size_t n = 0;
 
-    json_object_foreach(obj, k, v) {
-        pieces[n].key = k; /* at most the known keys: checked before */
-        pieces[n++].value = v;
-    }
-    qsort(pieces, n, sizeof *pieces, key_cmp);
     mic_buf_add(canon, "{", 1);
-    for (size_t i = 0; i < n; i++) {
-        if (i)
+    /* In key order (at most the known keys: checked before). */
+    for (mic_jv v = mic_jdoc_sfirst(d, obj); v; v = mic_jdoc_snext(d, v), n++) {
+        size_t klen, slen;
+        const char *k = mic_jdoc_key(d, v, &klen), *str;
+        if (n)
             mic_buf_add(canon, ",", 1);
-        mic_buf_json_str(canon, pieces[i].key, strlen(pieces[i].key));
+        mic_buf_json_str(canon, k, klen);
         mic_buf_add(canon, ":", 1);
-        pieces[i].off = canon->len;
-        v = pieces[i].value;
-        /* Scalars are written here; containers by jansson. */
-        if (json_is_string(v))
-            mic_buf_json_str(canon, json_string_value(v), json_string_length(v));
-        else if (json_is_integer(v))
-            mic_buf_i64(canon, json_integer_value(v));
-        else if (mic_json_canonical(v, canon)) /* jansson's dump, byte for byte */
+        pieces[n].key = k;
+        pieces[n].value = v;
+        pieces[n].off = canon->len;
+        /* Scalars are written here; containers as jansson dumps them. */
+        if ((str = mic_jdoc_str(d, v, &slen)))
+            mic_buf_json_str(canon, str, slen);
+        else if (mic_jdoc_type(d, v) == MIC_JINTEGER)
+            mic_buf_i64(canon, mic_jdoc_int(d, v));
+        else if (mic_jdoc_canonical(d, v, canon))
             return MIC_ENOMEM;
-        pieces[i].len = canon->len - pieces[i].off;
+        pieces[n].len = canon->len - pieces[n].off;
     }
     mic_buf_add(canon, "}", 1);
     *npieces = n;
@@ -235,7 +228,7 @@ static int canonical(json_t *obj, struct mic_buf *canon, struct piece *pieces,
  * then the server's fields; no closing brace (the writer appends seq and
  * received_at). */
 static int stored_form(struct mic_event *ev, const struct mic_buf *canon,
-                       const struct piece *pieces, size_t n, json_t *obj)
+                       const struct piece *pieces, size_t n, const mic_jdoc *d, mic_jv obj)
 {
     struct mic_buf b;
     char t[MIC_TIME_LEN + 3];
@@ -266,9 +259,9 @@ static int stored_form(struct mic_event *ev, const struct mic_buf *canon,
     mic_buf_add(&b, "\"", 1);
     mic_buf_add(&b, t, MIC_TIME_LEN);
     mic_buf_add(&b, "\"", 1);
-    if (!json_object_get(obj, "schema_version"))
+    if (!mic_jdoc_get(d, obj, "schema_version"))
         mic_buf_puts(&b, ",\"schema_version\":1");
-    if (!json_object_get(obj, "priority"))
+    if (!mic_jdoc_get(d, obj, "priority"))
         mic_buf_puts(&b, ",\"priority\":0");
     if (b.oom) {
         mic_buf_fini(&b);
@@ -281,21 +274,21 @@ static int stored_form(struct mic_event *ev, const struct mic_buf *canon,
 
 /* ---- The event ---- */
 
-int mic_event_parse(json_t *obj, int64_t now_us, const char *path,
+int mic_event_parse(const mic_jdoc *d, mic_jv obj, int64_t now_us, const char *path,
                     struct mic_event *ev, struct mic_error *err)
 {
-    struct ctx c = {path, err, ""};
+    struct ctx c = {d, path, err, ""};
     const char *id, *topic, *atype, *aid, *s;
     size_t idlen, tlen, atlen, ailen, slen;
-    json_int_t n;
-    json_t *v;
+    int64_t n;
+    mic_jv v;
     struct piece pieces[16];
     struct mic_buf canon;
     size_t npieces;
     int present, rc;
 
     memset(ev, 0, sizeof *ev);
-    if (!json_is_object(obj))
+    if (mic_jdoc_type(d, obj) != MIC_JOBJECT)
         return BAD(path[0] ? fname(&c, "") : NULL, "an event must be a JSON object");
     if ((rc = check_known(&c, obj)) ||
         (rc = get_str(&c, obj, "event_id", MIC_EVENT_ID_MAX, &id, &idlen)) ||
@@ -329,27 +322,23 @@ int mic_event_parse(json_t *obj, int64_t now_us, const char *path,
         return rc;
     ev->priority = present ? (uint8_t)n : 0;
     ev->created_at_us = now_us;
-    if ((v = json_object_get(obj, "created_at"))) {
-        if (!json_is_string(v) ||
-            mic_time_parse(json_string_value(v), json_string_length(v),
-                           &ev->created_at_us))
+    if ((v = mic_jdoc_get(d, obj, "created_at"))) {
+        if (!(s = mic_jdoc_str(d, v, &slen)) || mic_time_parse(s, slen, &ev->created_at_us))
             return BAD(fname(&c, "created_at"),
                        "created_at must be an RFC 3339 time with at most 6 fractional digits");
         if (ev->created_at_us > now_us + FUTURE_MAX_US)
             return BAD(fname(&c, "created_at"),
                        "created_at is more than 300 s in the future");
     }
-    if ((v = json_object_get(obj, "deliver_at"))) {
-        if (!json_is_string(v) ||
-            mic_time_parse(json_string_value(v), json_string_length(v),
-                           &ev->deliver_at_us))
+    if ((v = mic_jdoc_get(d, obj, "deliver_at"))) {
+        if (!(s = mic_jdoc_str(d, v, &slen)) || mic_time_parse(s, slen, &ev->deliver_at_us))
             return BAD(fname(&c, "deliver_at"),
                        "deliver_at must be an RFC 3339 time with at most 6 fractional digits");
         if (ev->deliver_at_us > now_us + DELIVER_AT_MAX_US)
             return BAD(fname(&c, "deliver_at"),
                        "deliver_at is more than 365 days ahead");
     }
-    if ((v = json_object_get(obj, "headers")) && (rc = check_headers(&c, v)))
+    if ((v = mic_jdoc_get(d, obj, "headers")) && (rc = check_headers(&c, v)))
         return rc;
     if (atype) {
         ev->has_agg = 1;
@@ -369,8 +358,8 @@ int mic_event_parse(json_t *obj, int64_t now_us, const char *path,
         ev->idlen = strlen(ev->id);
     }
     mic_buf_init(&canon);
-    if ((rc = canonical(obj, &canon, pieces, &npieces)) == MIC_OK)
-        rc = stored_form(ev, &canon, pieces, npieces, obj);
+    if ((rc = canonical(d, obj, &canon, pieces, &npieces)) == MIC_OK)
+        rc = stored_form(ev, &canon, pieces, npieces, d, obj);
     if (rc == MIC_OK)
         mic_sha256(canon.p, canon.len, ev->digest);
     mic_buf_fini(&canon);

@@ -3,10 +3,10 @@
 #ifndef MIC_EVENT_H
 #define MIC_EVENT_H
 
-#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "jdoc.h"
 #include "store.h"
 
 struct mic_error;
@@ -34,11 +34,12 @@ struct mic_event {
     size_t json_len;
 };
 
-/* Validate the object 'obj' as an event received at 'now_us' (the default
- * created_at; deliver_at may be at most 365 days after it) and fill 'ev'.  'path' prefixes field names in errors
- * ("events[3]." or "").  Returns MIC_OK, or MIC_EINVAL / MIC_ENOMEM with
- * 'err' filled. */
-int mic_event_parse(json_t *obj, int64_t now_us, const char *path,
+/* Validate the value 'obj' of document 'd' as an event received at
+ * 'now_us' (the default created_at; deliver_at may be at most 365 days
+ * after it) and fill 'ev' (which owns its copies: 'd' may go afterwards).
+ * 'path' prefixes field names in errors ("events[3]." or "").  Returns
+ * MIC_OK, or MIC_EINVAL / MIC_ENOMEM with 'err' filled. */
+int mic_event_parse(const mic_jdoc *d, mic_jv obj, int64_t now_us, const char *path,
                     struct mic_event *ev, struct mic_error *err);
 void mic_event_fini(struct mic_event *ev);
 

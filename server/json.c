@@ -24,8 +24,10 @@ struct arena_block {
 
 static _Thread_local struct mic_json_arena *current;
 /* The thread's largest block, kept from one request to the next so that a
- * busy handler thread allocates (and the kernel zeroes) nothing per request. */
+ * busy handler thread allocates (and the kernel zeroes) nothing per request;
+ * freed when the thread ends (spare_key's destructor). */
 static _Thread_local struct arena_block *spare;
+static pthread_key_t spare_key;
 #define ARENA_KEEP (8u * 1024 * 1024)
 static pthread_once_t funcs_once = PTHREAD_ONCE_INIT;
 
@@ -73,6 +75,7 @@ static void arena_free(void *p)
 static void install(void)
 {
     json_set_alloc_funcs(arena_malloc, arena_free);
+    pthread_key_create(&spare_key, free);
 }
 
 int mic_json_arena_begin(struct mic_json_arena *a)
@@ -84,6 +87,7 @@ int mic_json_arena_begin(struct mic_json_arena *a)
     if (spare)
         spare->next = NULL;
     spare = NULL;
+    pthread_setspecific(spare_key, NULL);
     current = a;
     return MIC_OK;
 }
@@ -97,6 +101,7 @@ void mic_json_arena_end(struct mic_json_arena *a)
         if (b->cap <= ARENA_KEEP && (!spare || b->cap > spare->cap)) {
             free(spare);
             spare = b;
+            pthread_setspecific(spare_key, b);
         } else {
             free(b);
         }
@@ -128,15 +133,23 @@ static int depth_of(const char *p, size_t len, int limit)
     return 0;
 }
 
+int mic_json_depth_ok(const char *body, size_t len, int max_depth, struct mic_error *err)
+{
+    if (depth_of(body, len, max_depth) > max_depth)
+        return mic_error_set(err, MIC_EPARSE, "invalid_json", NULL,
+                             "JSON nested deeper than %d levels", max_depth);
+    return MIC_OK;
+}
+
 int mic_json_load(const char *body, size_t len, int max_depth, json_t **out,
                   struct mic_error *err)
 {
     json_error_t jerr;
     json_t *j;
+    int rc;
 
-    if (depth_of(body, len, max_depth) > max_depth)
-        return mic_error_set(err, MIC_EPARSE, "invalid_json", NULL,
-                             "JSON nested deeper than %d levels", max_depth);
+    if ((rc = mic_json_depth_ok(body, len, max_depth, err)))
+        return rc;
     j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!j)
         return mic_error_set(err, MIC_EPARSE, "invalid_json", NULL,
@@ -165,7 +178,7 @@ static int key_ref_cmp(const void *a, const void *b)
 /* A real as jansson writes it (jsonp_dtostr, precision 17): "%.17g", a
  * ".0" when that looks like an integer, the exponent without '+' and
  * without leading zeros. */
-static void put_real(struct mic_buf *out, double d)
+void mic_json_real(struct mic_buf *out, double d)
 {
     char b[64], e[64], *x;
     size_t n;
@@ -242,7 +255,7 @@ static void canon(const json_t *v, struct mic_buf *out, int depth)
         mic_buf_i64(out, json_integer_value(v));
         break;
     case JSON_REAL:
-        put_real(out, json_real_value(v));
+        mic_json_real(out, json_real_value(v));
         break;
     case JSON_TRUE:
         mic_buf_add(out, "true", 4);

@@ -16,6 +16,10 @@ struct mic_error;
 int mic_json_load(const char *body, size_t len, int max_depth, json_t **out,
                   struct mic_error *err);
 
+/* mic_json_load's depth check alone: MIC_OK, or MIC_EPARSE with 'err'
+ * filled in the same words. */
+int mic_json_depth_ok(const char *body, size_t len, int max_depth, struct mic_error *err);
+
 /* A per-thread arena for jansson's allocations while one request is
  * parsed: between mic_json_arena_begin and mic_json_arena_end, every
  * value jansson makes in this thread comes from a few large blocks
@@ -43,6 +47,11 @@ void mic_json_arena_end(struct mic_json_arena *a);
  * MIC_ENOMEM (out->oom). */
 struct mic_buf;
 int mic_json_canonical(const json_t *v, struct mic_buf *out);
+
+/* Append the real 'd' as jansson writes it (jsonp_dtostr, precision 17):
+ * "%.17g", ".0" added when that looks like an integer, the exponent
+ * without '+' and leading zeros. */
+void mic_json_real(struct mic_buf *out, double d);
 
 /* Nonzero if the Content-Type header value names JSON
  * ("application/json", parameters such as charset allowed). */

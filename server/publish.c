@@ -21,8 +21,9 @@
 #include "views.h"
 #include "retention.h"
 
+#include "jdoc.h"
+
 #include <jansson.h>
-#include "json.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -515,47 +516,47 @@ int mic_publish_parse(const char *body, size_t len,
                       struct mic_error *err)
 {
     mic_publish *p = calloc(1, sizeof *p);
-    json_t *root = NULL, *events = NULL;
+    mic_jdoc *d = NULL;
+    mic_jv root, events = 0, ev;
     int64_t now = mic_now_us();
-    struct mic_json_arena arena;
     int rc;
 
     if (!p)
         return mic_error_internal(err, MIC_ENOMEM);
     p->cfg = cfg;
     p->op.apply = apply;
-    /* Every value jansson makes for this body lives until the events are
-     * copied out, and then goes at once (json.h, the arena). */
-    mic_json_arena_begin(&arena);
-    if ((rc = mic_json_load(body, len, cfg->max_depth, &root, err))) {
+    /* yajl parses, jansson decides whatever yajl might decide otherwise
+     * (jdoc.h); the document lives until the events are copied out. */
+    if ((rc = mic_jdoc_parse(body, len, cfg->max_depth, &d, NULL, err))) {
         if (rc == MIC_EPARSE && strstr(err->message, "too big") && version_too_big(body, len, err))
             rc = MIC_EINVAL;
         goto fail;
     }
-    if (!json_is_object(root)) {
+    root = mic_jdoc_root(d);
+    if (mic_jdoc_type(d, root) != MIC_JOBJECT) {
         rc = mic_error_set(err, MIC_EINVAL, "invalid_event", NULL,
                            "the body must be an event object or {\"events\":[...]}");
         goto fail;
     }
-    events = json_object_get(root, "events");
+    events = mic_jdoc_get(d, root, "events");
     if (events) {
-        if (!json_is_array(events) || json_object_size(root) != 1) {
+        if (mic_jdoc_type(d, events) != MIC_JARRAY || mic_jdoc_size(d, root) != 1) {
             rc = mic_error_set(err, MIC_EINVAL, "invalid_event", "events",
                                "a batch is {\"events\":[...]} and nothing else");
             goto fail;
         }
-        if (json_array_size(events) == 0) {
+        if (mic_jdoc_size(d, events) == 0) {
             rc = mic_error_set(err, MIC_EINVAL, "invalid_event", "events",
                                "a batch holds at least one event");
             goto fail;
         }
-        if (json_array_size(events) > (size_t)cfg->max_batch) {
+        if (mic_jdoc_size(d, events) > (size_t)cfg->max_batch) {
             rc = mic_error_set(err, MIC_ETOOBIG, "batch_too_large", "events",
                                "a batch holds at most %d events", cfg->max_batch);
             goto fail;
         }
         p->batch = 1;
-        p->n = (int)json_array_size(events);
+        p->n = (int)mic_jdoc_size(d, events);
     } else {
         p->n = 1;
     }
@@ -563,16 +564,16 @@ int mic_publish_parse(const char *body, size_t len,
         rc = mic_error_internal(err, MIC_ENOMEM);
         goto fail;
     }
-    for (int i = 0; i < p->n; i++) {
+    ev = p->batch ? mic_jdoc_first(d, events) : root;
+    for (int i = 0; i < p->n; i++, ev = mic_jdoc_next(d, ev)) {
         char path[32] = "";
         if (p->batch)
             snprintf(path, sizeof path, "events[%d].", i);
-        if ((rc = mic_event_parse(p->batch ? json_array_get(events, (size_t)i) : root,
-                                  now, path, &p->items[i].ev, err)))
+        if ((rc = mic_event_parse(d, ev, now, path, &p->items[i].ev, err)))
             goto fail;
     }
-    mic_json_arena_end(&arena); /* root and all it holds */
-    root = NULL;
+    mic_jdoc_fini(d);
+    d = NULL;
     if ((rc = batch_rules(p))) {
         *err = p->err;
         goto fail;
@@ -580,7 +581,7 @@ int mic_publish_parse(const char *body, size_t len,
     *out = p;
     return MIC_OK;
 fail:
-    mic_json_arena_end(&arena); /* again after the first end: nothing */
+    mic_jdoc_fini(d);
     mic_publish_free(p);
     return rc;
 }
