@@ -48,6 +48,7 @@ struct mic_jdoc {
     uint32_t pending_klen;
     int give_up, oom, busy;
     int own;                  /* a second document of the thread: freed at fini */
+    int max_depth;            /* deepest nesting the fast path takes */
 };
 
 /* The thread's document: its buffers are kept between requests and freed
@@ -323,7 +324,13 @@ static int y_key(void *ctx, const unsigned char *s, size_t len)
 
 static int y_open(mic_jdoc *d, uint8_t type)
 {
-    uint32_t i = add_node(d, type);
+    uint32_t i;
+
+    if (d->depth >= (size_t)d->max_depth) {
+        d->give_up = 1; /* jansson's path words the depth error */
+        return 0;
+    }
+    i = add_node(d, type);
 
     return i && push(d, i) == 0;
 }
@@ -519,9 +526,9 @@ static int parse(const char *body, size_t len, int max_depth, int how, mic_jdoc 
         return mic_error_internal(err, MIC_ENOMEM);
     if (jansson)
         *jansson = 0;
-    /* The depth limit first, as mic_json_load checks it (same words). */
-    if (how != JANSSON_ONLY && (rc = mic_json_depth_ok(body, len, max_depth, err)))
-        goto fail;
+    /* Past the depth limit the fast path gives up, and mic_json_load
+     * checks it first (its words). */
+    d->max_depth = max_depth;
     if (how != JANSSON_ONLY && (f = fast(d, body, len)) < 0) {
         rc = mic_error_internal(err, MIC_ENOMEM);
         goto fail;
