@@ -1,5 +1,6 @@
 #!/bin/sh
-# bench/pages.sh - pages written, write calls and fdatasyncs per commit for W3 and W4
+# bench/pages.sh - what a commit writes (data.mdb pages, OS cache) and syncs (the
+# journal: one write and one fdatasync a flush) for W3 and W4
 # (make bench-pages), measured with strace on the writer (strace slows
 # micd down, so its throughput here means nothing; the page counts do).
 #   W3  100k events, 8 workers claiming up to 32 and acking
@@ -13,7 +14,7 @@ start_micd --map-max 64G
 trace() { # workload group expect extra-worker-flags...
     w=$1 g=$2 n=$3
     shift 3
-    strace -f -e trace=pwrite64,pwritev,writev,fdatasync -p "$pid" -o "$dir/$w.strace" 2> /dev/null &
+    strace -f -y -e trace=pwrite64,pwritev,writev,fdatasync -p "$pid" -o "$dir/$w.strace" 2> /dev/null &
     spid=$!
     i=0
     while [ ! -s "$dir/$w.strace" ] && [ $i -lt 100 ]; do i=$((i + 1)); sleep 0.05; done

@@ -477,60 +477,48 @@ def main():
 # Why MIC falls short where it does: profiles taken outside this harness
 # (the commands are given); RESULTS.md restates those of the targets missed.
 PROFILES = {
-    "W1": """**W1 single events**: bound by the kernel.  `perf record -g -p
-  $(pidof micd)` during W1: 59% of micd's samples are in the kernel, 24%
-  switching threads (each request goes from an HTTP thread to the writer
-  and back, and wakes its client) and 8% kicking the virtio disk; group
-  commit holds about 14 requests a fsync at 32 connections.  libmicrohttpd
-  costs about eight system calls a request in its suspend/resume path
-  (`strace -c -f`); `MHD_USE_TURBO` (optimistic reads and writes)
-  measured no different.""",
-    "W2": """**W2 batches**: bound by JSON parsing in the handler.
-  `valgrind --tool=callgrind build/bench_parse`: about 10 us per 300-byte
-  event; jansson's `json_loadb` 47% of the instructions, its dump of the
-  payload 18%, SHA-256 (content digest, aggregate key) 12%.  Two cores
-  parse about 200k events/s before the writer or the load generator run.""",
-    "W3": """**W3 work cycle**: bound by the commit's fdatasync.  The
+    "W1": """**W1 single events**: bound by the HTTP path and the kernel.
+  `strace -c -f -p $(pidof micd)` during W1, per request: about ten
+  system calls on libmicrohttpd's suspend/resume path (epoll_ctl 1.8,
+  recvfrom 1.9 of which half EAGAIN, the resume's eventfd write 1,
+  sendmsg 1, epoll_wait 0.8, futex 0.7); `perf stat -e context-switches`
+  1.1 a request.  Per commit (7-14 requests at 32 connections): LMDB's
+  page writes into the OS cache (about 9 pwrite, 3 writev, 7 lseek), one
+  journal pwritev and one fdatasync.  The store journal (server/journal.c)
+  took W1 from 0.61x to about 1.1x of Redis: one fdatasync a commit
+  instead of two (pages, then meta page), one sequential write instead of
+  about 20 scattered ones.""",
+    "W2": """**W2 batches**: bound by CPU and by the bytes written.
+  `perf stat -p $(pidof micd)`: about 5.8 us of CPU an event (1,151 ms
+  for 200k events), half in the handler threads (yajl's parse into
+  server/jdoc.c and the validation: 2.5-3.3 us an event in
+  `build/bench_parse`, 6.8 before yajl, 8-10 at the start of the publish
+  issue; then the canonical and stored forms, SHA-256), half in the
+  writer (four B-tree puts an event: log, ids, time, expiry) and in the
+  kernel copying pages into the OS cache.  The journal holds page images,
+  about 1.05 KB an event (mic_journal_bytes_total / events), so an event
+  costs about 2.1 KB of writes (journal, then data.mdb's writeback) where
+  Redis's AOF takes about 0.3 KB; `--durability none` runs 1.2-1.4x
+  faster.  What would reach the floor: a journal of the requests'
+  effects rather than of pages (the events as stored, data.mdb written
+  behind), and fewer trees an event (expiry once per topic and commit,
+  no rewrite of the aggregate record).""",
+    "W3": """**W3 work cycle**: bound by the commit's latency.  The
   delivery engine (server/delivery.c) writes a claim as the delivery
   record, its ready entry and its lease timer, an ack as the record, the
   timer and the unhandled index, and the figures once per group and
-  commit: about 20 pages a commit (`make bench-pages`, 22 before the
-  engine), scattered over five B-trees (LMDB reuses freed pages, so they
-  are not contiguous).  In a W3 drain (`/metrics`): 3.4 requests a
-  commit (8 workers, one request each in flight), commits take 0.49 ms
-  on average and the writer spends 68% of the wall time in them; the
-  sync stage overlaps each commit's meta-page fdatasync with the next
-  batch.  `--durability none` runs the same drain at 178k events/s,
-  2.3x: what is left is the latency of the fsync'd pages plus about eight
-  system calls and three thread switches a request on libmicrohttpd's
-  suspend/resume path (the publish-path issue's part).  Where the
-  commit's time goes, measured on this disk: 22 pages written and synced
-  in one contiguous run take 0.35 ms, the same 22 scattered 0.90 ms
-  (one write request each); a W3 commit is about 20 single-page writes
-  (bench/pages.py: write calls per commit), by tree dlv 7, ready 4,
-  timers 4, unh 4, the main tree, gstat and the free list 1 each.  Tried
-  and not kept: a pinned read snapshot (so that LMDB appends instead of
-  reusing the lowest free pages) with zeros written ahead of the file's
-  end made commits 0.29-0.35 ms in one contiguous write and W3 1.2-1.4x
-  faster on a fresh store, but after a 600k-event fill (as in this run,
-  where W1 and W2 come first) it was no faster (66-67k against 63-78k
-  events/s) and the file was a third larger: LMDB's lowest-page-first
-  reuse scatters the pages again once the pin moves.  The design change
-  that would reach the floor: a page placement that keeps a commit's
-  pages together (an allocator of our own over LMDB, or the delivery
-  state in a log-structured store), plus fewer trees a transition (the
-  lease timer and the ready entry in one tree with the unhandled index,
-  so they share their upper pages) and one wake-up of the HTTP side per
-  batch instead of one per connection.""",
+  commit: about 20 pages of data.mdb a commit, into the OS cache; what
+  is synced is one journal record (one pwritev, one fdatasync: `make
+  bench-pages`).  Before the journal the same commit was about 20
+  scattered single-page writes and two fdatasyncs (0.90 ms for 22
+  scattered pages on this disk against 0.35 ms contiguous), and W3 ran
+  at 0.53-0.73x of Redis.  What is left is the HTTP path (W1).""",
     "W4": """**W4 ordered**: as W3; an ack also releases its aggregate's
   head and makes the next one ready.  The per-aggregate trees are keyed
   by an aggregate ordinal in publish order and a versioned aggregate's
   released entries are skipped by a position instead of deleted one by
-  one, so the aggregates settled in one commit share their leaves: about
-  25 pages a commit (`make bench-pages`; 138 before the engine).  In a
-  W4 drain (`/metrics`): 4 requests a commit, 0.70 ms a commit, 61% of
-  the wall time; `--durability none` runs 110k events/s, 2.0x.  Same
-  next steps as W3.""",
+  one, so the aggregates settled in one commit share their leaves (`make
+  bench-pages`; 138 pages a commit before the engine).""",
     "W5": """**W5 range read**: one HTTP stream; `perf record -p $(pidof micd)`:
   53% in the kernel (TCP send), 20% LMDB cursor steps, 13% copying
   events from the map into libmicrohttpd's buffer.  Alone on the machine
@@ -673,15 +661,21 @@ def write(results, systems, problems, workloads, scale_rows=()):
         lines += ["| %s | %s |" % r for r in scale_rows]
     if PAGES:
         lines += ["", "## Pages written and fdatasyncs per commit (make bench-pages, same run)", "",
-                  "`strace -f -e trace=pwrite64,pwritev,fdatasync` on micd's writer during W3 and W4 "
+                  "`strace -f -y -e trace=pwrite64,pwritev,writev,fdatasync` on micd during W3 and W4 "
                   "(bench/pages.sh; strace slows micd down, so only the counts mean something here). "
-                  "A commit is what the writer writes between two of its fdatasyncs; the fdatasyncs "
-                  "per commit include the sync stage's, which makes each commit's meta page durable.", "",
-                  "| workload | commits | pages per commit (mean / median) | fdatasyncs per commit |",
-                  "|---|---|---|---|"]
+                  "A commit writes its pages and meta page to data.mdb in the OS cache without a sync; "
+                  "what makes it durable is the journal (proto/store-format.md, \"Journal\"): the sync "
+                  "stage writes the records of the commits since its last flush to the journal file in "
+                  "one write and fdatasyncs that file alone; a checkpoint fdatasyncs data.mdb when a "
+                  "journal file fills.", "",
+                  "| workload | commits | data.mdb pages per commit (mean / median) | write calls per commit "
+                  "| journal flushes per commit | journal KiB per flush | fdatasyncs per commit (flushes + checkpoints) |",
+                  "|---|---|---|---|---|---|---|"]
         for r in PAGES:
-            lines.append("| %s | %d | %.1f / %.1f | %.2f |" % (r["workload"], r["commits"], r["pages_per_commit_mean"],
-                                                           r["pages_per_commit_median"], r["fdatasyncs_per_commit"]))
+            lines.append("| %s | %d | %.1f / %.1f | %.1f | %.2f | %.1f | %.2f |" % (
+                r["workload"], r["commits"], r["pages_per_commit_mean"], r["pages_per_commit_median"],
+                r["writes_per_commit_mean"], r["journal_flushes_per_commit"], r["journal_kib_per_flush"],
+                r["fdatasyncs_per_commit"]))
     if problems:
         lines += ["", "Problems (nothing is left out silently):", ""] + ["* " + p for p in problems]
     # make bench-hostile's section (bench/hostile.py) outlives this rewrite.
