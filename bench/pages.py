@@ -20,12 +20,23 @@ commits, data_bytes, data_calls = 0, 0, 0
 cur_bytes, per_commit = 0, []
 flushes, jbytes, jcalls, ckpts = 0, 0, 0, 0
 call = re.compile(r'(\d+)\s+(pwrite64|pwritev|writev|fdatasync)\((\d+)<([^>]*)>(.*)')
+resumed = re.compile(r'(\d+)\s+<\.\.\. (pwrite64|pwritev|writev|fdatasync) resumed>(.*)')
+pending = {}  # tid -> the first half of a call strace split ("<unfinished ...>")
 with open(sys.argv[1]) as f:
     for line in f:
+        line = line.rstrip("\n")
         m = call.match(line)
-        if not m:
+        if m and line.endswith("<unfinished ...>"):
+            pending[m.group(1)] = (m.group(2), m.group(4), m.group(5)[:-len("<unfinished ...>")])
             continue
-        name, path, rest = m.group(2), m.group(4), m.group(5)
+        if m:
+            name, path, rest = m.group(2), m.group(4), m.group(5)
+        else:
+            r = resumed.match(line)
+            if not r or r.group(1) not in pending:
+                continue
+            name, path, first = pending.pop(r.group(1))
+            rest = first + r.group(3)
         ok = re.search(r'=\s*(\d+)\s*$', rest)
         if not ok:
             continue
@@ -40,7 +51,7 @@ with open(sys.argv[1]) as f:
             data_bytes += n
             data_calls += 1
             cur_bytes += n
-            off = re.search(r',\s*(\d+)\)\s*=', rest) if name == "pwrite64" else None
+            off = re.search(r',\s*(\d+)\s*\)\s*=', rest) if name == "pwrite64" else None
             if off and int(off.group(1)) < 2 * PAGE:  # the meta page: the commit ends
                 commits += 1
                 per_commit.append(cur_bytes / PAGE)
