@@ -97,6 +97,7 @@ struct req {
     unsigned status; /* of the answer queued, 0 before */
     char method[8];
     char *path;      /* for the audit log (only with one), cut at 255 bytes */
+    int audited;     /* its audit line is written (when answered, or at the end) */
     int close;       /* answer with Connection: close */
     /* The request's API key (NULL: not authenticated), inside 'keys', the
      * set it was found in, of which the request holds a reference (a
@@ -146,6 +147,8 @@ static void server_error(struct mic_error *e, int err)
     }
 }
 
+static void audit(mic_http *h, struct req *r);
+
 static enum MHD_Result send_body(struct req *r, unsigned status,
                                  const char *ctype, char *body, size_t len)
 {
@@ -167,6 +170,9 @@ static enum MHD_Result send_body(struct req *r, unsigned status,
     r->status = status;
     if (status == MHD_HTTP_TOO_MANY_REQUESTS)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    /* Logged before it is answered: a client that has the answer finds
+     * the line. */
+    audit(r->h, r);
     ret = MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
     mic_metrics_http(r->route, (int)status);
@@ -1196,6 +1202,9 @@ static void audit(mic_http *h, struct req *r)
     char remote[INET6_ADDRSTRLEN] = "", st[8];
     struct mic_buf b;
 
+    if (r->audited)
+        return;
+    r->audited = 1;
     if (h->audit_fd < 0 || (r->status != MHD_HTTP_UNAUTHORIZED &&
                             r->status != MHD_HTTP_FORBIDDEN && (!strcmp(r->method, "GET") ||
                                                                 !strcmp(r->method, "HEAD"))))
@@ -1243,7 +1252,7 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)toe;
     if (!r)
         return;
-    audit(cls, r);
+    audit(cls, r); /* one that was never answered (logged once) */
     mic_conns_busy(((mic_http *)cls)->conns, conn_of(conn), 0);
     switch (r->kind) {
     case OK_PUBLISH:
