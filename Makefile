@@ -22,8 +22,8 @@ DEBS    := build-essential pkg-config libmicrohttpd-dev liblmdb-dev lmdb-utils \
 WARN    := -std=c11 -Wall -Wextra -Werror -Wformat=2 -g
 SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 PKGCFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-# LMDB is linked from a copy of Debian's liblmdb.a whose pwrite and writev
-# calls go to the store journal's capture functions (server/journal.h):
+# LMDB is linked from a copy of Debian's liblmdb.a whose pwrite, writev and
+# lseek calls go to the store journal's capture functions (server/journal.h):
 # everything LMDB writes to data.mdb is also copied into the journal.
 LMDB_A    := build/liblmdb-journal.a
 PKGLIBS   = $(LMDB_A) $(shell pkg-config --libs $(filter-out lmdb,$(PKGS)) 2>/dev/null) -lpthread -lm
@@ -63,8 +63,9 @@ build/san/%.o: server/%.c server/*.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) -c $< -o $@
 build/rel build/san:
 	mkdir -p $@
-$(LMDB_A): | build/rel
+$(LMDB_A): Makefile | build/rel
 	objcopy --redefine-sym pwrite=mic_jnl_pwrite --redefine-sym writev=mic_jnl_writev \
+	    --redefine-sym lseek=mic_jnl_lseek \
 	    $$(pkg-config --variable=libdir lmdb)/liblmdb.a $@
 
 build/micd: $(REL_OBJ) build/rel/main.o $(LMDB_A)

@@ -76,6 +76,7 @@ struct mic_jnl {
     int active;
     struct rec *cur;
     int cap_failed;
+    off_t pos;          /* LMDB's write position on data_fd (mic_jnl_lseek) */
     pthread_mutex_t qlock;
     struct rec *qhead, *qtail, *spare;
     int nspare;
@@ -385,17 +386,40 @@ ssize_t mic_jnl_pwrite(int fd, const void *buf, size_t n, off_t off)
     return r;
 }
 
+/* LMDB writes a run of pages as lseek(SEEK_SET) then writev.  On a data
+ * file the position is kept here instead (no system call) and the run
+ * goes out as one pwritev at it; the descriptor's own offset is not used
+ * by anything else. */
+off_t mic_jnl_lseek(int fd, off_t off, int whence)
+{
+    mic_jnl *j = reg_find(fd);
+    off_t r;
+
+    if (j && whence == SEEK_SET && off >= 0) {
+        j->pos = off;
+        return off;
+    }
+    r = lseek(fd, off, whence);
+    if (j)
+        j->pos = r;
+    return r;
+}
+
 ssize_t mic_jnl_writev(int fd, const struct iovec *iov, int cnt)
 {
     mic_jnl *j = reg_find(fd);
-    off_t pos = j ? lseek(fd, 0, SEEK_CUR) : 0;
-    ssize_t r = writev(fd, iov, cnt);
+    ssize_t r;
 
-    if (j && r > 0) {
-        if (pos < 0)
-            j->cap_failed = 1;
-        else
-            capture(j, pos, iov, cnt, (size_t)r);
+    if (!j)
+        return writev(fd, iov, cnt);
+    if (j->pos < 0 && (j->pos = lseek(fd, 0, SEEK_CUR)) < 0) {
+        j->cap_failed = 1;
+        return -1;
+    }
+    r = pwritev(fd, iov, cnt, j->pos);
+    if (r > 0) {
+        capture(j, j->pos, iov, cnt, (size_t)r);
+        j->pos += r;
     }
     return r;
 }
@@ -722,6 +746,7 @@ int mic_jnl_open(mic_jnl **out, const char *dir, int lock_fd, int data_fd,
     j->file_size = file_size < j->hdr_size + 64 * 1024 ? j->hdr_size + 64 * 1024 : file_size;
     j->f[0].fd = lock_fd;
     j->f[1].fd = -1;
+    j->pos = -1;
     j->ck_want = -1;
     pthread_mutex_init(&j->qlock, NULL);
     pthread_mutex_init(&j->flush_lock, NULL);

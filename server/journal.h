@@ -2,8 +2,9 @@
  * fdatasync make a commit durable.
  *
  * LMDB runs with MDB_NOSYNC.  Its commits write their pages and meta page
- * into the OS cache through the two functions below (the Makefile renames
- * LMDB's own pwrite and writev calls to them in a copy of liblmdb.a), which
+ * into the OS cache through the functions below (the Makefile renames
+ * LMDB's own pwrite, writev and lseek calls to them in a copy of
+ * liblmdb.a), which
  * also copy every byte written to data.mdb into the commit's journal
  * record.  mic_jnl_flush appends the sealed records to the active journal
  * file in one write and fdatasyncs that file alone: the commit is then on
@@ -40,6 +41,10 @@ typedef struct mic_jnl mic_jnl;
  * (a capture that cannot allocate puts the journal in its failed state). */
 ssize_t mic_jnl_pwrite(int fd, const void *buf, size_t n, off_t off);
 ssize_t mic_jnl_writev(int fd, const struct iovec *iov, int cnt);
+/* LMDB's lseek: as lseek(2), except that on a journaled data file a
+ * SEEK_SET only records the position, where the next mic_jnl_writev
+ * writes (with pwritev: the descriptor's offset does not move). */
+off_t mic_jnl_lseek(int fd, off_t off, int whence);
 
 /* Before LMDB opens 'dir': take the store's lock (an exclusive flock of
  * dir/journal-0, created if missing) and replay the journal files of 'dir'
