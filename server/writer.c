@@ -8,8 +8,10 @@
  *
  * A batch: take every queued op (up to --writer-batch) plus the parked ops
  * that were woken, begin one transaction, run hooks->before (deadlines that
- * came due, background chunks), apply each op, ask hooks->next_due for the
- * next deadline, commit once.  Then each op either finishes (done()) or, if
+ * came due, background chunks), apply each op; while the sync stage is
+ * still making the commit before durable, apply the ops that arrive too
+ * (they could not be durable any sooner: one commit and one fdatasync for
+ * them all); ask hooks->next_due for the next deadline, commit once.  Then each op either finishes (done()) or, if
  * apply() asked for it, is parked until a later batch wakes its key or its
  * own deadline passes.  The thread sleeps until the earliest of: new work,
  * the next stored deadline, the next parked op's deadline; idle after a
@@ -40,6 +42,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -75,6 +78,10 @@ struct mic_writer {
     mic_op *shead, *stail;
     int sstop;
     int durable;                /* 0 with --durability none: no sync stage */
+    /* Nonzero from the moment the writer hands the sync stage a commit
+     * until the stage has nothing left: the batch being applied could not
+     * be durable sooner, so it takes the ops that arrive meanwhile. */
+    _Atomic int sbusy;
 };
 
 /* Once the queue is empty, give the memory a burst freed back to the
@@ -235,12 +242,42 @@ static void aborted(mic_writer *w)
     }
 }
 
-/* Apply 'list' in one transaction and commit.  Returns MIC_OK or the error
- * that aborted it; w->next_seq only moves on success.  'ctx' collects the
- * keys to wake. */
-static int run_batch(mic_writer *w, mic_op *list, int nops, struct mic_wctx *ctx)
+/* Take up to 'max' queued ops, waiting while there are none and the sync
+ * stage is still busy; NULL when there is nothing to take (the stage went
+ * idle, or stopping).  *n is set to the number taken, *last to the last. */
+static mic_op *take_more(mic_writer *w, int max, int *n, mic_op **last)
+{
+    mic_op *list;
+
+    pthread_mutex_lock(&w->lock);
+    while (!w->head && atomic_load(&w->sbusy) && !w->stopping)
+        pthread_cond_wait(&w->cond, &w->lock);
+    list = *last = w->head;
+    *n = 0;
+    if (list) {
+        for (*n = 1; (*last)->next && *n < max; (*n)++)
+            *last = (*last)->next;
+        w->head = (*last)->next;
+        if (!w->head)
+            w->tail = NULL;
+        (*last)->next = NULL;
+        w->queued -= *n;
+    }
+    pthread_mutex_unlock(&w->lock);
+    return list;
+}
+
+/* Apply '*list' in one transaction and commit.  With 'extend', while the
+ * sync stage is still busy with the commit before, ops that arrive are
+ * applied in this transaction too and appended to '*list' and '*nops'
+ * (group commit: they could not be durable sooner).  Returns MIC_OK or
+ * the error that aborted it; w->next_seq only moves on success.  'ctx'
+ * collects the keys to wake. */
+static int run_batch(mic_writer *w, mic_op **list, int *nops, int extend,
+                     struct mic_wctx *ctx)
 {
     int64_t t0, due = 0;
+    mic_op *tail = NULL;
     int rc;
 
     if ((rc = mic_txn_begin(w->store, 1, &ctx->txn)))
@@ -252,10 +289,28 @@ static int run_batch(mic_writer *w, mic_op *list, int nops, struct mic_wctx *ctx
     ctx->engine = w->hooks.engine;
     if (w->hooks.before && (rc = w->hooks.before(w->hooks.sched, ctx)))
         goto fail;
-    for (mic_op *op = list; op; op = op->next) {
+    for (mic_op *op = *list; op; op = op->next) {
         op->wait_key = 0;
         if ((rc = op->apply(op, ctx)))
             goto fail;
+        tail = op;
+    }
+    while (extend && w->durable && atomic_load(&w->sbusy) && *nops < w->cfg->writer_batch) {
+        mic_op *last, *more;
+        int n;
+        if (!(more = take_more(w, w->cfg->writer_batch - *nops, &n, &last)))
+            break;
+        if (tail)
+            tail->next = more;
+        else
+            *list = more;
+        tail = last;
+        *nops += n;
+        for (mic_op *op = more; op; op = op->next) {
+            op->wait_key = 0;
+            if ((rc = op->apply(op, ctx)))
+                goto fail;
+        }
     }
     if (w->hooks.before_commit && (rc = w->hooks.before_commit(w->hooks.sched, ctx)))
         goto fail;
@@ -270,7 +325,7 @@ static int run_batch(mic_writer *w, mic_op *list, int nops, struct mic_wctx *ctx
     ctx->txn = NULL;
     w->next_seq = ctx->next_seq;
     w->next_due_us = due;
-    record(w, nops, mic_mono_us() - t0, w->next_seq);
+    record(w, *nops, mic_mono_us() - t0, w->next_seq);
     return MIC_OK;
 fail:
     mic_txn_abort(ctx->txn);
@@ -310,6 +365,13 @@ static void *sync_main(void *arg)
             list = next;
         }
         pthread_mutex_lock(&w->slock);
+        if (!w->shead) {
+            /* Idle: the writer commits what it holds. */
+            atomic_store(&w->sbusy, 0);
+            pthread_mutex_lock(&w->lock);
+            pthread_cond_signal(&w->cond);
+            pthread_mutex_unlock(&w->lock);
+        }
     }
     pthread_mutex_unlock(&w->slock);
     return NULL;
@@ -324,6 +386,7 @@ static void to_sync(mic_writer *w, mic_op *list, mic_op *last)
     else
         w->shead = list;
     w->stail = last;
+    atomic_store(&w->sbusy, 1);
     pthread_cond_signal(&w->scond);
     pthread_mutex_unlock(&w->slock);
 }
@@ -372,7 +435,7 @@ static void process(mic_writer *w, mic_op *list, int nops, struct mic_wctx *ctx)
     int rc, full = 0;
 
     ctx->nwake = 0;
-    while ((rc = run_batch(w, list, nops, ctx)) == MIC_ENOSPC &&
+    while ((rc = run_batch(w, &list, &nops, 1, ctx)) == MIC_ENOSPC &&
            mic_store_grow(w->store) == MIC_OK)
         ;
     if (rc != MIC_ENOSPC || nops <= 1) {
@@ -382,8 +445,9 @@ static void process(mic_writer *w, mic_op *list, int nops, struct mic_wctx *ctx)
         /* The map is at its limit: give each op its own chance. */
         while (list) {
             mic_op *next = list->next;
+            int one = 1;
             list->next = NULL;
-            rc = run_batch(w, list, 1, ctx);
+            rc = run_batch(w, &list, &one, 0, ctx);
             full |= rc == MIC_ENOSPC;
             settle(w, list, rc);
             list = next;

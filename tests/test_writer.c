@@ -1,6 +1,7 @@
 /* test_writer.c - the writer thread: group commit (ops queued while a
  * batch runs are committed together), the queue bound (MIC_EBUSY), a full
- * map (grow and retry; at the limit each op alone), a failing write that
+ * map (grow and retry; at the limit each op alone), a batch that takes
+ * the ops arriving while the sync stage is busy, a failing write that
  * aborts its batch, a failing sync that answers its ops MIC_EIO and stops
  * the writer (fail-stop), and draining on stop. */
 #define _GNU_SOURCE
@@ -44,6 +45,8 @@ static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
 static int gate_open, gate_entered;
 
+static sem_t *applied_sem; /* posted at every apply when set */
+
 static int apply(mic_op *op, struct mic_wctx *w)
 {
     struct top *t = (struct top *)op;
@@ -52,6 +55,8 @@ static int apply(mic_op *op, struct mic_wctx *w)
     int rc;
 
     t->applied++;
+    if (applied_sem)
+        sem_post(applied_sem);
     if (t->block) {
         pthread_mutex_lock(&gate_lock);
         gate_entered = 1;
@@ -176,6 +181,79 @@ static void group_commit(void **state)
     assert_int_equal(log_count(&f), 51);
     sem_destroy(&sem);
     fx_close(&f);
+}
+
+/* While the sync stage still makes the commit before durable, the batch
+ * being applied takes the ops that arrive (they could not be durable
+ * sooner), and commits once the stage is free: one commit for them all,
+ * none answered before its own sync. */
+static pthread_mutex_t sync_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t sync_cond = PTHREAD_COND_INITIALIZER;
+static int sync_entered, sync_open;
+
+static int sync_gate(void)
+{
+    pthread_mutex_lock(&sync_lock);
+    sync_entered++;
+    pthread_cond_broadcast(&sync_cond);
+    while (!sync_open)
+        pthread_cond_wait(&sync_cond, &sync_lock);
+    pthread_mutex_unlock(&sync_lock);
+    return 0;
+}
+
+static void commit_waits_for_the_sync_stage(void **state)
+{
+    static const char *const args[] = {"--durability", "fsync", NULL};
+    struct fx f;
+    struct top a, b, c;
+    struct mic_writer_stats st;
+    sem_t done_sem, app;
+
+    (void)state;
+    sem_init(&done_sem, 0, 0);
+    sem_init(&app, 0, 0);
+    sync_entered = sync_open = 0;
+    mic_store_set_sync_fault(sync_gate);
+    assert_int_equal(fx_open(&f, args), 0);
+    applied_sem = &app;
+    top_init(&a, 10, &done_sem);
+    assert_int_equal(mic_writer_submit(f.w, &a.op), MIC_OK);
+    pthread_mutex_lock(&sync_lock);
+    while (!sync_entered) /* a is committed; its sync is held */
+        pthread_cond_wait(&sync_cond, &sync_lock);
+    pthread_mutex_unlock(&sync_lock);
+    sem_wait(&app);
+    top_init(&b, 10, &done_sem);
+    assert_int_equal(mic_writer_submit(f.w, &b.op), MIC_OK);
+    sem_wait(&app); /* b applied, its transaction left open */
+    top_init(&c, 10, &done_sem);
+    assert_int_equal(mic_writer_submit(f.w, &c.op), MIC_OK);
+    sem_wait(&app); /* c applied in the same transaction */
+    mic_writer_stats(f.w, &st);
+    assert_int_equal(st.commits, 1);
+    assert_int_equal(sem_trywait(&done_sem), -1); /* nothing answered yet */
+    pthread_mutex_lock(&sync_lock);
+    sync_open = 1;
+    pthread_cond_broadcast(&sync_cond);
+    pthread_mutex_unlock(&sync_lock);
+    for (int i = 0; i < 3; i++)
+        sem_wait(&done_sem);
+    mic_writer_stats(f.w, &st);
+    assert_int_equal(st.commits, 2);       /* a, then b and c together */
+    assert_int_equal(st.ops, 3);
+    assert_int_equal(st.batch_hist[1], 1); /* 2 ops: the <=2 bucket */
+    assert_int_equal(a.op.result, MIC_OK);
+    assert_int_equal(b.op.result, MIC_OK);
+    assert_int_equal(c.op.result, MIC_OK);
+    assert_int_equal(b.applied, 1);
+    assert_int_equal(c.applied, 1);
+    assert_int_equal(log_count(&f), 3);
+    applied_sem = NULL;
+    mic_store_set_sync_fault(NULL);
+    fx_close(&f);
+    sem_destroy(&app);
+    sem_destroy(&done_sem);
 }
 
 static void queue_bound(void **state)
@@ -384,6 +462,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(failed_sync_stops),
         cmocka_unit_test(group_commit),
+        cmocka_unit_test(commit_waits_for_the_sync_stage),
         cmocka_unit_test(queue_bound),
         cmocka_unit_test(map_full_grows_then_refuses),
         cmocka_unit_test(mixed_batch_at_limit),
