@@ -28,7 +28,7 @@ void mic_buf_printf(struct mic_buf *b, const char *fmt, ...)
 /* Append 's' (n bytes of UTF-8) as a JSON string, quotes included. */
 void mic_buf_json_str(struct mic_buf *b, const char *s, size_t n);
 /* The same with uppercase hex digits in \u00XX, as jansson's dump writes
- * them (mic_json_canonical). */
+ * them (mic_jdoc_canonical). */
 void mic_buf_json_str_upper(struct mic_buf *b, const char *s, size_t n);
 /* Append a decimal integer. */
 void mic_buf_i64(struct mic_buf *b, int64_t v);

@@ -183,7 +183,7 @@ static int check_known(struct ctx *c, mic_jv obj)
 /* ---- Canonical form ----
  *
  * The top-level values are dumped once each (as jansson's compact dump with
- * keys sorted at every level writes them: mic_json_canonical) in key order.  The concatenation {"k":v,...} is the
+ * keys sorted at every level writes them: mic_jdoc_canonical) in key order.  The concatenation {"k":v,...} is the
  * canonical text whose SHA-256 is the digest; the stored event reuses the
  * same bytes, minus created_at (normalised) plus the server's defaults. */
 

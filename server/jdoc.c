@@ -357,6 +357,17 @@ static const yajl_callbacks y_callbacks = {
 
 /* ---- Documents ---- */
 
+/* Empty 'd' for a parse, keeping its buffers. */
+static void doc_reset(mic_jdoc *d)
+{
+    d->n = 1; /* node 0 is "none" */
+    memset(&d->nodes[0], 0, sizeof d->nodes[0]);
+    d->plen = 0;
+    d->depth = 0;
+    d->pending_key = -1;
+    d->give_up = d->oom = 0;
+}
+
 static mic_jdoc *doc_begin(void)
 {
     mic_jdoc *d;
@@ -377,15 +388,12 @@ static mic_jdoc *doc_begin(void)
     }
     if (!d->cap && !(d->nodes = calloc((d->cap = 1024), sizeof *d->nodes))) {
         d->cap = 0;
+        if (d->own)
+            doc_free(d);
         return NULL;
     }
     d->busy = 1;
-    d->n = 1; /* node 0 is "none" */
-    memset(&d->nodes[0], 0, sizeof d->nodes[0]);
-    d->plen = 0;
-    d->depth = 0;
-    d->pending_key = -1;
-    d->give_up = d->oom = 0;
+    doc_reset(d);
     return d;
 }
 
@@ -501,11 +509,7 @@ static int slow(mic_jdoc *d, const char *body, size_t len, int max_depth,
     json_t *root;
     int rc;
 
-    d->n = 1;
-    d->plen = 0;
-    d->depth = 0;
-    d->pending_key = -1;
-    d->give_up = d->oom = 0;
+    doc_reset(d); /* whatever the fast path built before it gave up */
     mic_json_arena_begin(&arena);
     if ((rc = mic_json_load(body, len, max_depth, &root, err)) == MIC_OK &&
         from_jansson(d, root))
@@ -514,7 +518,7 @@ static int slow(mic_jdoc *d, const char *body, size_t len, int max_depth,
     return rc;
 }
 
-enum { BOTH, JANSSON_ONLY, YAJL_ONLY };
+enum { BOTH, YAJL_ONLY };
 
 static int parse(const char *body, size_t len, int max_depth, int how, mic_jdoc **out,
                  int *jansson, struct mic_error *err)
@@ -529,7 +533,7 @@ static int parse(const char *body, size_t len, int max_depth, int how, mic_jdoc 
     /* Past the depth limit the fast path gives up, and mic_json_load
      * checks it first (its words). */
     d->max_depth = max_depth;
-    if (how != JANSSON_ONLY && (f = fast(d, body, len)) < 0) {
+    if ((f = fast(d, body, len)) < 0) {
         rc = mic_error_internal(err, MIC_ENOMEM);
         goto fail;
     }
@@ -554,12 +558,6 @@ int mic_jdoc_parse(const char *body, size_t len, int max_depth, mic_jdoc **out,
                    int *jansson, struct mic_error *err)
 {
     return parse(body, len, max_depth, BOTH, out, jansson, err);
-}
-
-int mic_jdoc_parse_jansson(const char *body, size_t len, int max_depth, mic_jdoc **out,
-                           struct mic_error *err)
-{
-    return parse(body, len, max_depth, JANSSON_ONLY, out, NULL, err);
 }
 
 int mic_jdoc_parse_yajl(const char *body, size_t len, int max_depth, mic_jdoc **out,
@@ -646,15 +644,42 @@ const char *mic_jdoc_str(const mic_jdoc *d, mic_jv v, size_t *len)
 
 int64_t mic_jdoc_int(const mic_jdoc *d, mic_jv v)
 {
-    return d->nodes[v].u.i;
-}
-
-double mic_jdoc_real(const mic_jdoc *d, mic_jv v)
-{
-    return d->nodes[v].u.r;
+    return d->nodes[v].type == MIC_JINTEGER ? d->nodes[v].u.i : 0;
 }
 
 /* ---- The canonical text ---- */
+
+/* A real as jansson writes it (jsonp_dtostr, precision 17): "%.17g", a
+ * ".0" when that looks like an integer, the exponent without '+' and
+ * without leading zeros. */
+static void put_real(struct mic_buf *out, double d)
+{
+    char b[64], e[64], *x;
+    size_t n;
+
+    snprintf(b, sizeof b, "%.17g", d);
+    if (!strpbrk(b, ".eE")) {
+        mic_buf_puts(out, b);
+        mic_buf_puts(out, ".0");
+        return;
+    }
+    if (!(x = strpbrk(b, "eE"))) {
+        mic_buf_puts(out, b);
+        return;
+    }
+    n = (size_t)(x - b) + 1;
+    memcpy(e, b, n);
+    x++;
+    if (*x == '+')
+        x++;
+    else if (*x == '-')
+        e[n++] = *x++;
+    while (*x == '0' && x[1])
+        x++;
+    strcpy(e + n, x);
+    mic_buf_puts(out, e);
+}
+
 
 static void canon(const mic_jdoc *d, mic_jv v, struct mic_buf *out)
 {
@@ -688,7 +713,7 @@ static void canon(const mic_jdoc *d, mic_jv v, struct mic_buf *out)
         mic_buf_i64(out, x->u.i);
         break;
     case MIC_JREAL:
-        mic_json_real(out, x->u.r);
+        put_real(out, x->u.r);
         break;
     case MIC_JTRUE:
         mic_buf_add(out, "true", 4);

@@ -43,11 +43,8 @@ typedef struct mic_jdoc mic_jdoc;
  * figures). */
 int mic_jdoc_parse(const char *body, size_t len, int max_depth, mic_jdoc **out,
                    int *jansson, struct mic_error *err);
-/* Tests only: parse with jansson alone (then convert), or with yajl alone
- * (returns MIC_EPARSE without a message where the fast path would hand the
- * text to jansson). */
-int mic_jdoc_parse_jansson(const char *body, size_t len, int max_depth, mic_jdoc **out,
-                           struct mic_error *err);
+/* Tests only: parse with yajl alone (returns MIC_EPARSE with the message
+ * "left to jansson" where the fast path would hand the text to jansson). */
 int mic_jdoc_parse_yajl(const char *body, size_t len, int max_depth, mic_jdoc **out,
                         struct mic_error *err);
 void mic_jdoc_fini(mic_jdoc *d);
@@ -69,12 +66,12 @@ mic_jv mic_jdoc_snext(const mic_jdoc *d, mic_jv member);
 const char *mic_jdoc_key(const mic_jdoc *d, mic_jv v, size_t *len);
 /* A string's bytes (NULL for another type). */
 const char *mic_jdoc_str(const mic_jdoc *d, mic_jv v, size_t *len);
+/* An integer's value (0 for another type; a real is not read back). */
 int64_t mic_jdoc_int(const mic_jdoc *d, mic_jv v);
-double mic_jdoc_real(const mic_jdoc *d, mic_jv v);
 
 /* Append 'v' as json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS |
- * JSON_ENCODE_ANY) writes it (the form mic_json_canonical writes for a
- * jansson value).  Returns MIC_OK or MIC_ENOMEM (out->oom). */
+ * JSON_ENCODE_ANY) writes it: the canonical form under the stored digests
+ * (proto/store-format.md).  Returns MIC_OK or MIC_ENOMEM (out->oom). */
 int mic_jdoc_canonical(const mic_jdoc *d, mic_jv v, struct mic_buf *out);
 
 #endif

@@ -133,23 +133,15 @@ static int depth_of(const char *p, size_t len, int limit)
     return 0;
 }
 
-int mic_json_depth_ok(const char *body, size_t len, int max_depth, struct mic_error *err)
-{
-    if (depth_of(body, len, max_depth) > max_depth)
-        return mic_error_set(err, MIC_EPARSE, "invalid_json", NULL,
-                             "JSON nested deeper than %d levels", max_depth);
-    return MIC_OK;
-}
-
 int mic_json_load(const char *body, size_t len, int max_depth, json_t **out,
                   struct mic_error *err)
 {
     json_error_t jerr;
     json_t *j;
-    int rc;
 
-    if ((rc = mic_json_depth_ok(body, len, max_depth, err)))
-        return rc;
+    if (depth_of(body, len, max_depth) > max_depth)
+        return mic_error_set(err, MIC_EPARSE, "invalid_json", NULL,
+                             "JSON nested deeper than %d levels", max_depth);
     j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!j)
         return mic_error_set(err, MIC_EPARSE, "invalid_json", NULL,
@@ -157,122 +149,6 @@ int mic_json_load(const char *body, size_t len, int max_depth, json_t **out,
                              jerr.line, jerr.column, jerr.text);
     *out = j;
     return MIC_OK;
-}
-
-/* ---- The canonical form (json.h) ---- */
-
-struct key_ref {
-    const char *key;
-    size_t len;
-    json_t *value;
-};
-
-static int key_ref_cmp(const void *a, const void *b)
-{
-    const struct key_ref *x = a, *y = b;
-    int c = memcmp(x->key, y->key, x->len < y->len ? x->len : y->len);
-
-    return c ? c : (x->len > y->len) - (x->len < y->len);
-}
-
-/* A real as jansson writes it (jsonp_dtostr, precision 17): "%.17g", a
- * ".0" when that looks like an integer, the exponent without '+' and
- * without leading zeros. */
-void mic_json_real(struct mic_buf *out, double d)
-{
-    char b[64], e[64], *x;
-    size_t n;
-
-    snprintf(b, sizeof b, "%.17g", d);
-    if (!strpbrk(b, ".eE")) {
-        mic_buf_puts(out, b);
-        mic_buf_puts(out, ".0");
-        return;
-    }
-    if (!(x = strpbrk(b, "eE"))) {
-        mic_buf_puts(out, b);
-        return;
-    }
-    n = (size_t)(x - b) + 1;
-    memcpy(e, b, n);
-    x++;
-    if (*x == '+')
-        x++;
-    else if (*x == '-')
-        e[n++] = *x++;
-    while (*x == '0' && x[1])
-        x++;
-    strcpy(e + n, x);
-    mic_buf_puts(out, e);
-}
-
-static void canon(const json_t *v, struct mic_buf *out, int depth)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: {
-        struct key_ref small[16], *keys = small;
-        size_t n = json_object_size(v), i = 0;
-        const char *k;
-        size_t klen;
-        json_t *m;
-
-        if (n > sizeof small / sizeof small[0] && !(keys = malloc(n * sizeof *keys))) {
-            out->oom = 1;
-            return;
-        }
-        json_object_keylen_foreach((json_t *)v, k, klen, m) {
-            keys[i].key = k;
-            keys[i].len = klen;
-            keys[i++].value = m;
-        }
-        qsort(keys, n, sizeof *keys, key_ref_cmp);
-        mic_buf_add(out, "{", 1);
-        for (i = 0; i < n; i++) {
-            if (i)
-                mic_buf_add(out, ",", 1);
-            mic_buf_json_str_upper(out, keys[i].key, keys[i].len);
-            mic_buf_add(out, ":", 1);
-            canon(keys[i].value, out, depth + 1);
-        }
-        mic_buf_add(out, "}", 1);
-        if (keys != small)
-            free(keys);
-        break;
-    }
-    case JSON_ARRAY:
-        mic_buf_add(out, "[", 1);
-        for (size_t i = 0; i < json_array_size(v); i++) {
-            if (i)
-                mic_buf_add(out, ",", 1);
-            canon(json_array_get(v, i), out, depth + 1);
-        }
-        mic_buf_add(out, "]", 1);
-        break;
-    case JSON_STRING:
-        mic_buf_json_str_upper(out, json_string_value(v), json_string_length(v));
-        break;
-    case JSON_INTEGER:
-        mic_buf_i64(out, json_integer_value(v));
-        break;
-    case JSON_REAL:
-        mic_json_real(out, json_real_value(v));
-        break;
-    case JSON_TRUE:
-        mic_buf_add(out, "true", 4);
-        break;
-    case JSON_FALSE:
-        mic_buf_add(out, "false", 5);
-        break;
-    case JSON_NULL:
-        mic_buf_add(out, "null", 4);
-        break;
-    }
-}
-
-int mic_json_canonical(const json_t *v, struct mic_buf *out)
-{
-    canon(v, out, 0);
-    return out->oom ? MIC_ENOMEM : MIC_OK;
 }
 
 int mic_json_content_type_ok(const char *ct)

@@ -16,9 +16,6 @@ struct mic_error;
 int mic_json_load(const char *body, size_t len, int max_depth, json_t **out,
                   struct mic_error *err);
 
-/* mic_json_load's depth check alone: MIC_OK, or MIC_EPARSE with 'err'
- * filled in the same words. */
-int mic_json_depth_ok(const char *body, size_t len, int max_depth, struct mic_error *err);
 
 /* A per-thread arena for jansson's allocations while one request is
  * parsed: between mic_json_arena_begin and mic_json_arena_end, every
@@ -38,20 +35,6 @@ struct mic_json_arena {
 };
 int mic_json_arena_begin(struct mic_json_arena *a);
 void mic_json_arena_end(struct mic_json_arena *a);
-
-/* Append 'v' to 'out' exactly as jansson's json_dumps(v, JSON_COMPACT |
- * JSON_SORT_KEYS | JSON_ENCODE_ANY) writes it -- the canonical form under
- * the stored digests (proto/store-format.md), byte for byte, proved by
- * tests/test_json.c against jansson over a generated corpus -- without
- * jansson's callbacks and per-object key array.  Returns MIC_OK, or
- * MIC_ENOMEM (out->oom). */
-struct mic_buf;
-int mic_json_canonical(const json_t *v, struct mic_buf *out);
-
-/* Append the real 'd' as jansson writes it (jsonp_dtostr, precision 17):
- * "%.17g", ".0" added when that looks like an integer, the exponent
- * without '+' and leading zeros. */
-void mic_json_real(struct mic_buf *out, double d);
 
 /* Nonzero if the Content-Type header value names JSON
  * ("application/json", parameters such as charset allowed). */

@@ -14,7 +14,6 @@
 
 #include "buf.h"
 #include "err.h"
-#include "jgen.h"
 #include "json.h"
 
 /* 'depth' nested arrays around 'inner' (free it). */
@@ -380,59 +379,6 @@ static void steal_and_time(void **state)
     mic_buf_fini(&b);
 }
 
-/* ---- The canonical form against jansson (json.h) ---- */
-
-static void expect_same(const json_t *v)
-{
-    char *want = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
-    struct mic_buf b;
-
-    assert_non_null(want);
-    mic_buf_init(&b);
-    assert_int_equal(mic_json_canonical(v, &b), MIC_OK);
-    mic_buf_add(&b, "", 1);
-    if (strcmp(b.p, want))
-        fail_msg("canonical form differs:\n jansson: %s\n ours:    %s", want, b.p);
-    free(want);
-    mic_buf_fini(&b);
-}
-
-static void canonical_matches_jansson_generated(void **state)
-{
-    (void)state;
-    for (int i = 0; i < 3000; i++) {
-        json_t *v = jgen_value(0);
-        expect_same(v);
-        json_decref(v);
-    }
-}
-
-/* Texts as clients send them: escapes and surrogate pairs, every number
- * form jansson reads, nesting, empties. */
-static void canonical_matches_jansson_parsed(void **state)
-{
-    static const char *const texts[] = {
-        "{\"b\":1,\"a\":{\"d\":[],\"c\":{}},\"\":null}",
-        "[\"\\u00e9\\u20ac\\ud83d\\ude00\",\"\\u0001\\u001f\\u007f\",\"\\/\\\"\\\\\\b\\f\\n\\r\\t\"]",
-        "[0,-0,1E5,1e-0,-0.0,0.0,1.5E+300,2.5e-10,9223372036854775807,-9223372036854775808]",
-        "[1.0,10.0,1e21,1e22,0.1,0.30000000000000004,123.456e7,-1.5e-7,4.9e-324,1.7976931348623157E308]",
-        "{\"k\":{\"k\":{\"k\":{\"k\":{\"k\":{\"k\":{\"k\":[[[[[[true,false]]]]]]}}}}}}}",
-        "{\"a\\u00e9\":1,\"a\":2,\"ab\":3,\"A\":4,\"\\u00e9\":5,\"B\":6}",
-        "\"just a string\"", "42", "-3.5", "true", "null", "[]", "{}",
-    };
-
-    (void)state;
-    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
-        json_error_t je;
-        json_t *v = json_loads(texts[i], JSON_DECODE_ANY, &je);
-
-        if (!v)
-            fail_msg("corpus text %zu does not parse: %s", i, je.text);
-        expect_same(v);
-        json_decref(v);
-    }
-}
-
 /* mic_buf_read_file: the bytes and a NUL after them; a missing file,
  * one over the limit: the error, and the buffer as it was. */
 static void read_file_into_buf(void **state)
@@ -464,8 +410,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(depth_limit),
         cmocka_unit_test(read_file_into_buf),
-        cmocka_unit_test(canonical_matches_jansson_generated),
-        cmocka_unit_test(canonical_matches_jansson_parsed),
         cmocka_unit_test(depth_message_names_limit),
         cmocka_unit_test(brackets_in_strings_do_not_count),
         cmocka_unit_test(duplicate_keys_rejected),
