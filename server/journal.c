@@ -729,6 +729,42 @@ static int open_file(const char *dir, int i)
     return open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 }
 
+/* Write file i's header (hdr_fill's arguments) and fdatasync it.
+ * Returns 0, or -1 with errno set. */
+static int hdr_write(mic_jnl *j, int i, uint64_t first_seq, uint64_t floor)
+{
+    hdr_fill(j, j->hdrbuf, first_seq, floor);
+    return pwrite_full(j->f[i].fd, j->hdrbuf, j->hdr_size, 0) || fdatasync(j->f[i].fd) ? -1 : 0;
+}
+
+static void recs_free(struct rec *r)
+{
+    while (r) {
+        struct rec *n = r->next;
+        free(r->buf);
+        free(r);
+        r = n;
+    }
+}
+
+/* Close the files and free everything: what open set up and close leaves. */
+static void jnl_free(mic_jnl *j)
+{
+    for (int i = 0; i < 2; i++)
+        if (j->f[i].fd >= 0)
+            close(j->f[i].fd);
+    recs_free(j->spare);
+    recs_free(j->cur);
+    recs_free(j->qhead);
+    free(j->shadow);
+    free(j->hdrbuf);
+    pthread_cond_destroy(&j->ck_cond);
+    pthread_mutex_destroy(&j->ck_lock);
+    pthread_mutex_destroy(&j->flush_lock);
+    pthread_mutex_destroy(&j->qlock);
+    free(j);
+}
+
 int mic_jnl_open(mic_jnl **out, const char *dir, int lock_fd, int data_fd,
                  unsigned psize, uint64_t file_size, uint64_t next_seq)
 {
@@ -770,8 +806,7 @@ int mic_jnl_open(mic_jnl **out, const char *dir, int lock_fd, int data_fd,
     j->shadow_txnid = t0 > t1 ? t0 : t1;
     /* File 0 starts at next_seq over the synced store; file 1 is empty. */
     for (int i = 0; i < 2; i++) {
-        hdr_fill(j, j->hdrbuf, i == 0 ? next_seq : 0, next_seq);
-        if (pwrite_full(j->f[i].fd, j->hdrbuf, j->hdr_size, 0) || fdatasync(j->f[i].fd))
+        if (hdr_write(j, i, i == 0 ? next_seq : 0, next_seq))
             goto fail_errno;
         if (j->f[i].zeroed < j->hdr_size)
             j->f[i].zeroed = j->hdr_size;
@@ -796,16 +831,7 @@ fail_errno:
     mic_log(MIC_LOG_ERROR, NULL, "journal: cannot set up its files", "dir", dir,
             "error", strerror(errno), NULL);
 fail:
-    for (int i = 0; i < 2; i++)
-        if (j->f[i].fd >= 0)
-            close(j->f[i].fd);
-    free(j->shadow);
-    free(j->hdrbuf);
-    pthread_cond_destroy(&j->ck_cond);
-    pthread_mutex_destroy(&j->ck_lock);
-    pthread_mutex_destroy(&j->flush_lock);
-    pthread_mutex_destroy(&j->qlock);
-    free(j);
+    jnl_free(j);
     return rc;
 }
 
@@ -827,35 +853,10 @@ void mic_jnl_close(mic_jnl *j)
          * next open rewrites nothing (not even the meta pages: a tool may
          * have written data.mdb meanwhile). */
         uint64_t next = atomic_load(&j->durable_seq) + 1;
-        for (int i = 0; i < 2; i++) {
-            hdr_fill(j, j->hdrbuf, 0, next);
-            if (pwrite_full(j->f[i].fd, j->hdrbuf, j->hdr_size, 0) || fdatasync(j->f[i].fd))
-                break;
-        }
+        for (int i = 0; i < 2 && hdr_write(j, i, 0, next) == 0; i++)
+            ;
     }
-    for (int i = 0; i < 2; i++)
-        close(j->f[i].fd);
-    for (struct rec *r = j->spare, *n; r; r = n) {
-        n = r->next;
-        free(r->buf);
-        free(r);
-    }
-    if (j->cur) {
-        free(j->cur->buf);
-        free(j->cur);
-    }
-    for (struct rec *r = j->qhead, *n; r; r = n) {
-        n = r->next;
-        free(r->buf);
-        free(r);
-    }
-    free(j->shadow);
-    free(j->hdrbuf);
-    pthread_cond_destroy(&j->ck_cond);
-    pthread_mutex_destroy(&j->ck_lock);
-    pthread_mutex_destroy(&j->flush_lock);
-    pthread_mutex_destroy(&j->qlock);
-    free(j);
+    jnl_free(j);
 }
 
 /* ---- Recovery ---- */
