@@ -451,7 +451,7 @@ int mic_metrics_render(mic_store *s, mic_writer *w, const struct mic_key *key,
               commit_le, st.commit_us_hist, st.commit_seconds_sum);
     {
         struct mic_jnl_stats js;
-        if (mic_store_journal_stats(s, &js) == 0)
+        if (mic_store_journal_stats(s, &js) == MIC_OK)
             mic_buf_printf(b,
                 "# HELP mic_journal_syncs_total Journal writes, each followed by one fdatasync.\n"
                 "# TYPE mic_journal_syncs_total counter\n"

@@ -174,20 +174,21 @@ static int mkdirs(const char *dir)
     return 0;
 }
 
+/* Open the sub-databases and check (or write, or migrate) the format, in
+ * one journaled write transaction made durable before the store is used.
+ * Returns MIC_OK, MIC_EVERSION, or another error (logged). */
 static int open_dbs(mic_store *s)
 {
     MDB_txn *txn;
+    mic_txn *t;
     MDB_val k = {6, "format"}, v;
     uint8_t buf[4];
     int rc, dead;
 
     mdb_reader_check(s->env, &dead);
-    if ((rc = mdb_txn_begin(s->env, NULL, 0, &txn)))
+    if ((rc = mic_txn_begin(s, 1, &t)))
         return rc;
-    if (s->jnl && mic_jnl_begin(s->jnl)) {
-        mdb_txn_abort(txn);
-        return EIO;
-    }
+    txn = t->txn;
     if ((rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &s->meta)) ||
         (rc = mdb_dbi_open(txn, "log", MDB_CREATE, &s->log)) ||
         (rc = mdb_dbi_open(txn, "ids", MDB_CREATE, &s->ids)) ||
@@ -235,24 +236,15 @@ static int open_dbs(mic_store *s)
                  v.mv_size == 4 ? get_u32(v.mv_data) : 0u);
         mic_log(MIC_LOG_ERROR, NULL, "store has an unknown format version",
                 "found", found, NULL);
-        mdb_txn_abort(txn);
-        if (s->jnl)
-            mic_jnl_discard(s->jnl);
-        return -1;
+        mic_txn_abort(t);
+        return MIC_EVERSION;
     }
-    {
-        uint64_t id = mdb_txn_id(txn);
-        if ((rc = mdb_txn_commit(txn)))
-            return rc;
-        if (s->jnl && (mic_jnl_seal(s->jnl, id) || mic_jnl_flush(s->jnl)))
-            return EIO;
-        return 0;
-    }
+    if ((rc = mic_txn_commit(t)))
+        return rc;
+    return s->jnl ? mic_jnl_flush(s->jnl) : MIC_OK;
 fail:
-    mdb_txn_abort(txn);
-    if (s->jnl)
-        mic_jnl_discard(s->jnl);
-    return rc;
+    mic_txn_abort(t);
+    return from_mdb(rc);
 }
 
 int mic_store_open(mic_store **out, const char *dir, uint64_t map_size,
@@ -261,7 +253,7 @@ int mic_store_open(mic_store **out, const char *dir, uint64_t map_size,
     mic_store *s = calloc(1, sizeof *s);
     pthread_rwlockattr_t attr;
     uint64_t next_seq, replayed;
-    int rc, jlock = -1;
+    int rc = 0, mic_rc = MIC_OK, jlock = -1; /* rc: LMDB's; mic_rc: ours */
 
     if (!s)
         return MIC_ENOMEM;
@@ -281,11 +273,8 @@ int mic_store_open(mic_store **out, const char *dir, uint64_t map_size,
     s->nosync = nosync;
     s->jlock = -1;
     /* A journal left by a crash is replayed first, whatever the mode. */
-    if ((rc = mic_jnl_recover(dir, &jlock, &next_seq, &replayed))) {
-        pthread_rwlock_destroy(&s->resize);
-        free(s);
-        return rc;
-    }
+    if ((mic_rc = mic_jnl_recover(dir, &jlock, &next_seq, &replayed)))
+        goto fail_free;
     if ((rc = mdb_env_create(&s->env)))
         goto fail_free;
     if ((rc = mdb_env_set_maxdbs(s->env, 32)) ||
@@ -294,10 +283,8 @@ int mic_store_open(mic_store **out, const char *dir, uint64_t map_size,
         (rc = mdb_env_open(s->env, dir, MDB_NOTLS | MDB_NORDAHEAD | MDB_NOSYNC, 0600)))
         goto fail_env;
     if (nosync) {
-        if (mic_jnl_disable(dir, jlock)) {
-            rc = EIO;
+        if ((mic_rc = mic_jnl_disable(dir, jlock)))
             goto fail_env;
-        }
         s->jlock = jlock;
         jlock = -1;
     } else {
@@ -307,16 +294,12 @@ int mic_store_open(mic_store **out, const char *dir, uint64_t map_size,
         if ((rc = mdb_env_sync(s->env, 1)) || (rc = mdb_env_get_fd(s->env, &fd)) ||
             (rc = mdb_env_stat(s->env, &st)))
             goto fail_env;
-        rc = mic_jnl_open(&s->jnl, dir, jlock, fd, st.ms_psize, journal_size, next_seq);
-        jlock = -1;
-        if (rc) {
-            mdb_env_close(s->env);
-            pthread_rwlock_destroy(&s->resize);
-            free(s);
-            return rc;
-        }
+        mic_rc = mic_jnl_open(&s->jnl, dir, jlock, fd, st.ms_psize, journal_size, next_seq);
+        jlock = -1; /* the journal's now, error or not */
+        if (mic_rc)
+            goto fail_env;
     }
-    if ((rc = open_dbs(s)))
+    if ((mic_rc = open_dbs(s)))
         goto fail_env;
     *out = s;
     return MIC_OK;
@@ -330,8 +313,8 @@ fail_free:
         close(s->jlock);
     pthread_rwlock_destroy(&s->resize);
     free(s);
-    if (rc == -1)
-        return MIC_EVERSION;
+    if (mic_rc) /* said where it happened */
+        return mic_rc;
     mic_log(MIC_LOG_ERROR, NULL, "cannot open store", "dir", dir, "error",
             mdb_strerror(rc), NULL);
     return rc == MDB_MAP_FULL || rc == ENOSPC ? MIC_ENOSPC : MIC_EIO;
@@ -409,9 +392,9 @@ int mic_store_sync(mic_store *s)
 int mic_store_journal_stats(mic_store *s, struct mic_jnl_stats *st)
 {
     if (!s->jnl)
-        return -1;
+        return MIC_ENOTFOUND;
     mic_jnl_stats(s->jnl, st);
-    return 0;
+    return MIC_OK;
 }
 
 /* ---- Transactions ---- */

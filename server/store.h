@@ -94,7 +94,8 @@ void mic_store_close(mic_store *s);
  * (default 64 MiB; --journal-size). */
 void mic_store_set_journal_size(uint64_t bytes);
 
-/* The journal's figures; -1 for a store without one (nosync). */
+/* The journal's figures into *st: MIC_OK, or MIC_ENOTFOUND for a store
+ * without one (nosync). */
 struct mic_jnl_stats;
 int mic_store_journal_stats(mic_store *s, struct mic_jnl_stats *st);
 
