@@ -245,6 +245,26 @@ static void aborted(mic_writer *w)
 /* Take up to 'max' queued ops, waiting while there are none and the sync
  * stage is still busy; NULL when there is nothing to take (the stage went
  * idle, or stopping).  *n is set to the number taken, *last to the last. */
+/* With w->lock held: take up to 'max' ops off the queue, oldest first, as
+ * a NULL-terminated list (NULL if the queue is empty); *n is set to the
+ * number taken, *last to the last one. */
+static mic_op *dequeue(mic_writer *w, int max, int *n, mic_op **last)
+{
+    mic_op *list = *last = w->head;
+
+    *n = 0;
+    if (!list)
+        return NULL;
+    for (*n = 1; (*last)->next && *n < max; (*n)++)
+        *last = (*last)->next;
+    w->head = (*last)->next;
+    if (!w->head)
+        w->tail = NULL;
+    (*last)->next = NULL;
+    w->queued -= *n;
+    return list;
+}
+
 static mic_op *take_more(mic_writer *w, int max, int *n, mic_op **last)
 {
     mic_op *list;
@@ -252,17 +272,7 @@ static mic_op *take_more(mic_writer *w, int max, int *n, mic_op **last)
     pthread_mutex_lock(&w->lock);
     while (!w->head && atomic_load(&w->sbusy) && !w->stopping)
         pthread_cond_wait(&w->cond, &w->lock);
-    list = *last = w->head;
-    *n = 0;
-    if (list) {
-        for (*n = 1; (*last)->next && *n < max; (*n)++)
-            *last = (*last)->next;
-        w->head = (*last)->next;
-        if (!w->head)
-            w->tail = NULL;
-        (*last)->next = NULL;
-        w->queued -= *n;
-    }
+    list = dequeue(w, max, n, last);
     pthread_mutex_unlock(&w->lock);
     return list;
 }
@@ -551,16 +561,7 @@ static void *writer_main(void *arg)
         }
         if (w->stopping && !w->head)
             break;
-        if (w->head) {
-            list = last = w->head;
-            for (n = 1; last->next && n < w->cfg->writer_batch; n++)
-                last = last->next;
-            w->head = last->next;
-            if (!w->head)
-                w->tail = NULL;
-            last->next = NULL;
-            w->queued -= n;
-        }
+        list = dequeue(w, w->cfg->writer_batch, &n, &last);
         pthread_mutex_unlock(&w->lock);
 
         expire_parked(w, 0);
