@@ -161,8 +161,15 @@ static unsigned long long writer_ops(void)
 
 static int group_setup(void **state)
 {
+    static const char *const seed[][3] = {
+        {"PUT", "/v1/topics/t-a", "{}"},
+        {"PUT", "/v1/topics/x-b", "{}"},
+        {"PUT", "/v1/groups/g-a", "{\"topics\":[\"t-a\"]}"},
+        {"PUT", "/v1/groups/x-g", "{\"topics\":[\"x-b\"]}"},
+        {"POST", "/v1/events", "{\"topic\":\"t-a\",\"event_id\":\"e1\",\"payload\":{}}"},
+        {"POST", "/v1/events", "{\"topic\":\"x-b\",\"event_id\":\"e2\",\"payload\":{}}"},
+    };
     const char *args[] = {"--keys", keys_path, "--audit-log", audit_path, NULL};
-    struct resp r;
 
     (void)state;
     snprintf(keys_path, sizeof keys_path, "/tmp/mic-test-keys-%d", (int)getpid());
@@ -173,26 +180,9 @@ static int group_setup(void **state)
         return -1;
     /* Seed: topics t-a (in scope) and x-b (out), a group on each, one event
      * in each. */
-    if (call("PUT", "/v1/topics/t-a", "{}", ADMIN, &r) / 100 != 2)
-        return -1;
-    resp_free(&r);
-    if (call("PUT", "/v1/topics/x-b", "{}", ADMIN, &r) / 100 != 2)
-        return -1;
-    resp_free(&r);
-    if (call("PUT", "/v1/groups/g-a", "{\"topics\":[\"t-a\"]}", ADMIN, &r) / 100 != 2)
-        return -1;
-    resp_free(&r);
-    if (call("PUT", "/v1/groups/x-g", "{\"topics\":[\"x-b\"]}", ADMIN, &r) / 100 != 2)
-        return -1;
-    resp_free(&r);
-    if (call("POST", "/v1/events", "{\"topic\":\"t-a\",\"event_id\":\"e1\",\"payload\":{}}", ADMIN,
-             &r) / 100 != 2)
-        return -1;
-    resp_free(&r);
-    if (call("POST", "/v1/events", "{\"topic\":\"x-b\",\"event_id\":\"e2\",\"payload\":{}}", ADMIN,
-             &r) / 100 != 2)
-        return -1;
-    resp_free(&r);
+    for (size_t i = 0; i < sizeof seed / sizeof seed[0]; i++)
+        if (status_of(seed[i][0], seed[i][1], seed[i][2], ADMIN) / 100 != 2)
+            return -1;
     return 0;
 }
 
