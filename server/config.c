@@ -72,7 +72,7 @@ static const struct setting settings[] = {
     {"head-timeout", C_INT, "10", 1, 3600, F(head_timeout_s),
      "seconds from a request line to its last header before the connection is closed"},
     {"http-threads", C_INT, "2", 1, 64, F(http_threads),
-     "libmicrohttpd worker threads"},
+     "HTTP threads: each runs a libmicrohttpd daemon on the shared socket"},
     {"writer-queue", C_INT, "65536", 1, 10000000, F(writer_queue),
      "queued write operations before requests answer 429"},
     {"writer-batch", C_INT, "4096", 1, 1000000, F(writer_batch),

@@ -5,17 +5,32 @@
  * starts a request leaves the list's idle part by moving to the tail with
  * busy set).  libmicrohttpd tells us a connection closed before it closes
  * its socket, and we shutdown(2) a socket only under the mutex, so the
- * descriptor we shut down is always the one we track. */
+ * descriptor we shut down is always the one we track.  The connections of
+ * each client address are counted in a hash table of 'struct addr', under
+ * the same mutex (the HTTP threads share it: a limit per daemon would be
+ * the limit times the number of threads). */
 #define _GNU_SOURCE
 #include "conns.h"
 
 #include "clock.h"
 #include "err.h"
 
+#include <netinet/in.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+
+#define ADDR_BUCKETS 1024
+
+/* One client address (IPv4 as IPv4-mapped IPv6) and its open connections. */
+struct addr {
+    struct addr *next;
+    unsigned char a[16];
+    int n;
+};
 
 struct mic_conn {
     struct mic_conn *prev, *next;
@@ -24,6 +39,7 @@ struct mic_conn {
     int closing;       /* shut down by us: not chosen again */
     int64_t idle_ms;   /* waiting for a request head since (monotonic) */
     int64_t head_ms;   /* its request line arrived at, 0: none yet */
+    struct addr *from; /* NULL: an address we do not count (not IP) */
 };
 
 struct mic_conns {
@@ -32,7 +48,8 @@ struct mic_conns {
     pthread_t sweeper;
     int stop;
     struct mic_conn *head, *tail;
-    int n, soft_limit;
+    int n, soft_limit, per_addr;
+    struct addr *addrs[ADDR_BUCKETS];
     int64_t idle_ms, head_timeout_ms;
     struct mic_conns_stats st;
 };
@@ -106,7 +123,8 @@ static void *sweep_main(void *arg)
     return NULL;
 }
 
-int mic_conns_new(mic_conns **out, int soft_limit, int idle_timeout_s, int head_timeout_s)
+int mic_conns_new(mic_conns **out, int soft_limit, int per_addr, int idle_timeout_s,
+                  int head_timeout_s)
 {
     mic_conns *c = calloc(1, sizeof *c);
 
@@ -115,6 +133,7 @@ int mic_conns_new(mic_conns **out, int soft_limit, int idle_timeout_s, int head_
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->cond, NULL);
     c->soft_limit = soft_limit;
+    c->per_addr = per_addr;
     c->idle_ms = (int64_t)idle_timeout_s * 1000;
     c->head_timeout_ms = (int64_t)head_timeout_s * 1000;
     if (pthread_create(&c->sweeper, NULL, sweep_main, c)) {
@@ -141,12 +160,78 @@ void mic_conns_free(mic_conns *c)
         c->head = k->next;
         free(k);
     }
+    for (int i = 0; i < ADDR_BUCKETS; i++)
+        while (c->addrs[i]) {
+            struct addr *a = c->addrs[i];
+            c->addrs[i] = a->next;
+            free(a);
+        }
     pthread_cond_destroy(&c->cond);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
 
-mic_conn *mic_conns_open(mic_conns *c, int fd)
+/* The 16 bytes of 'sa' (IPv4 mapped into IPv6); 0, or -1 if not IP. */
+static int addr_key(const struct sockaddr *sa, unsigned char out[16])
+{
+    if (sa && sa->sa_family == AF_INET) {
+        memset(out, 0, 10);
+        out[10] = out[11] = 0xff;
+        memcpy(out + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+        return 0;
+    }
+    if (sa && sa->sa_family == AF_INET6) {
+        memcpy(out, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+        return 0;
+    }
+    return -1;
+}
+
+/* With c->lock held: count one more connection from 'sa'; its entry, or
+ * NULL (not IP, or out of memory: not counted). */
+static struct addr *addr_ref(mic_conns *c, const struct sockaddr *sa)
+{
+    unsigned char key[16];
+    uint32_t hsh = 2166136261u;
+    struct addr **b, *a;
+
+    if (addr_key(sa, key))
+        return NULL;
+    for (int i = 0; i < 16; i++)
+        hsh = (hsh ^ key[i]) * 16777619u;
+    b = &c->addrs[hsh % ADDR_BUCKETS];
+    for (a = *b; a; a = a->next)
+        if (!memcmp(a->a, key, 16))
+            break;
+    if (!a) {
+        if (!(a = calloc(1, sizeof *a)))
+            return NULL;
+        memcpy(a->a, key, 16);
+        a->next = *b;
+        *b = a;
+    }
+    a->n++;
+    return a;
+}
+
+/* With c->lock held: one connection of 'a' fewer (the entry goes with
+ * the last). */
+static void addr_unref(mic_conns *c, struct addr *a)
+{
+    uint32_t hsh = 2166136261u;
+    struct addr **b;
+
+    if (!a || --a->n > 0)
+        return;
+    for (int i = 0; i < 16; i++)
+        hsh = (hsh ^ a->a[i]) * 16777619u;
+    for (b = &c->addrs[hsh % ADDR_BUCKETS]; *b != a; b = &(*b)->next)
+        ;
+    *b = a->next;
+    free(a);
+}
+
+mic_conn *mic_conns_open(mic_conns *c, int fd, const struct sockaddr *from)
 {
     struct mic_conn *k = calloc(1, sizeof *k);
 
@@ -155,7 +240,12 @@ mic_conn *mic_conns_open(mic_conns *c, int fd)
     k->fd = fd;
     k->idle_ms = mic_mono_ms();
     pthread_mutex_lock(&c->lock);
-    if (c->n >= c->soft_limit) {
+    k->from = addr_ref(c, from);
+    if (k->from && k->from->n > c->per_addr) {
+        /* Over the per-address limit: closed at once, never served. */
+        shut(k);
+        c->st.per_addr_closed++;
+    } else if (c->n >= c->soft_limit) {
         /* The longest idle first: the list's head part is idle, in order. */
         for (struct mic_conn *v = c->head; v; v = v->next)
             if (!v->busy && !v->closing) {
@@ -201,6 +291,7 @@ void mic_conns_close(mic_conns *c, mic_conn *k)
         return;
     pthread_mutex_lock(&c->lock);
     unlink_conn(c, k);
+    addr_unref(c, k->from);
     c->n--;
     pthread_mutex_unlock(&c->lock);
     free(k);

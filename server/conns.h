@@ -15,7 +15,10 @@
  *   ago without its headers being complete;
  * - when a connection beyond 'soft_limit' opens, the connection that has
  *   been idle longest (none with a request in progress, suspended
- *   long-polls included, is ever chosen).
+ *   long-polls included, is ever chosen);
+ * - a new connection from a client address that already has 'per_addr'
+ *   open (--per-ip-connections, counted across every HTTP thread), at
+ *   once.
  *
  * Every function may be called from any thread; none fails after
  * mic_conns_new.  A handle stays valid until mic_conns_close. */
@@ -23,6 +26,7 @@
 #define MIC_CONNS_H
 
 #include <stdint.h>
+#include <sys/socket.h>
 
 typedef struct mic_conns mic_conns;
 typedef struct mic_conn mic_conn;
@@ -30,14 +34,16 @@ typedef struct mic_conn mic_conn;
 /* Start the sweeper thread (it wakes every quarter of the shorter
  * timeout, at most every second).  MIC_OK with *out, or MIC_ENOMEM /
  * MIC_EIO (no thread). */
-int mic_conns_new(mic_conns **out, int soft_limit, int idle_timeout_s, int head_timeout_s);
+int mic_conns_new(mic_conns **out, int soft_limit, int per_addr, int idle_timeout_s,
+                  int head_timeout_s);
 /* Stop the sweeper and free everything (after the HTTP server stopped). */
 void mic_conns_free(mic_conns *c);
 
-/* A connection on socket 'fd' opened: its handle, or NULL when out of
- * memory (it is then simply not tracked).  Over the soft limit, the
- * longest-idle connection is closed. */
-mic_conn *mic_conns_open(mic_conns *c, int fd);
+/* A connection on socket 'fd' from 'from' (NULL or not IP: not counted
+ * per address) opened: its handle, or NULL when out of memory (it is then
+ * simply not tracked).  Over the soft limit, the longest-idle connection
+ * is closed; over the per-address limit, this one. */
+mic_conn *mic_conns_open(mic_conns *c, int fd, const struct sockaddr *from);
 /* Its request line arrived (the head deadline starts). */
 void mic_conns_head(mic_conns *c, mic_conn *k);
 /* Its request head is complete (busy 1) or its request is answered
@@ -49,7 +55,7 @@ void mic_conns_close(mic_conns *c, mic_conn *k);
 /* Connections closed so far: for the idle or head deadline, and to make
  * room under the soft limit. */
 struct mic_conns_stats {
-    uint64_t idle_closed, head_closed, evicted;
+    uint64_t idle_closed, head_closed, evicted, per_addr_closed;
     int open;
 };
 void mic_conns_stats(mic_conns *c, struct mic_conns_stats *st);

@@ -23,6 +23,7 @@
 #include "err.h"
 #include "json.h"
 #include "log.h"
+#include "loops.h"
 #include "group.h"
 #include "metrics.h"
 #include "views.h"
@@ -49,7 +50,7 @@
 #include <unistd.h>
 
 struct mic_http {
-    struct MHD_Daemon *d;
+    mic_loops *loops;      /* the HTTP threads (loops.h) */
     const struct mic_config *cfg;
     mic_store *store;
     mic_writer *writer;
@@ -61,7 +62,8 @@ struct mic_http {
     pthread_rwlock_t keys_lock;
     mic_keys *keys;
     int audit_fd;          /* --audit-log, or -1 */
-    mic_conns *conns;      /* deadlines and the connection limit's policy */
+    mic_conns *conns;      /* deadlines and the connection limits' policy */
+    unsigned mhd_flags;    /* of every daemon (make_daemon) */
     char *tls_cert, *tls_key;
 };
 
@@ -76,6 +78,8 @@ enum op_kind { OK_NONE, OK_PUBLISH, OK_TOPIC, OK_GROUP, OK_CLAIM, OK_GAP, OK_REP
 struct req {
     mic_http *h;
     struct MHD_Connection *conn;
+    mic_loop *loop;          /* the HTTP thread it runs in */
+    struct mic_resume res;   /* its hand-over back to that thread */
     char rid[72];
     int route;
     atomic_int state;
@@ -256,22 +260,36 @@ static enum MHD_Result submit(struct req *r, mic_op *op)
     atomic_fetch_add(&r->h->inflight, 1);
     MHD_suspend_connection(r->conn);
     if ((rc = mic_writer_submit(r->h->writer, op))) {
+        /* Refused (429, 503): answered on the loop's next turn (a resume
+         * inside the handler would wait for the next network event). */
         r->submit_err = rc;
         atomic_store(&r->state, RS_DONE);
         atomic_fetch_sub(&r->h->inflight, 1);
-        MHD_resume_connection(r->conn);
+        r->res.conn = r->conn;
+        mic_loop_resume(r->loop, &r->res);
+        mic_loops_kick(r->h->loops);
     }
     return MHD_YES;
 }
 
+/* The writer's sync stage (or the writer): queue the resume for the
+ * request's HTTP thread; ops_finished wakes that thread once for them all. */
 static void op_done(mic_op *op)
 {
     struct req *r = op->owner;
     mic_http *h = r->h;
 
     atomic_store(&r->state, RS_DONE);
-    MHD_resume_connection(r->conn);
+    r->res.conn = r->conn;
+    mic_loop_resume(r->loop, &r->res);
     atomic_fetch_sub(&h->inflight, 1);
+}
+
+static void ops_finished(void *arg)
+{
+    mic_http *h = arg;
+
+    mic_loops_kick(h->loops);
 }
 
 /* ---- Handlers ---- */
@@ -749,25 +767,38 @@ static enum MHD_Result h_metrics(struct req *r, const char **args)
     }
     {
         struct mic_conns_stats cs;
+        struct mic_loops_stats ls;
 
         mic_conns_stats(r->h->conns, &cs);
+        mic_loops_stats(r->h->loops, &ls);
         mic_buf_printf(&b,
             "# HELP mic_http_connections Open HTTP connections.\n"
             "# TYPE mic_http_connections gauge\n"
             "mic_http_connections %d\n"
             "# HELP mic_http_connections_closed_total Connections micd closed: idle past the idle "
-            "timeout, a request head past the head timeout, or the longest idle when a client "
-            "came over --max-connections.\n"
+            "timeout, a request head past the head timeout, the longest idle when a client "
+            "came over --max-connections, or a new one over --per-ip-connections.\n"
             "# TYPE mic_http_connections_closed_total counter\n"
             "mic_http_connections_closed_total{reason=\"idle\"} %llu\n"
             "mic_http_connections_closed_total{reason=\"head\"} %llu\n"
             "mic_http_connections_closed_total{reason=\"evicted\"} %llu\n"
+            "mic_http_connections_closed_total{reason=\"per_address\"} %llu\n"
             "# HELP mic_http_protocol_errors_total Complaints of libmicrohttpd about "
             "connections (malformed requests, resets); the log shows ten a minute at most.\n"
             "# TYPE mic_http_protocol_errors_total counter\n"
-            "mic_http_protocol_errors_total %llu\n",
+            "mic_http_protocol_errors_total %llu\n"
+            "# HELP mic_http_resumes_total Requests handed back to the HTTP threads once the "
+            "writer finished them (made durable).\n"
+            "# TYPE mic_http_resumes_total counter\n"
+            "mic_http_resumes_total %llu\n"
+            "# HELP mic_http_wakes_total Wake-ups of an HTTP thread for such hand-overs (one "
+            "per thread and writer batch at most).\n"
+            "# TYPE mic_http_wakes_total counter\n"
+            "mic_http_wakes_total %llu\n",
             cs.open, (unsigned long long)cs.idle_closed, (unsigned long long)cs.head_closed,
-            (unsigned long long)cs.evicted, (unsigned long long)atomic_load(&mhd_complaints));
+            (unsigned long long)cs.evicted, (unsigned long long)cs.per_addr_closed,
+            (unsigned long long)atomic_load(&mhd_complaints), (unsigned long long)ls.resumes,
+            (unsigned long long)ls.wakes);
     }
     p = mic_buf_steal(&b, &len);
     return send_body(r, MHD_HTTP_OK, "text/plain; version=0.0.4", p, len);
@@ -1107,6 +1138,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
             return MHD_NO;
         r->h = h;
         r->conn = conn;
+        r->loop = mic_loop_self();
         r->route = ROUTE_UNKNOWN;
         r->t0_us = mic_mono_us();
         atomic_init(&r->state, RS_BODY);
@@ -1291,7 +1323,10 @@ static void notify_connection(void *cls, struct MHD_Connection *conn, void **soc
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        *socket_context = ci ? mic_conns_open(h->conns, ci->connect_fd) : NULL;
+        const union MHD_ConnectionInfo *ai =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        *socket_context = ci ? mic_conns_open(h->conns, ci->connect_fd,
+                                              ai ? ai->client_addr : NULL) : NULL;
     } else {
         mic_conns_close(h->conns, *socket_context);
         *socket_context = NULL;
@@ -1509,14 +1544,44 @@ void mic_http_set_keys(mic_http *h, mic_keys *keys)
     mic_keys_free(old);
 }
 
+/* Daemon 'i' of the HTTP threads (loops.h), on the shared socket 'fd'.
+ * The connection limit is shared out as libmicrohttpd's thread pool does;
+ * the per-address limit is conns.c's, across all of them. */
+static struct MHD_Daemon *make_daemon(void *arg, int i, int fd)
+{
+    mic_http *h = arg;
+    const struct mic_config *cfg = h->cfg;
+    /* Room above --max-connections: a new client is accepted, and the
+     * longest-idle connection closed to make room (conns.h). */
+    unsigned limit = (unsigned)cfg->max_connections +
+                     (cfg->max_connections / 16 > 16 ? cfg->max_connections / 16 : 16);
+    unsigned n = (unsigned)cfg->http_threads, share = limit / n + ((unsigned)i < limit % n);
+
+    return MHD_start_daemon(
+        h->mhd_flags, 0, NULL, NULL, handler, h,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
+        /* TLS 1.2 or later (GnuTLS priority string); ignored without TLS. */
+        h->tls_cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_ARRAY, h->tls_cert ? (void *)h->tls_cert : (void *)no_options,
+        h->tls_cert ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_ARRAY, h->tls_cert ? (void *)h->tls_key : (void *)no_options,
+        h->tls_cert ? MHD_OPTION_HTTPS_PRIORITIES : MHD_OPTION_ARRAY,
+        h->tls_cert ? (void *)"NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2" : (void *)no_options,
+        MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+        MHD_OPTION_CONNECTION_LIMIT, share ? share : 1u,
+        MHD_OPTION_NOTIFY_CONNECTION, notify_connection, h,
+        MHD_OPTION_URI_LOG_CALLBACK, uri_log, h,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape, h,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->idle_timeout_s,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)8 * 1024,
+        MHD_OPTION_NOTIFY_COMPLETED, completed, h,
+        MHD_OPTION_END);
+}
+
 int mic_http_start(mic_http **out, const struct mic_config *cfg,
                    mic_store *s, mic_writer *w, mic_keys *keys, int *port)
 {
     mic_http *h = calloc(1, sizeof *h);
     struct sockaddr_storage ss;
-    const union MHD_DaemonInfo *info;
     unsigned char rnd[4];
-    unsigned flags;
     size_t len;
 
     if (!h) {
@@ -1542,7 +1607,7 @@ int mic_http_start(mic_http **out, const struct mic_config *cfg,
         mic_log(MIC_LOG_ERROR, NULL, "cannot read the TLS files", NULL);
         goto fail;
     }
-    if (mic_conns_new(&h->conns, cfg->max_connections, cfg->idle_timeout_s,
+    if (mic_conns_new(&h->conns, cfg->max_connections, cfg->per_ip_connections, cfg->idle_timeout_s,
                       cfg->head_timeout_s)) {
         mic_log(MIC_LOG_ERROR, NULL, "cannot start the connection sweeper", NULL);
         goto fail;
@@ -1558,41 +1623,20 @@ int mic_http_start(mic_http **out, const struct mic_config *cfg,
         route_names[i] = routes[i].name;
     route_names[ROUTE_UNKNOWN] = "unknown";
     mic_metrics_routes(route_names, NROUTES + 1);
-    flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
-            MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    h->mhd_flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
+        h->mhd_flags |= MHD_USE_IPv6;
     if (h->tls_cert)
-        flags |= MHD_USE_TLS;
-    h->d = MHD_start_daemon(
-        flags, 0, NULL, NULL, handler, h,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
-        /* TLS 1.2 or later (GnuTLS priority string); ignored without TLS. */
-        h->tls_cert ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_ARRAY, h->tls_cert ? (void *)h->tls_cert : (void *)no_options,
-        h->tls_cert ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_ARRAY, h->tls_cert ? (void *)h->tls_key : (void *)no_options,
-        h->tls_cert ? MHD_OPTION_HTTPS_PRIORITIES : MHD_OPTION_ARRAY,
-        h->tls_cert ? (void *)"NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2" : (void *)no_options,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->http_threads,
-        /* Room above --max-connections: a new client is accepted, and the
-         * longest-idle connection closed to make room (conns.h). */
-        MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)cfg->max_connections + (cfg->max_connections / 16 > 16 ? cfg->max_connections / 16 : 16),
-        MHD_OPTION_NOTIFY_CONNECTION, notify_connection, h,
-        MHD_OPTION_URI_LOG_CALLBACK, uri_log, h,
-        MHD_OPTION_UNESCAPE_CALLBACK, unescape, h,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->per_ip_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->idle_timeout_s,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)8 * 1024,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
-        MHD_OPTION_NOTIFY_COMPLETED, completed, h,
-        MHD_OPTION_END);
-    if (!h->d) {
-        mic_log(MIC_LOG_ERROR, NULL, "cannot listen", "listen", cfg->listen, NULL);
+        h->mhd_flags |= MHD_USE_TLS;
+    mic_writer_on_finished(w, ops_finished, h);
+    if (mic_loops_start(&h->loops, (struct sockaddr *)&ss,
+                        ss.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                 : sizeof(struct sockaddr_in),
+                        cfg->http_threads, 1024, make_daemon, h, port)) {
+        mic_log(MIC_LOG_ERROR, NULL, "cannot listen", "listen", cfg->listen,
+                "error", strerror(errno), NULL);
         goto fail;
     }
-    info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
-    *port = info ? info->port : 0;
     *out = h;
     return MIC_OK;
 fail:
@@ -1602,10 +1646,7 @@ fail:
 
 void mic_http_quiesce(mic_http *h)
 {
-    MHD_socket fd = MHD_quiesce_daemon(h->d);
-
-    if (fd != MHD_INVALID_SOCKET)
-        close(fd);
+    mic_loops_quiesce(h->loops);
 }
 
 void mic_http_drain(mic_http *h, int ms)
@@ -1623,6 +1664,6 @@ void mic_http_stop(mic_http *h)
 {
     if (!h)
         return;
-    MHD_stop_daemon(h->d);
+    mic_loops_stop(h->loops);
     free_http(h);
 }

@@ -82,6 +82,9 @@ struct mic_writer {
      * until the stage has nothing left: the batch being applied could not
      * be durable sooner, so it takes the ops that arrive meanwhile. */
     _Atomic int sbusy;
+    /* mic_writer_on_finished's: called after each run of done() calls. */
+    void (*_Atomic fin_fn)(void *arg);
+    void *_Atomic fin_arg;
 };
 
 /* Once the queue is empty, give the memory a burst freed back to the
@@ -103,6 +106,21 @@ void mic_wctx_wake(struct mic_wctx *w, uint32_t key)
         w->wake_cap = cap;
     }
     w->wake[w->nwake++] = key;
+}
+
+/* After a run of done() calls, in the thread that made them. */
+static void finished(mic_writer *w)
+{
+    void (*fn)(void *) = atomic_load(&w->fin_fn);
+
+    if (fn)
+        fn(atomic_load(&w->fin_arg));
+}
+
+void mic_writer_on_finished(mic_writer *w, void (*fn)(void *arg), void *arg)
+{
+    atomic_store(&w->fin_arg, arg);
+    atomic_store(&w->fin_fn, fn);
 }
 
 /* ---- Parked ops: a heap by deadline and lists by key ---- */
@@ -374,6 +392,7 @@ static void *sync_main(void *arg)
             list->done(list);
             list = next;
         }
+        finished(w);
         pthread_mutex_lock(&w->slock);
         if (!w->shead) {
             /* Idle: the writer commits what it holds. */
@@ -407,6 +426,7 @@ static void settle(mic_writer *w, mic_op *list, int result)
 {
     int64_t now = mic_mono_ms();
     mic_op *fin = NULL, *fin_last = NULL;
+    int direct = 0;
 
     while (list) {
         mic_op *next = list->next;
@@ -425,9 +445,12 @@ static void settle(mic_writer *w, mic_op *list, int result)
             fin_last = list;
         } else {
             list->done(list);
+            direct = 1;
         }
         list = next;
     }
+    if (direct)
+        finished(w);
     if (fin)
         to_sync(w, fin, fin_last);
 }
@@ -475,13 +498,17 @@ static void process(mic_writer *w, mic_op *list, int nops, struct mic_wctx *ctx)
 static void expire_parked(mic_writer *w, int all)
 {
     int64_t now = mic_mono_ms();
+    int any = 0;
 
     while (w->nheap > 0 && (all || w->heap[0]->wait_until_ms <= now)) {
         mic_op *op = w->heap[0];
         unpark(w, op);
         op->result = MIC_OK;
         op->done(op);
+        any = 1;
     }
+    if (any)
+        finished(w);
 }
 
 /* Monotonic ms of the next thing to do without new work, or -1. */
@@ -522,7 +549,7 @@ static void *writer_main(void *arg)
     pthread_mutex_lock(&w->lock);
     for (;;) {
         mic_op *list = NULL, *last = NULL;
-        int n = 0;
+        int n = 0, dead = 0;
 
         while (!w->head && !w->stopping && !w->woken &&
                !(w->hooks.busy && w->hooks.busy(w->hooks.sched))) {
@@ -578,12 +605,15 @@ static void *writer_main(void *arg)
             if (op->alive && !op->alive(op)) {
                 op->result = MIC_OK;
                 op->done(op);
+                dead = 1;
                 continue;
             }
             op->next = list;
             list = op;
             n++;
         }
+        if (dead)
+            finished(w);
         if (w->cfg->writer_delay_ms) {
             struct timespec ts = {w->cfg->writer_delay_ms / 1000,
                                   (long)(w->cfg->writer_delay_ms % 1000) * 1000000};
@@ -594,11 +624,14 @@ static void *writer_main(void *arg)
     }
     pthread_mutex_unlock(&w->lock);
     /* Stopping: every parked op is answered as it stands. */
-    while (w->woken) {
-        mic_op *op = w->woken;
-        w->woken = op->next;
-        op->result = MIC_OK;
-        op->done(op);
+    if (w->woken) {
+        while (w->woken) {
+            mic_op *op = w->woken;
+            w->woken = op->next;
+            op->result = MIC_OK;
+            op->done(op);
+        }
+        finished(w);
     }
     expire_parked(w, 1);
     /* The sync stage answers what it holds, then ends. */

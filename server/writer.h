@@ -47,9 +47,11 @@ struct mic_op {
      * again for the same op after an abort, so it resets its own results
      * first. */
     int (*apply)(mic_op *op, struct mic_wctx *w);
-    /* Writer thread, after the commit (or the failure): 'result' is set.
-     * Typically resumes the suspended connection.  Must not touch the
-     * store; the op may be freed by another thread once done() began. */
+    /* Writer thread or the sync stage, after the commit was made durable
+     * (or the failure): 'result' is set.  Typically hands the suspended
+     * connection back to be resumed (see mic_writer_on_finished).  Must
+     * not touch the store; the op may be freed by another thread once
+     * done() began. */
     void (*done)(mic_op *op);
     int result;  /* MIC_OK, or the error that made the batch fail */
     void *owner; /* the submitter's; the writer never touches it */
@@ -119,5 +121,12 @@ void mic_writer_stop(mic_writer *w);
 void mic_writer_free(mic_writer *w);
 
 void mic_writer_stats(mic_writer *w, struct mic_writer_stats *st);
+
+/* Have fn(arg) called after each run of done() calls (a committed batch
+ * made durable, the ops of a failed batch, parked ops that timed out), in
+ * the thread that called them: the submitter hands its finished requests
+ * on in one go (routes.c wakes each HTTP thread once a batch).  Any
+ * thread, before the first submit whose done() relies on it. */
+void mic_writer_on_finished(mic_writer *w, void (*fn)(void *arg), void *arg);
 
 #endif

@@ -21,6 +21,7 @@
 #include <lmdb.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,6 +180,68 @@ static void group_commit(void **state)
     for (int i = 0; i < 50; i++)
         assert_int_equal(ops[i].op.result, MIC_OK);
     assert_int_equal(log_count(&f), 51);
+    sem_destroy(&sem);
+    fx_close(&f);
+}
+
+/* mic_writer_on_finished's hook comes after each run of done() calls, not
+ * after each op: one batch of 50 is one call (routes.c wakes an HTTP
+ * thread once per call), and no call comes before the done() it follows. */
+static atomic_int fin_dones, fin_calls, fin_empty;
+static int fin_seen;
+
+static void counted_done(mic_op *op)
+{
+    atomic_fetch_add(&fin_dones, 1);
+    done(op);
+}
+
+static void on_finished(void *arg)
+{
+    int n = atomic_load(&fin_dones);
+
+    (void)arg;
+    if (n == fin_seen) /* the sync stage's thread alone calls it here */
+        atomic_fetch_add(&fin_empty, 1);
+    fin_seen = n;
+    atomic_fetch_add(&fin_calls, 1);
+}
+
+static void finished_once_per_batch(void **state)
+{
+    struct fx f;
+    struct top first, ops[50];
+    struct mic_writer_stats st;
+    sem_t sem;
+    int calls;
+
+    (void)state;
+    assert_int_equal(fx_open(&f, NULL), 0);
+    mic_writer_on_finished(f.w, on_finished, NULL);
+    sem_init(&sem, 0, 0);
+    gate_reset();
+    top_init(&first, 10, &sem);
+    first.block = 1;
+    first.op.done = counted_done;
+    assert_int_equal(mic_writer_submit(f.w, &first.op), MIC_OK);
+    gate_wait_entered();
+    for (int i = 0; i < 50; i++) {
+        top_init(&ops[i], 10, &sem);
+        ops[i].op.done = counted_done;
+        assert_int_equal(mic_writer_submit(f.w, &ops[i].op), MIC_OK);
+    }
+    gate_release();
+    for (int i = 0; i < 51; i++)
+        sem_wait(&sem);
+    mic_writer_stop(f.w); /* joins the sync stage: its last call is made */
+    mic_writer_stats(f.w, &st);
+    calls = atomic_load(&fin_calls);
+    assert_int_equal(st.commits, 2);
+    /* One call for each run of the sync stage (it may take both commits
+     * in one), none without a done() before it, one after the last. */
+    assert_true(calls >= 1 && calls <= 2);
+    assert_int_equal(atomic_load(&fin_empty), 0);
+    assert_int_equal(fin_seen, 51);
     sem_destroy(&sem);
     fx_close(&f);
 }
@@ -462,6 +525,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(failed_sync_stops),
         cmocka_unit_test(group_commit),
+        cmocka_unit_test(finished_once_per_batch),
         cmocka_unit_test(commit_waits_for_the_sync_stage),
         cmocka_unit_test(queue_bound),
         cmocka_unit_test(map_full_grows_then_refuses),
