@@ -31,7 +31,7 @@ char *mic_buf_steal(struct mic_buf *b, size_t *len)
     return p;
 }
 
-static int reserve(struct mic_buf *b, size_t n)
+int mic_buf_room(struct mic_buf *b, size_t n)
 {
     size_t cap;
     char *p;
@@ -52,9 +52,9 @@ static int reserve(struct mic_buf *b, size_t n)
     return 0;
 }
 
-void mic_buf_add(struct mic_buf *b, const void *p, size_t n)
+void mic_buf_add_slow(struct mic_buf *b, const void *p, size_t n)
 {
-    if (reserve(b, n))
+    if (mic_buf_room(b, n))
         return;
     memcpy(b->p + b->len, p, n);
     b->len += n;
@@ -74,7 +74,7 @@ void mic_buf_printf(struct mic_buf *b, const char *fmt, ...)
     va_start(ap, fmt);
     n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (n < 0 || reserve(b, (size_t)n))
+    if (n < 0 || mic_buf_room(b, (size_t)n))
         return;
     va_start(ap, fmt);
     vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
@@ -82,20 +82,49 @@ void mic_buf_printf(struct mic_buf *b, const char *fmt, ...)
     b->len += (size_t)n;
 }
 
+/* The length of the run at 's' (at most n) that needs no escape: bytes
+ * from 0x20 up but '"' and '\\' (UTF-8 passes as it is), eight at a
+ * time (a flagged word is then looked at byte by byte). */
+static size_t plain_run(const unsigned char *s, size_t n)
+{
+    const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+    size_t i = 0;
+
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x, q, bs;
+        memcpy(&x, s + i, 8);
+        q = x ^ (ones * '"');
+        bs = x ^ (ones * '\\');
+        /* A byte below 0x20, or equal to '"' or '\\' (zero after the xor);
+         * a word flagged without one is only looked at again. */
+        if ((((x - ones * 0x20) & ~x) | ((q - ones) & ~q) | ((bs - ones) & ~bs)) & high)
+            break;
+    }
+    for (; i < n; i++) {
+        unsigned char c = s[i];
+        if (c < 0x20 || c == '"' || c == '\\')
+            break;
+    }
+    return i;
+}
+
 /* A JSON string with the short escapes and \u00XX, XX in 'hex' digits. */
 static void json_str(struct mic_buf *b, const char *s, size_t n, const char *hex)
 {
-    size_t run = 0;
+    size_t i = 0;
 
-    if (reserve(b, n + 2))
+    if (mic_buf_room(b, n + 2))
         return;
     b->p[b->len++] = '"';
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c != '"' && c != '\\')
-            continue;
-        mic_buf_add(b, s + run, i - run);
-        run = i + 1;
+    for (;;) {
+        size_t run = plain_run((const unsigned char *)s + i, n - i);
+        unsigned char c;
+
+        mic_buf_add(b, s + i, run);
+        i += run;
+        if (i == n)
+            break;
+        c = (unsigned char)s[i++];
         if (c == '"' || c == '\\' || c == '\n' || c == '\t' || c == '\r' ||
             c == '\b' || c == '\f') {
             /* The short escapes, as jansson writes them. */
@@ -107,7 +136,6 @@ static void json_str(struct mic_buf *b, const char *s, size_t n, const char *hex
             mic_buf_add(b, e, 6);
         }
     }
-    mic_buf_add(b, s + run, n - run);
     mic_buf_add(b, "\"", 1);
 }
 
@@ -155,7 +183,7 @@ int mic_buf_read_file(struct mic_buf *b, const char *path, size_t max)
     if (!f)
         return MIC_EIO;
     if (fstat(fileno(f), &st) == 0 && st.st_size > 0 && (uint64_t)st.st_size <= max &&
-        reserve(b, (size_t)st.st_size))
+        mic_buf_room(b, (size_t)st.st_size))
         rc = MIC_ENOMEM;
     while (rc == MIC_OK) {
         size_t room = b->cap > b->len + 1 ? b->cap - b->len - 1 : 0, got;
@@ -166,7 +194,7 @@ int mic_buf_read_file(struct mic_buf *b, const char *path, size_t max)
             if (c == EOF)
                 break;
             ungetc(c, f);
-            if (reserve(b, 4096)) {
+            if (mic_buf_room(b, 4096)) {
                 rc = MIC_ENOMEM;
                 break;
             }

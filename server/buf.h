@@ -21,7 +21,23 @@ void mic_buf_fini(struct mic_buf *b);
  * allocation failure, see 'oom'); the buffer is reset. */
 char *mic_buf_steal(struct mic_buf *b, size_t *len);
 
-void mic_buf_add(struct mic_buf *b, const void *p, size_t n);
+/* Make room for 'n' more bytes and the NUL after them: 0, or -1 when
+ * memory ran out (then 'oom' is set).  Pre-sizing a buffer whose length
+ * is known ahead saves the reallocations of growing it. */
+int mic_buf_room(struct mic_buf *b, size_t n);
+
+/* Append 'n' bytes (inline while they fit). */
+void mic_buf_add_slow(struct mic_buf *b, const void *p, size_t n);
+static inline void mic_buf_add(struct mic_buf *b, const void *p, size_t n)
+{
+    if (b->len + n < b->cap && n) {
+        __builtin_memcpy(b->p + b->len, p, n);
+        b->len += n;
+        b->p[b->len] = 0;
+    } else {
+        mic_buf_add_slow(b, p, n);
+    }
+}
 void mic_buf_puts(struct mic_buf *b, const char *s);
 void mic_buf_printf(struct mic_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -77,11 +77,26 @@ void mic_event_uuid7(int64_t now_us, char out[37])
 #define BAD(field, ...) \
     mic_error_set(err, MIC_EINVAL, "invalid_event", field, __VA_ARGS__)
 
+/* The known top-level fields, in the order of 'known' below. */
+enum field { F_EVENT_ID, F_TOPIC, F_AGGREGATE_TYPE, F_AGGREGATE_ID, F_AGGREGATE_VERSION,
+             F_SCHEMA_VERSION, F_EVENT_TYPE, F_CORRELATION_ID, F_PRIORITY, F_CREATED_AT,
+             F_DELIVER_AT, F_HEADERS, F_PAYLOAD, NFIELDS };
+
+static const char *const known[NFIELDS] = {
+    "event_id", "topic", "aggregate_type", "aggregate_id", "aggregate_version",
+    "schema_version", "event_type", "correlation_id", "priority",
+    "created_at", "deliver_at", "headers", "payload",
+};
+/* strlen of each (test_event's unknown-field and canonical tests fail if
+ * one is wrong). */
+static const unsigned char known_len[NFIELDS] = {8, 5, 14, 12, 17, 14, 10, 14, 8, 10, 10, 7, 7};
+
 struct ctx {
     const mic_jdoc *d;
     const char *path;
     struct mic_error *err;
     char field[128];
+    mic_jv at[NFIELDS]; /* each known field's member, 0 when absent */
 };
 
 static const char *fname(struct ctx *c, const char *name)
@@ -91,11 +106,11 @@ static const char *fname(struct ctx *c, const char *name)
 }
 
 /* A string field of 1..max bytes; *out stays NULL when absent. */
-static int get_str(struct ctx *c, mic_jv obj, const char *name, size_t max,
-                   const char **out, size_t *len)
+static int get_str(struct ctx *c, enum field f, size_t max, const char **out, size_t *len)
 {
     struct mic_error *err = c->err;
-    mic_jv v = mic_jdoc_get(c->d, obj, name);
+    const char *name = known[f];
+    mic_jv v = c->at[f];
 
     *out = NULL;
     *len = 0;
@@ -114,11 +129,12 @@ static int get_str(struct ctx *c, mic_jv obj, const char *name, size_t max,
 }
 
 /* An integer field within [lo, hi]; returns 1 in *present when there. */
-static int get_int(struct ctx *c, mic_jv obj, const char *name,
-                   int64_t lo, int64_t hi, int64_t *out, int *present)
+static int get_int(struct ctx *c, enum field f, int64_t lo, int64_t hi, int64_t *out,
+                   int *present)
 {
     struct mic_error *err = c->err;
-    mic_jv v = mic_jdoc_get(c->d, obj, name);
+    const char *name = known[f];
+    mic_jv v = c->at[f];
 
     *present = v != 0;
     if (!v)
@@ -143,38 +159,49 @@ static int check_headers(struct ctx *c, mic_jv h)
     for (mic_jv v = mic_jdoc_first(c->d, h); v; v = mic_jdoc_next(c->d, v)) {
         size_t klen, vlen;
         const char *k = mic_jdoc_key(c->d, v, &klen);
+        int bad = !name_ok(k, klen, HEADER_KEY_MAX, 0) ? 1
+                  : !mic_jdoc_str(c->d, v, &vlen)       ? 2
+                  : vlen > HEADER_VAL_MAX               ? 3 : 0;
         char f[96];
+
+        if (!bad)
+            continue;
+        /* The field's name is written only for the error. */
         snprintf(f, sizeof f, "headers.%.64s", k);
-        if (!name_ok(k, klen, HEADER_KEY_MAX, 0))
+        if (bad == 1)
             return BAD(fname(c, f), "header names are [A-Za-z0-9._-]{1,64}");
-        if (!mic_jdoc_str(c->d, v, &vlen))
+        if (bad == 2)
             return BAD(fname(c, f), "header values must be strings");
-        if (vlen > HEADER_VAL_MAX)
-            return BAD(fname(c, f), "header values are at most %d bytes",
-                       HEADER_VAL_MAX);
+        return BAD(fname(c, f), "header values are at most %d bytes", HEADER_VAL_MAX);
     }
     return MIC_OK;
 }
 
-static const char *const known[] = {
-    "event_id", "topic", "aggregate_type", "aggregate_id", "aggregate_version",
-    "schema_version", "event_type", "correlation_id", "priority",
-    "created_at", "deliver_at", "headers", "payload", NULL,
-};
+/* Which known field 'k' names, or NFIELDS. */
+static enum field field_of(const char *k, size_t n)
+{
+    for (int f = 0; f < NFIELDS; f++)
+        if (known_len[f] == n && known[f][0] == k[0] && !memcmp(known[f], k, n))
+            return (enum field)f;
+    return NFIELDS;
+}
 
+/* One pass over the members: each one is a known field (the first that is
+ * not is the error), found again through c->at. */
 static int check_known(struct ctx *c, mic_jv obj)
 {
     struct mic_error *err = c->err;
 
     for (mic_jv v = mic_jdoc_first(c->d, obj); v; v = mic_jdoc_next(c->d, v)) {
-        const char *k = mic_jdoc_key(c->d, v, NULL);
-        int ok = 0;
-        for (int i = 0; known[i] && !ok; i++)
-            ok = strcmp(k, known[i]) == 0;
-        if (!ok) {
-            char f[80];
-            snprintf(f, sizeof f, "%.64s", k);
-            return BAD(fname(c, f), "unknown field '%.64s'", k);
+        size_t klen;
+        const char *k = mic_jdoc_key(c->d, v, &klen);
+        enum field f = field_of(k, klen);
+        if (f != NFIELDS) {
+            c->at[f] = v;
+        } else {
+            char name[80];
+            snprintf(name, sizeof name, "%.64s", k);
+            return BAD(fname(c, name), "unknown field '%.64s'", k);
         }
     }
     return MIC_OK;
@@ -188,14 +215,30 @@ static int check_known(struct ctx *c, mic_jv obj)
  * same bytes, minus created_at (normalised) plus the server's defaults. */
 
 struct piece {
-    const char *key;
+    enum field f;
     mic_jv value;
     size_t off, len; /* the value's bytes in the canonical text */
 };
 
-static int canonical(const mic_jdoc *d, mic_jv obj, struct mic_buf *canon,
+/* '"key":' of a known field (plain ASCII: nothing to escape). */
+static void put_key(struct mic_buf *b, enum field f)
+{
+    size_t n = known_len[f];
+
+    if (mic_buf_room(b, n + 3))
+        return;
+    b->p[b->len++] = '"';
+    memcpy(b->p + b->len, known[f], n);
+    b->len += n;
+    b->p[b->len++] = '"';
+    b->p[b->len++] = ':';
+    b->p[b->len] = 0;
+}
+
+static int canonical(const struct ctx *c, mic_jv obj, struct mic_buf *canon,
                      struct piece *pieces, size_t *npieces)
 {
+    const mic_jdoc *d = c->d;
     size_t n = 0;
 
     mic_buf_add(canon, "{", 1);
@@ -205,9 +248,8 @@ static int canonical(const mic_jdoc *d, mic_jv obj, struct mic_buf *canon,
         const char *k = mic_jdoc_key(d, v, &klen), *str;
         if (n)
             mic_buf_add(canon, ",", 1);
-        mic_buf_json_str(canon, k, klen);
-        mic_buf_add(canon, ":", 1);
-        pieces[n].key = k;
+        pieces[n].f = field_of(k, klen);
+        put_key(canon, pieces[n].f);
         pieces[n].value = v;
         pieces[n].off = canon->len;
         /* Scalars are written here; containers as jansson dumps them. */
@@ -227,23 +269,24 @@ static int canonical(const mic_jdoc *d, mic_jv obj, struct mic_buf *canon,
 /* The stored form: every piece but created_at (deliver_at normalised),
  * then the server's fields; no closing brace (the writer appends seq and
  * received_at). */
-static int stored_form(struct mic_event *ev, const struct mic_buf *canon,
-                       const struct piece *pieces, size_t n, const mic_jdoc *d, mic_jv obj)
+static int stored_form(const struct ctx *c, struct mic_event *ev, const struct mic_buf *canon,
+                       const struct piece *pieces, size_t n)
 {
     struct mic_buf b;
     char t[MIC_TIME_LEN + 3];
     size_t len;
 
     mic_buf_init(&b);
+    /* The canonical text, the id and the defaults: one allocation. */
+    mic_buf_room(&b, canon->len + ev->idlen + 128);
     mic_buf_puts(&b, "{\"event_id\":");
     mic_buf_json_str(&b, ev->id, ev->idlen);
     for (size_t i = 0; i < n; i++) {
-        if (!strcmp(pieces[i].key, "created_at") || !strcmp(pieces[i].key, "event_id"))
+        if (pieces[i].f == F_CREATED_AT || pieces[i].f == F_EVENT_ID)
             continue;
         mic_buf_add(&b, ",", 1);
-        mic_buf_json_str(&b, pieces[i].key, strlen(pieces[i].key));
-        mic_buf_add(&b, ":", 1);
-        if (!strcmp(pieces[i].key, "deliver_at")) {
+        put_key(&b, pieces[i].f);
+        if (pieces[i].f == F_DELIVER_AT) {
             mic_time_format(ev->deliver_at_us, t);
             mic_buf_add(&b, "\"", 1);
             mic_buf_add(&b, t, MIC_TIME_LEN);
@@ -251,7 +294,7 @@ static int stored_form(struct mic_event *ev, const struct mic_buf *canon,
             continue;
         }
         mic_buf_add(&b, canon->p + pieces[i].off, pieces[i].len);
-        if (!strcmp(pieces[i].key, "payload"))
+        if (pieces[i].f == F_PAYLOAD)
             ev->payload_len = pieces[i].len;
     }
     mic_buf_puts(&b, ",\"created_at\":");
@@ -259,9 +302,9 @@ static int stored_form(struct mic_event *ev, const struct mic_buf *canon,
     mic_buf_add(&b, "\"", 1);
     mic_buf_add(&b, t, MIC_TIME_LEN);
     mic_buf_add(&b, "\"", 1);
-    if (!mic_jdoc_get(d, obj, "schema_version"))
+    if (!c->at[F_SCHEMA_VERSION])
         mic_buf_puts(&b, ",\"schema_version\":1");
-    if (!mic_jdoc_get(d, obj, "priority"))
+    if (!c->at[F_PRIORITY])
         mic_buf_puts(&b, ",\"priority\":0");
     if (b.oom) {
         mic_buf_fini(&b);
@@ -277,7 +320,7 @@ static int stored_form(struct mic_event *ev, const struct mic_buf *canon,
 int mic_event_parse(const mic_jdoc *d, mic_jv obj, int64_t now_us, const char *path,
                     struct mic_event *ev, struct mic_error *err)
 {
-    struct ctx c = {d, path, err, ""};
+    struct ctx c = {d, path, err, "", {0}};
     const char *id, *topic, *atype, *aid, *s;
     size_t idlen, tlen, atlen, ailen, slen;
     int64_t n;
@@ -291,12 +334,12 @@ int mic_event_parse(const mic_jdoc *d, mic_jv obj, int64_t now_us, const char *p
     if (mic_jdoc_type(d, obj) != MIC_JOBJECT)
         return BAD(path[0] ? fname(&c, "") : NULL, "an event must be a JSON object");
     if ((rc = check_known(&c, obj)) ||
-        (rc = get_str(&c, obj, "event_id", MIC_EVENT_ID_MAX, &id, &idlen)) ||
-        (rc = get_str(&c, obj, "topic", MIC_TOPIC_MAX, &topic, &tlen)) ||
-        (rc = get_str(&c, obj, "aggregate_type", STR_MAX, &atype, &atlen)) ||
-        (rc = get_str(&c, obj, "aggregate_id", STR_MAX, &aid, &ailen)) ||
-        (rc = get_str(&c, obj, "event_type", STR_MAX, &s, &slen)) ||
-        (rc = get_str(&c, obj, "correlation_id", STR_MAX, &s, &slen)))
+        (rc = get_str(&c, F_EVENT_ID, MIC_EVENT_ID_MAX, &id, &idlen)) ||
+        (rc = get_str(&c, F_TOPIC, MIC_TOPIC_MAX, &topic, &tlen)) ||
+        (rc = get_str(&c, F_AGGREGATE_TYPE, STR_MAX, &atype, &atlen)) ||
+        (rc = get_str(&c, F_AGGREGATE_ID, STR_MAX, &aid, &ailen)) ||
+        (rc = get_str(&c, F_EVENT_TYPE, STR_MAX, &s, &slen)) ||
+        (rc = get_str(&c, F_CORRELATION_ID, STR_MAX, &s, &slen)))
         return rc;
     if (id && !mic_event_id_ok(id, idlen))
         return BAD(fname(&c, "event_id"), "event_id must match [A-Za-z0-9._:-]{1,128}");
@@ -307,7 +350,7 @@ int mic_event_parse(const mic_jdoc *d, mic_jv obj, int64_t now_us, const char *p
     if (!atype != !aid)
         return BAD(fname(&c, atype ? "aggregate_id" : "aggregate_type"),
                    "aggregate_type and aggregate_id come together or not at all");
-    if ((rc = get_int(&c, obj, "aggregate_version", 1, INT64_MAX, &n, &present)))
+    if ((rc = get_int(&c, F_AGGREGATE_VERSION, 1, INT64_MAX, &n, &present)))
         return rc;
     if (present) {
         if (!atype)
@@ -316,13 +359,13 @@ int mic_event_parse(const mic_jdoc *d, mic_jv obj, int64_t now_us, const char *p
         ev->has_version = 1;
         ev->version = (uint64_t)n;
     }
-    if ((rc = get_int(&c, obj, "schema_version", 1, INT32_MAX, &n, &present)))
+    if ((rc = get_int(&c, F_SCHEMA_VERSION, 1, INT32_MAX, &n, &present)))
         return rc;
-    if ((rc = get_int(&c, obj, "priority", 0, 255, &n, &present)))
+    if ((rc = get_int(&c, F_PRIORITY, 0, 255, &n, &present)))
         return rc;
     ev->priority = present ? (uint8_t)n : 0;
     ev->created_at_us = now_us;
-    if ((v = mic_jdoc_get(d, obj, "created_at"))) {
+    if ((v = c.at[F_CREATED_AT])) {
         if (!(s = mic_jdoc_str(d, v, &slen)) || mic_time_parse(s, slen, &ev->created_at_us))
             return BAD(fname(&c, "created_at"),
                        "created_at must be an RFC 3339 time with at most 6 fractional digits");
@@ -330,7 +373,7 @@ int mic_event_parse(const mic_jdoc *d, mic_jv obj, int64_t now_us, const char *p
             return BAD(fname(&c, "created_at"),
                        "created_at is more than 300 s in the future");
     }
-    if ((v = mic_jdoc_get(d, obj, "deliver_at"))) {
+    if ((v = c.at[F_DELIVER_AT])) {
         if (!(s = mic_jdoc_str(d, v, &slen)) || mic_time_parse(s, slen, &ev->deliver_at_us))
             return BAD(fname(&c, "deliver_at"),
                        "deliver_at must be an RFC 3339 time with at most 6 fractional digits");
@@ -338,7 +381,7 @@ int mic_event_parse(const mic_jdoc *d, mic_jv obj, int64_t now_us, const char *p
             return BAD(fname(&c, "deliver_at"),
                        "deliver_at is more than 365 days ahead");
     }
-    if ((v = mic_jdoc_get(d, obj, "headers")) && (rc = check_headers(&c, v)))
+    if ((v = c.at[F_HEADERS]) && (rc = check_headers(&c, v)))
         return rc;
     if (atype) {
         ev->has_agg = 1;
@@ -358,8 +401,9 @@ int mic_event_parse(const mic_jdoc *d, mic_jv obj, int64_t now_us, const char *p
         ev->idlen = strlen(ev->id);
     }
     mic_buf_init(&canon);
-    if ((rc = canonical(d, obj, &canon, pieces, &npieces)) == MIC_OK)
-        rc = stored_form(ev, &canon, pieces, npieces, d, obj);
+    mic_buf_room(&canon, 1024); /* most events: one allocation */
+    if ((rc = canonical(&c, obj, &canon, pieces, &npieces)) == MIC_OK)
+        rc = stored_form(&c, ev, &canon, pieces, npieces);
     if (rc == MIC_OK)
         mic_sha256(canon.p, canon.len, ev->digest);
     mic_buf_fini(&canon);

@@ -204,8 +204,18 @@ static int close_container(mic_jdoc *d)
  * surrogates, nothing past U+10FFFF; and no NUL (no JSON_ALLOW_NUL). */
 static int utf8_ok(const unsigned char *s, size_t len)
 {
+    const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+
     for (size_t i = 0; i < len;) {
-        unsigned c = s[i], n, v;
+        unsigned c, n, v;
+        uint64_t x;
+
+        /* Eight ASCII bytes, none of them NUL, at a time. */
+        if (i + 8 <= len && (memcpy(&x, s + i, 8), !((x | ((x - ones) & ~x)) & high))) {
+            i += 8;
+            continue;
+        }
+        c = s[i];
         if (c < 0x80) {
             if (!c)
                 return 0;

@@ -511,6 +511,23 @@ static int version_too_big(const char *body, size_t len, struct mic_error *err)
     return rc;
 }
 
+/* "events[i]." into 'out' (32 bytes): the field path of item i's errors
+ * (without snprintf: it is written for every item of every batch). */
+static void batch_path(char out[32], int i)
+{
+    char d[12];
+    int n = 0, k = 0;
+
+    do
+        d[n++] = (char)('0' + i % 10);
+    while ((i /= 10) && n < 11);
+    memcpy(out, "events[", 7);
+    k = 7;
+    while (n)
+        out[k++] = d[--n];
+    memcpy(out + k, "].", 3);
+}
+
 int mic_publish_parse(const char *body, size_t len,
                       const struct mic_config *cfg, mic_publish **out,
                       struct mic_error *err)
@@ -568,7 +585,7 @@ int mic_publish_parse(const char *body, size_t len,
     for (int i = 0; i < p->n; i++, ev = mic_jdoc_next(d, ev)) {
         char path[32] = "";
         if (p->batch)
-            snprintf(path, sizeof path, "events[%d].", i);
+            batch_path(path, i);
         if ((rc = mic_event_parse(d, ev, now, path, &p->items[i].ev, err)))
             goto fail;
     }
