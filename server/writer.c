@@ -9,9 +9,12 @@
  * A batch: take every queued op (up to --writer-batch) plus the parked ops
  * that were woken, begin one transaction, run hooks->before (deadlines that
  * came due, background chunks), apply each op; while the sync stage is
- * still making the commit before durable, apply the ops that arrive too
- * (they could not be durable any sooner: one commit and one fdatasync for
- * them all); ask hooks->next_due for the next deadline, commit once.  Then each op either finishes (done()) or, if
+ * still making the commit before durable, apply the ops that arrive too,
+ * GATHER at a time or all once the stage is done (they could not be
+ * durable any sooner: one commit and one fdatasync for them all, and a
+ * handful of arrivals a wake-up of the writer instead of one each); ask
+ * hooks->next_due for the next deadline, commit once.  Then each op
+ * either finishes (done()) or, if
  * apply() asked for it, is parked until a later batch wakes its key or its
  * own deadline passes.  The thread sleeps until the earliest of: new work,
  * the next stored deadline, the next parked op's deadline; idle after a
@@ -22,8 +25,12 @@
  * stage, a thread of its own that writes every commit queued since its
  * last one to the journal with one fdatasync and only then calls their
  * done().  Meanwhile the writer already runs the next batch: the sync of
- * commit N overlaps batch N+1 (the store makes batch N+2 wait for it).  No op is
- * answered before the sync that covers its commit returned; a failed sync
+ * commit N overlaps batch N+1 (the store makes batch N+2 wait for it).
+ * When no op is queued and the stage is idle, there is nothing to overlap:
+ * the writer syncs the commit itself (settle), which saves the hand-over
+ * and two thread wake-ups a commit; the ops that arrive meanwhile make the
+ * next batch.  No op is answered before the sync that covers its commit
+ * returned; a failed sync
  * answers its ops MIC_EIO and stops the writer (fail-stop: after a failed
  * fsync the kernel may have dropped the pages, so nothing later can be
  * trusted to be on disk; DESIGN section 1).  Parked ops, and ops whose batch
@@ -50,6 +57,8 @@
 #include <time.h>
 
 #define BUCKETS 256
+/* Ops queued during a sync that wake the writer to apply them (take_more). */
+#define GATHER 8
 
 struct mic_writer {
     mic_store *store;
@@ -60,6 +69,10 @@ struct mic_writer {
     pthread_cond_t cond;
     mic_op *head, *tail;
     int queued, stopping;
+    /* Set while the writer waits in take_more for the ops that arrive
+     * during a sync: submits wake it once 'gather' of them are queued (or
+     * the stage, when it is done), not one wake an op. */
+    int gathering, gather;
     struct mic_writer_stats st;
     /* Writer thread only. */
     uint64_t next_seq;
@@ -260,9 +273,6 @@ static void aborted(mic_writer *w)
     }
 }
 
-/* Take up to 'max' queued ops, waiting while there are none and the sync
- * stage is still busy; NULL when there is nothing to take (the stage went
- * idle, or stopping).  *n is set to the number taken, *last to the last. */
 /* With w->lock held: take up to 'max' ops off the queue, oldest first, as
  * a NULL-terminated list (NULL if the queue is empty); *n is set to the
  * number taken, *last to the last one. */
@@ -283,13 +293,19 @@ static mic_op *dequeue(mic_writer *w, int max, int *n, mic_op **last)
     return list;
 }
 
+/* Take up to 'max' queued ops, waiting while fewer than w->gather are
+ * queued and the sync stage is still busy; NULL when there is nothing to
+ * take (the stage went idle, or stopping).  *n is set to the number
+ * taken, *last to the last. */
 static mic_op *take_more(mic_writer *w, int max, int *n, mic_op **last)
 {
     mic_op *list;
 
     pthread_mutex_lock(&w->lock);
-    while (!w->head && atomic_load(&w->sbusy) && !w->stopping)
+    w->gathering = 1;
+    while (w->queued < w->gather && atomic_load(&w->sbusy) && !w->stopping)
         pthread_cond_wait(&w->cond, &w->lock);
+    w->gathering = 0;
     list = dequeue(w, max, n, last);
     pthread_mutex_unlock(&w->lock);
     return list;
@@ -334,6 +350,11 @@ static int run_batch(mic_writer *w, mic_op **list, int *nops, int extend,
             *list = more;
         tail = last;
         *nops += n;
+        /* They were sent after the batch began: what came due meanwhile
+         * (a lease, a deliver_at) is done before them, at their time. */
+        ctx->now_us = mic_now_us();
+        if (w->hooks.before && (rc = w->hooks.before(w->hooks.sched, ctx)))
+            goto fail;
         for (mic_op *op = more; op; op = op->next) {
             op->wait_key = 0;
             if ((rc = op->apply(op, ctx)))
@@ -364,6 +385,26 @@ fail:
 
 /* ---- The sync stage ---- */
 
+/* Make every commit so far durable, then finish 'list' (MIC_EIO for all
+ * when the sync failed: the writer then stops taking ops). */
+static void sync_and_finish(mic_writer *w, mic_op *list)
+{
+    int rc = mic_store_sync(w->store);
+
+    if (rc) {
+        pthread_mutex_lock(&w->lock);
+        w->st.alive = 0; /* fail-stop: later submits answer not ready */
+        pthread_mutex_unlock(&w->lock);
+    }
+    while (list) {
+        mic_op *next = list->next;
+        list->result = rc;
+        list->done(list);
+        list = next;
+    }
+    finished(w);
+}
+
 static void *sync_main(void *arg)
 {
     mic_writer *w = arg;
@@ -371,7 +412,6 @@ static void *sync_main(void *arg)
     pthread_mutex_lock(&w->slock);
     for (;;) {
         mic_op *list;
-        int rc;
 
         while (!w->shead && !w->sstop)
             pthread_cond_wait(&w->scond, &w->slock);
@@ -380,26 +420,14 @@ static void *sync_main(void *arg)
         list = w->shead;
         w->shead = w->stail = NULL;
         pthread_mutex_unlock(&w->slock);
-        rc = mic_store_sync(w->store);
-        if (rc) {
-            pthread_mutex_lock(&w->lock);
-            w->st.alive = 0; /* fail-stop: later submits answer not ready */
-            pthread_mutex_unlock(&w->lock);
-        }
-        while (list) {
-            mic_op *next = list->next;
-            list->result = rc;
-            list->done(list);
-            list = next;
-        }
-        finished(w);
+        sync_and_finish(w, list);
         pthread_mutex_lock(&w->slock);
         if (!w->shead) {
             /* Idle: the writer commits what it holds. */
             atomic_store(&w->sbusy, 0);
-            pthread_mutex_lock(&w->lock);
-            pthread_cond_signal(&w->cond);
+            pthread_mutex_lock(&w->lock); /* the writer has checked sbusy, or waits */
             pthread_mutex_unlock(&w->lock);
+            pthread_cond_signal(&w->cond);
         }
     }
     pthread_mutex_unlock(&w->slock);
@@ -416,8 +444,8 @@ static void to_sync(mic_writer *w, mic_op *list, mic_op *last)
         w->shead = list;
     w->stail = last;
     atomic_store(&w->sbusy, 1);
-    pthread_cond_signal(&w->scond);
     pthread_mutex_unlock(&w->slock);
+    pthread_cond_signal(&w->scond);
 }
 
 /* After the batch: park what asked for it, finish the rest (through the
@@ -426,7 +454,7 @@ static void settle(mic_writer *w, mic_op *list, int result)
 {
     int64_t now = mic_mono_ms();
     mic_op *fin = NULL, *fin_last = NULL;
-    int direct = 0;
+    int direct = 0, waiting;
 
     while (list) {
         mic_op *next = list->next;
@@ -451,8 +479,17 @@ static void settle(mic_writer *w, mic_op *list, int result)
     }
     if (direct)
         finished(w);
-    if (fin)
+    if (!fin)
+        return;
+    pthread_mutex_lock(&w->lock);
+    waiting = w->head != NULL;
+    pthread_mutex_unlock(&w->lock);
+    if (waiting || atomic_load(&w->sbusy)) {
         to_sync(w, fin, fin_last);
+        return;
+    }
+    /* Nothing to overlap with: sync here, no hand-over. */
+    sync_and_finish(w, fin);
 }
 
 static void set_full(mic_writer *w, int full)
@@ -673,6 +710,7 @@ int mic_writer_start(mic_writer **out, mic_store *s,
     w->st.committed_seq = last;
     w->st.alive = 1;
     w->durable = cfg->durability != MIC_DURABILITY_NONE;
+    w->gather = cfg->writer_batch < GATHER ? cfg->writer_batch : GATHER;
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->cond, NULL);
     pthread_mutex_init(&w->slock, NULL);
@@ -704,7 +742,7 @@ fail_free:
 
 int mic_writer_submit(mic_writer *w, mic_op *op)
 {
-    int rc = MIC_OK;
+    int rc = MIC_OK, wake = 0;
 
     op->next = NULL;
     op->wait_key = 0;
@@ -719,10 +757,14 @@ int mic_writer_submit(mic_writer *w, mic_op *op)
         else
             w->head = op;
         w->tail = op;
-        if (w->queued++ == 0)
-            pthread_cond_signal(&w->cond);
+        w->queued++;
+        /* Idle, the writer wants the first op; gathering the ops of a
+         * batch while the sync stage is busy, a handful at once. */
+        wake = w->gathering ? w->queued >= w->gather : w->queued == 1;
     }
     pthread_mutex_unlock(&w->lock);
+    if (wake)
+        pthread_cond_signal(&w->cond);
     return rc;
 }
 

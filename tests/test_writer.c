@@ -11,6 +11,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "clock.h"
 #include "config.h"
 #include "err.h"
 #include "store.h"
@@ -39,6 +40,7 @@ struct top {
     size_t bytes;         /* size of the log record it writes */
     int block;            /* wait on 'gate' inside apply */
     int applied;
+    int64_t now_us;       /* the batch's clock when it was applied */
     sem_t *done;
 };
 
@@ -47,6 +49,7 @@ static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
 static int gate_open, gate_entered;
 
 static sem_t *applied_sem; /* posted at every apply when set */
+static pthread_t applied_by, synced_by; /* the threads of the last apply and sync hook */
 
 static int apply(mic_op *op, struct mic_wctx *w)
 {
@@ -56,6 +59,8 @@ static int apply(mic_op *op, struct mic_wctx *w)
     int rc;
 
     t->applied++;
+    t->now_us = w->now_us;
+    applied_by = pthread_self();
     if (applied_sem)
         sem_post(applied_sem);
     if (t->block) {
@@ -248,14 +253,17 @@ static void finished_once_per_batch(void **state)
 
 /* While the sync stage still makes the commit before durable, the batch
  * being applied takes the ops that arrive (they could not be durable
- * sooner), and commits once the stage is free: one commit for them all,
+ * sooner), eight at a time (one wake of the writer for a handful of
+ * arrivals), and commits once the stage is free: one commit for them all,
  * none answered before its own sync. */
+#define GATHERED 8
 static pthread_mutex_t sync_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t sync_cond = PTHREAD_COND_INITIALIZER;
 static int sync_entered, sync_open;
 
 static int sync_gate(void)
 {
+    synced_by = pthread_self();
     pthread_mutex_lock(&sync_lock);
     sync_entered++;
     pthread_cond_broadcast(&sync_cond);
@@ -269,9 +277,10 @@ static void commit_waits_for_the_sync_stage(void **state)
 {
     static const char *const args[] = {"--durability", "fsync", NULL};
     struct fx f;
-    struct top a, b, c;
+    struct top a, a2, b[GATHERED], c;
     struct mic_writer_stats st;
     sem_t done_sem, app;
+    int64_t sent_us;
 
     (void)state;
     sem_init(&done_sem, 0, 0);
@@ -280,42 +289,88 @@ static void commit_waits_for_the_sync_stage(void **state)
     mic_store_set_sync_fault(sync_gate);
     assert_int_equal(fx_open(&f, args), 0);
     applied_sem = &app;
+    gate_reset();
     top_init(&a, 10, &done_sem);
+    a.block = 1;
     assert_int_equal(mic_writer_submit(f.w, &a.op), MIC_OK);
+    gate_wait_entered();
+    top_init(&a2, 10, &done_sem); /* waiting when a commits: a's sync is handed over */
+    assert_int_equal(mic_writer_submit(f.w, &a2.op), MIC_OK);
+    gate_release();
     pthread_mutex_lock(&sync_lock);
     while (!sync_entered) /* a is committed; its sync is held */
         pthread_cond_wait(&sync_cond, &sync_lock);
     pthread_mutex_unlock(&sync_lock);
     sem_wait(&app);
-    top_init(&b, 10, &done_sem);
-    assert_int_equal(mic_writer_submit(f.w, &b.op), MIC_OK);
-    sem_wait(&app); /* b applied, its transaction left open */
-    top_init(&c, 10, &done_sem);
-    assert_int_equal(mic_writer_submit(f.w, &c.op), MIC_OK);
-    sem_wait(&app); /* c applied in the same transaction */
+    sem_wait(&app); /* a, then a2 in the next transaction, left open */
+    assert_false(pthread_equal(synced_by, applied_by)); /* the sync stage's thread */
+    sent_us = mic_now_us();
+    for (int i = 0; i < GATHERED; i++) {
+        if (i == GATHERED - 1) /* seven queued: not applied one by one */
+            assert_int_equal(sem_trywait(&app), -1);
+        top_init(&b[i], 10, &done_sem);
+        assert_int_equal(mic_writer_submit(f.w, &b[i].op), MIC_OK);
+    }
+    for (int i = 0; i < GATHERED; i++)
+        sem_wait(&app); /* the eighth woke the writer: all applied, the transaction open */
     mic_writer_stats(f.w, &st);
     assert_int_equal(st.commits, 1);
     assert_int_equal(sem_trywait(&done_sem), -1); /* nothing answered yet */
+    top_init(&c, 10, &done_sem); /* one more: taken when the stage is free */
+    assert_int_equal(mic_writer_submit(f.w, &c.op), MIC_OK);
     pthread_mutex_lock(&sync_lock);
     sync_open = 1;
     pthread_cond_broadcast(&sync_cond);
     pthread_mutex_unlock(&sync_lock);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < GATHERED + 3; i++)
         sem_wait(&done_sem);
     mic_writer_stats(f.w, &st);
-    assert_int_equal(st.commits, 2);       /* a, then b and c together */
-    assert_int_equal(st.ops, 3);
-    assert_int_equal(st.batch_hist[1], 1); /* 2 ops: the <=2 bucket */
+    assert_int_equal(st.commits, 2);       /* a, then a2, the eight and c together */
+    assert_int_equal(st.ops, GATHERED + 3);
+    assert_int_equal(st.batch_hist[3], 1); /* 10 ops: the <=16 bucket */
     assert_int_equal(a.op.result, MIC_OK);
-    assert_int_equal(b.op.result, MIC_OK);
+    assert_int_equal(a2.op.result, MIC_OK);
+    assert_true(a2.now_us < sent_us);
+    for (int i = 0; i < GATHERED; i++) {
+        assert_int_equal(b[i].op.result, MIC_OK);
+        assert_int_equal(b[i].applied, 1);
+        /* Applied at their time, not at the time the batch began. */
+        assert_true(b[i].now_us >= sent_us);
+    }
     assert_int_equal(c.op.result, MIC_OK);
-    assert_int_equal(b.applied, 1);
     assert_int_equal(c.applied, 1);
-    assert_int_equal(log_count(&f), 3);
+    assert_int_equal(log_count(&f), GATHERED + 3);
     applied_sem = NULL;
     mic_store_set_sync_fault(NULL);
     fx_close(&f);
     sem_destroy(&app);
+    sem_destroy(&done_sem);
+}
+
+/* A commit with no op waiting behind it is synced by the writer itself
+ * (nothing to overlap: no hand-over, no wake-up of the sync stage), and
+ * still answered only after its sync. */
+static void sync_inline_when_idle(void **state)
+{
+    static const char *const args[] = {"--durability", "fsync", NULL};
+    struct fx f;
+    struct top a;
+    sem_t done_sem;
+
+    (void)state;
+    sem_init(&done_sem, 0, 0);
+    sync_entered = 0;
+    sync_open = 1; /* the hook only records its thread */
+    mic_store_set_sync_fault(sync_gate);
+    assert_int_equal(fx_open(&f, args), 0);
+    top_init(&a, 10, &done_sem);
+    assert_int_equal(mic_writer_submit(f.w, &a.op), MIC_OK);
+    sem_wait(&done_sem);
+    assert_int_equal(a.op.result, MIC_OK);
+    assert_int_equal(sync_entered, 1); /* answered after its sync */
+    assert_true(pthread_equal(synced_by, applied_by));
+    mic_store_set_sync_fault(NULL);
+    fx_close(&f);
     sem_destroy(&done_sem);
 }
 
@@ -527,6 +582,7 @@ int main(void)
         cmocka_unit_test(group_commit),
         cmocka_unit_test(finished_once_per_batch),
         cmocka_unit_test(commit_waits_for_the_sync_stage),
+        cmocka_unit_test(sync_inline_when_idle),
         cmocka_unit_test(queue_bound),
         cmocka_unit_test(map_full_grows_then_refuses),
         cmocka_unit_test(mixed_batch_at_limit),
