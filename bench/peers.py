@@ -477,32 +477,33 @@ def main():
 # Why MIC falls short where it does: profiles taken outside this harness
 # (the commands are given); RESULTS.md restates those of the targets missed.
 PROFILES = {
-    "W1": """**W1 single events**: bound by the HTTP path and the kernel.
-  `strace -c -f -p $(pidof micd)` during W1, per request: about ten
-  system calls on libmicrohttpd's suspend/resume path (epoll_ctl 1.8,
-  recvfrom 1.9 of which half EAGAIN, the resume's eventfd write 1,
-  sendmsg 1, epoll_wait 0.8, futex 0.7); `perf stat -e context-switches`
-  1.1 a request.  Per commit (7-14 requests at 32 connections): LMDB's
-  page writes into the OS cache (about 9 pwrite, 3 writev, 7 lseek), one
-  journal pwritev and one fdatasync.  The store journal (server/journal.c)
-  took W1 from 0.61x to about 1.1x of Redis: one fdatasync a commit
-  instead of two (pages, then meta page), one sequential write instead of
-  about 20 scattered ones.""",
-    "W2": """**W2 batches**: bound by CPU and by the bytes written.
-  `perf stat -p $(pidof micd)`: about 5.8 us of CPU an event (1,151 ms
-  for 200k events), half in the handler threads (yajl's parse into
-  server/jdoc.c and the validation: 2.5-3.3 us an event in
-  `build/bench_parse`, 6.8 before yajl, 8-10 at the start of the publish
-  issue; then the canonical and stored forms, SHA-256), half in the
-  writer (four B-tree puts an event: log, ids, time, expiry) and in the
-  kernel copying pages into the OS cache.  The journal holds page images,
-  about 1.05 KB an event (mic_journal_bytes_total / events), so an event
-  costs about 2.1 KB of writes (journal, then data.mdb's writeback) where
-  Redis's AOF takes about 0.3 KB; `--durability none` runs 1.2-1.4x
-  faster.  What would reach the floor: a journal of the requests'
-  effects rather than of pages (the events as stored, data.mdb written
-  behind), and fewer trees an event (expiry once per topic and commit,
-  no rewrite of the aggregate record).""",
+    "W1": """**W1 single events**: bound by the kernel (about 70% of micd's
+  CPU in `perf record`: TCP, epoll and the scheduler).  Per request,
+  counted with `perf stat -e 'syscalls:sys_enter_*',context-switches`
+  on micd (bench numbers of the publish issue, same machine, same hour):
+  7.0-7.6 system calls (8.8-9.2 before: epoll_ctl 1.9 and recvfrom 2.0,
+  half of them EAGAIN, are libmicrohttpd's suspend and resume in epoll
+  mode and stay; the eventfd write per resumed connection went from 1.0
+  to 0.1, futex from 1.1-1.3 to 0.2-0.3) and 0.5-0.7 context switches
+  (1.1-1.4), 37-47 us of CPU (50-84).  What did it: libmicrohttpd in
+  external mode on HTTP threads of ours (server/loops.c) that get the
+  finished requests of a writer batch in one hand-over; a commit with
+  nothing queued behind it synced by the writer itself; arrivals during
+  a sync waking the writer eight at a time; condition variables
+  signalled after their lock.  `--http-threads` 1 / 2 / 4: 21.5k / 27k /
+  21k events/s in one sitting (2 cores: 2 is the default).  Per commit
+  (12-14 requests): LMDB's page writes into the OS cache, one journal
+  pwritev and one fdatasync (server/journal.c).""",
+    "W2": """**W2 batches**: bound by CPU and by the bytes written.  The
+  handler threads parse and validate (yajl into server/jdoc.c, one pass
+  over the fields, canonical and stored forms into pre-sized buffers,
+  SHA-256): `build/bench_parse` 2.3-2.9 us an event (3.5-4.1 on the same
+  machine before this round, 8-10 at the start of the publish issue).
+  The writer does four B-tree puts an event (log, ids, time, expiry) and
+  the kernel copies the pages into the OS cache; the journal holds page
+  images, about 0.9 KB an event, where Redis's AOF takes about 0.3 KB.
+  What would go further: a journal of the requests' effects rather than
+  of pages, and expiry once per topic and commit.""",
     "W3": """**W3 work cycle**: bound by the commit's latency.  The
   delivery engine (server/delivery.c) writes a claim as the delivery
   record, its ready entry and its lease timer, an ack as the record, the
