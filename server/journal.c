@@ -46,6 +46,14 @@
 #define MDB_META_MAGIC 0xBEEFC0DEu
 #define META_MAGIC_OFF 16
 #define META_TXNID_OFF 144
+/* LMDB 0.9's page flags and header size (mdb.c: P_BRANCH ...). */
+#define MDB_P_BRANCH 0x01u
+#define MDB_P_LEAF 0x02u
+#define MDB_P_OVERFLOW 0x04u
+#define MDB_P_META 0x08u
+#define MDB_P_LEAF2 0x20u
+#define MDB_P_SUBP 0x40u
+#define MDB_PAGEHDRSZ 16u
 #define ZERO_STEP_MIN (1u << 20)
 #define ZERO_STEP_MAX (16u << 20)
 #define MAX_REGISTERED 16
@@ -330,9 +338,10 @@ static void rec_give(mic_jnl *j, struct rec *r)
     }
 }
 
-static void capture(mic_jnl *j, off_t off, const struct iovec *iov, int cnt, size_t total)
+/* Append one segment: 'n' bytes of 'src' written at 'off' of data.mdb. */
+static void seg_add(mic_jnl *j, uint64_t off, const unsigned char *src, size_t n)
 {
-    size_t need = SEG_HDR + ((total + 7) & ~(size_t)7);
+    size_t need = SEG_HDR + ((n + 7) & ~(size_t)7);
     struct rec *r;
     unsigned char *p;
 
@@ -352,26 +361,63 @@ static void capture(mic_jnl *j, off_t off, const struct iovec *iov, int cnt, siz
         r->cap = cap;
     }
     p = r->buf + r->len;
-    put64(p, (uint64_t)off);
-    put32(p + 8, (uint32_t)total);
+    put64(p, off);
+    put32(p + 8, (uint32_t)n);
     put32(p + 12, 0);
-    p += SEG_HDR;
-    for (size_t left = total; left && cnt > 0; iov++, cnt--) {
-        size_t n = iov->iov_len < left ? iov->iov_len : left;
-        memcpy(p, iov->iov_base, n);
-        p += n;
-        left -= n;
-    }
-    memset(p, 0, need - SEG_HDR - total);
-    if (hooks.on_data)
-        hooks.on_data(off, r->buf + r->len + SEG_HDR, total);
+    memcpy(p + SEG_HDR, src, n);
+    memset(p + SEG_HDR + n, 0, need - SEG_HDR - n);
     r->len += need;
     r->nseg++;
-    if ((uint64_t)off < 2 * (uint64_t)j->psize)
+    if (off < 2 * (uint64_t)j->psize)
         r->has_meta = 1;
     return;
 oom:
     j->cap_failed = 1;
+}
+
+/* The unused middle of a branch or leaf page: [*lo, *hi) between its node
+ * pointers and its nodes, which LMDB never reads (LMDB 0.9's page header:
+ * u64 pgno, u16 pad, u16 flags, u16 lower, u16 upper).  0 when 'pg' is
+ * another kind of page (overflow, meta, LEAF2: keys packed past 'lower')
+ * or its bounds do not make sense: it is then kept whole. */
+static int page_gap(const unsigned char *pg, unsigned psize, unsigned *lo, unsigned *hi)
+{
+    unsigned flags = pg[10] | (unsigned)pg[11] << 8;
+    unsigned lower = pg[12] | (unsigned)pg[13] << 8, upper = pg[14] | (unsigned)pg[15] << 8;
+
+    if (!(flags & (MDB_P_BRANCH | MDB_P_LEAF)) ||
+        (flags & (MDB_P_OVERFLOW | MDB_P_META | MDB_P_LEAF2 | MDB_P_SUBP)) ||
+        lower < MDB_PAGEHDRSZ || upper > psize || lower >= upper)
+        return 0;
+    *lo = lower;
+    *hi = upper;
+    return 1;
+}
+
+/* A write of 'total' bytes at 'off' (LMDB writes one page, or one run of
+ * overflow pages, an iovec): each branch or leaf page goes into the record
+ * without its unused middle (its two used ends, two segments), the rest
+ * as written.  Replay leaves what data.mdb held in a gap. */
+static void capture(mic_jnl *j, off_t off, const struct iovec *iov, int cnt, size_t total)
+{
+    uint64_t o = (uint64_t)off;
+
+    for (size_t left = total; left && cnt > 0; iov++, cnt--) {
+        size_t n = iov->iov_len < left ? iov->iov_len : left;
+        const unsigned char *b = iov->iov_base;
+        unsigned lo, hi;
+
+        if (hooks.on_data)
+            hooks.on_data((off_t)o, b, n);
+        if (n == j->psize && o % j->psize == 0 && page_gap(b, j->psize, &lo, &hi)) {
+            seg_add(j, o, b, lo);
+            seg_add(j, o + hi, b + hi, j->psize - hi);
+        } else {
+            seg_add(j, o, b, n);
+        }
+        o += n;
+        left -= n;
+    }
 }
 
 ssize_t mic_jnl_pwrite(int fd, const void *buf, size_t n, off_t off)
