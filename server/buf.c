@@ -149,18 +149,30 @@ void mic_buf_json_str_upper(struct mic_buf *b, const char *s, size_t n)
     json_str(b, s, n, "0123456789ABCDEF");
 }
 
-void mic_buf_i64(struct mic_buf *b, int64_t v)
+size_t mic_fmt_u64(char *out, uint64_t v)
 {
-    char t[24], *p = t + sizeof t;
-    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    char t[20], *p = t + sizeof t;
+    size_t n;
 
     do {
-        *--p = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
+        *--p = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    n = (size_t)(t + sizeof t - p);
+    memcpy(out, p, n);
+    return n;
+}
+
+void mic_buf_i64(struct mic_buf *b, int64_t v)
+{
+    char t[24];
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    size_t n = 0;
+
     if (v < 0)
-        *--p = '-';
-    mic_buf_add(b, p, (size_t)(t + sizeof t - p));
+        t[n++] = '-';
+    n += mic_fmt_u64(t + n, u);
+    mic_buf_add(b, t, n);
 }
 
 void mic_buf_json_time(struct mic_buf *b, int64_t us)

@@ -48,6 +48,9 @@ void mic_buf_json_str(struct mic_buf *b, const char *s, size_t n);
 void mic_buf_json_str_upper(struct mic_buf *b, const char *s, size_t n);
 /* Append a decimal integer. */
 void mic_buf_i64(struct mic_buf *b, int64_t v);
+/* Write 'v' in decimal at 'out' (room for 20 bytes; no NUL): the length.
+ * (The hot paths format numbers with this, not with printf.) */
+size_t mic_fmt_u64(char *out, uint64_t v);
 /* Append "YYYY-MM-DDTHH:MM:SS.ffffffZ" with quotes. */
 void mic_buf_json_time(struct mic_buf *b, int64_t us);
 

@@ -404,8 +404,10 @@ static int write_item(mic_publish *p, struct mic_wctx *w, struct item *it)
     it->seq = w->next_seq++;
     it->created_at_us = ev->created_at_us;
     memcpy(p->scratch, ev->json, ev->json_len);
-    n = snprintf(p->scratch + ev->json_len, need - ev->json_len,
-                 ",\"seq\":%llu,\"received_at\":\"", (unsigned long long)it->seq);
+    memcpy(p->scratch + ev->json_len, ",\"seq\":", 7);
+    n = 7 + (int)mic_fmt_u64(p->scratch + ev->json_len + 7, it->seq);
+    memcpy(p->scratch + ev->json_len + n, ",\"received_at\":\"", 16);
+    n += 16;
     n += mic_time_format(w->now_us, p->scratch + ev->json_len + n);
     memcpy(p->scratch + ev->json_len + n, "\"}", 2);
     memset(&r, 0, sizeof r);
@@ -708,10 +710,11 @@ int mic_publish_result(mic_publish *p, struct mic_buf *out,
             mic_buf_add(out, ",", 1);
         mic_buf_puts(out, "{\"event_id\":");
         mic_buf_json_str(out, it->ev.id, it->ev.idlen);
-        mic_buf_printf(out, ",\"seq\":%llu,\"created_at\":",
-                       (unsigned long long)it->seq);
+        mic_buf_puts(out, ",\"seq\":");
+        mic_buf_i64(out, (int64_t)it->seq);
+        mic_buf_puts(out, ",\"created_at\":");
         mic_buf_json_time(out, it->created_at_us);
-        mic_buf_printf(out, ",\"duplicate\":%s}", it->duplicate ? "true" : "false");
+        mic_buf_puts(out, it->duplicate ? ",\"duplicate\":true}" : ",\"duplicate\":false}");
         if (!it->duplicate)
             *all_duplicates = 0;
     }

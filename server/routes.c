@@ -1033,6 +1033,25 @@ static enum MHD_Result dispatch(struct req *r, const char *url,
 
 /* ---- libmicrohttpd callbacks ---- */
 
+/* "<prefix>-<n in hex>" into 'out' (72 bytes; every request has one, so
+ * not through snprintf). */
+static void make_rid(char *out, const char *prefix, uint64_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    char t[16];
+    size_t k = 0, pl = strlen(prefix);
+
+    do {
+        t[k++] = hex[n & 15];
+        n >>= 4;
+    } while (n);
+    memcpy(out, prefix, pl);
+    out[pl++] = '-';
+    while (k)
+        out[pl++] = t[--k];
+    out[pl] = 0;
+}
+
 static void request_id(mic_http *h, struct req *r)
 {
     const char *v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
@@ -1047,8 +1066,7 @@ static void request_id(mic_http *h, struct req *r)
     if (ok)
         memcpy(r->rid, v, n + 1);
     else
-        snprintf(r->rid, sizeof r->rid, "%s-%llx", h->id_prefix,
-                 (unsigned long long)atomic_fetch_add(&h->next_id, 1));
+        make_rid(r->rid, h->id_prefix, (uint64_t)atomic_fetch_add(&h->next_id, 1));
 }
 
 static enum MHD_Result finish(struct req *r)
