@@ -1532,8 +1532,11 @@ int main(int argc, char **argv)
     status = 0;
 out_sink:
     sink_close(&r);
+    /* Wait for libnats's own threads: exiting while one of them still
+     * tears down a connection the server closed crashed the process
+     * (test_replay_tool's nats_killed_mid_batch, once in about eight runs here). */
     if (o.sink == SINK_NATS)
-        nats_Close();
+        nats_CloseAndWait(5000);
     if (status) {
         if (r.tty)
             fputc('\n', stderr);
