@@ -493,7 +493,8 @@ PROFILES = {
   signalled after their lock.  `--http-threads` 1 / 2 / 4: 21.5k / 27k /
   21k events/s in one sitting (2 cores: 2 is the default).  Per commit
   (12-14 requests): LMDB's page writes into the OS cache, one journal
-  pwritev and one fdatasync (server/journal.c).""",
+  pwritev of about 31 KB (69 KB before the journal dropped the unused
+  middle of each page) and one fdatasync (server/journal.c).""",
     "W2": """**W2 batches**: bound by CPU and by the bytes written.  The
   handler threads parse and validate (yajl into server/jdoc.c, one pass
   over the fields, canonical and stored forms into pre-sized buffers,
@@ -501,7 +502,8 @@ PROFILES = {
   machine before this round, 8-10 at the start of the publish issue).
   The writer does four B-tree puts an event (log, ids, time, expiry) and
   the kernel copies the pages into the OS cache; the journal holds page
-  images, about 0.9 KB an event, where Redis's AOF takes about 0.3 KB.
+  images without their unused middles, about 0.75 KB an event (0.99 KB
+  whole), where Redis's AOF takes about 0.3 KB.
   What would go further: a journal of the requests' effects rather than
   of pages, and expiry once per topic and commit.""",
     "W3": """**W3 work cycle**: bound by the commit's latency.  The
