@@ -10,7 +10,6 @@
 #include "err.h"
 
 #include <errno.h>
-#include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -24,7 +23,7 @@
 
 struct mic_loop {
     mic_loops *ls;
-    struct MHD_Daemon *d;
+    void *d;
     pthread_t thread;
     int started;                /* the thread runs */
     int efd, epfd;
@@ -37,6 +36,7 @@ struct mic_loop {
 struct mic_loops {
     int fd;                     /* the listening socket */
     int n;
+    const struct mic_loop_ops *ops;
     mic_loop *loop;
     atomic_int stop, quiesce, nquiesced;
     atomic_uint_fast64_t wakes, resumes;
@@ -108,7 +108,7 @@ static void resume_queued(mic_loop *l)
     }
     while (rev) {
         struct mic_resume *next = rev->next;
-        MHD_resume_connection(rev->conn); /* may free the request in MHD_run only */
+        l->ls->ops->resume(rev->conn); /* the request is freed in run() only */
         atomic_fetch_add(&l->ls->resumes, 1);
         rev = next;
     }
@@ -122,11 +122,10 @@ static void *loop_main(void *arg)
     self = l;
     while (!atomic_load(&ls->stop)) {
         struct epoll_event ev[2];
-        MHD_UNSIGNED_LONG_LONG to;
-        int ms = -1, n;
+        int ms = ls->ops->timeout_ms(l->d), n;
 
-        if (MHD_get_timeout(l->d, &to) == MHD_YES)
-            ms = to > 60000 ? 60000 : (int)to;
+        if (ms > 60000)
+            ms = 60000;
         n = epoll_wait(l->epfd, ev, 2, ms);
         for (int i = 0; i < n; i++)
             if (ev[i].data.fd == l->efd) {
@@ -136,12 +135,12 @@ static void *loop_main(void *arg)
             }
         if (atomic_load(&ls->quiesce) && !l->quiesced) {
             /* The socket is the loops' (closed once, by mic_loops_quiesce). */
-            (void)MHD_quiesce_daemon(l->d);
+            ls->ops->unlisten(l->d);
             l->quiesced = 1;
             atomic_fetch_add(&ls->nquiesced, 1);
         }
         resume_queued(l);
-        MHD_run(l->d);
+        ls->ops->run(l->d);
     }
     return NULL;
 }
@@ -170,11 +169,11 @@ static void free_loops(mic_loops *ls)
 
         if (l->d) {
             /* No thread runs it now: take back the socket, then stop
-             * (MHD_stop_daemon would close the shared socket). */
+             * (stopping would close the shared socket). */
             if (!l->quiesced)
-                (void)MHD_quiesce_daemon(l->d);
+                ls->ops->unlisten(l->d);
             resume_queued(l);
-            MHD_stop_daemon(l->d);
+            ls->ops->stop(l->d);
         }
         if (l->epfd >= 0)
             close(l->epfd);
@@ -202,7 +201,7 @@ static void join_loops(mic_loops *ls)
 }
 
 int mic_loops_start(mic_loops **out, const struct sockaddr *sa, socklen_t salen, int n,
-                    int backlog, mic_loop_make make, void *arg, int *port)
+                    int backlog, const struct mic_loop_ops *ops, void *arg, int *port)
 {
     mic_loops *ls = calloc(1, sizeof *ls);
     struct sockaddr_storage ss;
@@ -214,6 +213,7 @@ int mic_loops_start(mic_loops **out, const struct sockaddr *sa, socklen_t salen,
         return MIC_ENOMEM;
     }
     ls->n = n;
+    ls->ops = ops;
     for (int i = 0; i < n; i++) {
         ls->loop[i].ls = ls;
         ls->loop[i].efd = ls->loop[i].epfd = -1;
@@ -225,18 +225,17 @@ int mic_loops_start(mic_loops **out, const struct sockaddr *sa, socklen_t salen,
                                            : ((struct sockaddr_in *)&ss)->sin_port);
     for (int i = 0; i < n; i++) {
         mic_loop *l = &ls->loop[i];
-        const union MHD_DaemonInfo *info;
         struct epoll_event ev;
+        int dfd;
 
-        if (!(l->d = make(arg, i, ls->fd)) ||
-            !(info = MHD_get_daemon_info(l->d, MHD_DAEMON_INFO_EPOLL_FD)) ||
+        if (!(l->d = ops->make(arg, i, ls->fd)) || (dfd = ops->epoll_fd(l->d)) < 0 ||
             (l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0 ||
             (l->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0)
             goto fail;
         memset(&ev, 0, sizeof ev);
         ev.events = EPOLLIN;
-        ev.data.fd = info->epoll_fd;
-        if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, info->epoll_fd, &ev))
+        ev.data.fd = dfd;
+        if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, dfd, &ev))
             goto fail;
         ev.data.fd = l->efd;
         if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->efd, &ev))

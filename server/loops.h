@@ -1,14 +1,14 @@
-/* loops.h - the HTTP threads: libmicrohttpd daemons in external mode, one
- * thread and one event loop each, and the hand-over of finished requests.
+/* loops.h - the HTTP threads: one thread and one event loop for each HTTP
+ * daemon, and the hand-over of finished requests.
  *
- * One listening socket (made here) is shared by 'n' libmicrohttpd daemons,
- * each started by the caller's 'make' with MHD_USE_EPOLL and no internal
- * thread of libmicrohttpd's.  Each daemon has a thread of ours that loops:
- * one epoll_wait over the daemon's epoll descriptor and the loop's own
- * eventfd (at most libmicrohttpd's timeout), then the resumes handed over
- * since the last turn (MHD_resume_connection, which in external mode makes
- * no system call), then MHD_run.  The handlers and every libmicrohttpd
- * callback of a daemon run in its thread.
+ * One listening socket (made here) is shared by 'n' daemons, each started
+ * by the caller (routes.c: libmicrohttpd in external mode with epoll; this
+ * file knows the daemon only through struct mic_loop_ops).  Each daemon
+ * has a thread of ours that loops: one epoll_wait over the daemon's epoll
+ * descriptor and the loop's own eventfd (at most the daemon's timeout),
+ * then the resumes handed over since the last turn (ops->resume, which in
+ * external mode makes no system call), then ops->run.  The daemon's
+ * handlers and callbacks run in its thread.
  *
  * A request finished in another thread (the writer's sync stage) is handed
  * back with mic_loop_resume, which only links it into its loop's list, and
@@ -25,31 +25,38 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-struct MHD_Daemon;
-struct MHD_Connection;
 typedef struct mic_loops mic_loops;
 typedef struct mic_loop mic_loop;
 
 /* A suspended connection to resume, embedded in the caller's request
  * state: it must stay valid until its loop resumed it (the caller frees
- * its request after libmicrohttpd reports it completed). */
+ * its request after its daemon reports it completed). */
 struct mic_resume {
     struct mic_resume *next;
-    struct MHD_Connection *conn;
+    void *conn;
 };
 
-/* Starts daemon 'i' (0 .. n-1) on 'listen_fd' (pass it with
- * MHD_OPTION_LISTEN_SOCKET; the loops keep owning it) in external mode
- * with MHD_USE_EPOLL and MHD_ALLOW_SUSPEND_RESUME; NULL on failure. */
-typedef struct MHD_Daemon *(*mic_loop_make)(void *arg, int i, int listen_fd);
+/* What the loops do with a daemon, in its loop's thread ('d' is what
+ * 'make' returned). */
+struct mic_loop_ops {
+    /* Start daemon 'i' (0 .. n-1) on 'listen_fd' (the loops keep owning
+     * the socket): the daemon, or NULL on failure. */
+    void *(*make)(void *arg, int i, int listen_fd);
+    int (*epoll_fd)(void *d);      /* its epoll descriptor, -1 if none */
+    int (*timeout_ms)(void *d);    /* the longest wait allowed now, -1 none */
+    void (*run)(void *d);          /* serve what is ready, without waiting */
+    void (*resume)(void *conn);    /* resume a suspended connection */
+    void (*unlisten)(void *d);     /* let go of the listening socket */
+    void (*stop)(void *d);         /* close its connections, free it */
+};
 
-/* Listen on 'sa' (backlog 'backlog') and start 'n' daemons and their
- * threads.  MIC_OK with *out and the bound port in *port; MIC_EIO when the
+/* Listen on 'sa' (backlog 'backlog') and start 'n' daemons with 'ops'
+ * (kept by pointer: it must outlive the loops) and their threads.  MIC_OK with *out and the bound port in *port; MIC_EIO when the
  * socket cannot be had (errno kept, for the caller's log), a daemon does
  * not start or a thread cannot be made (nothing is left running);
  * MIC_ENOMEM. */
 int mic_loops_start(mic_loops **out, const struct sockaddr *sa, socklen_t salen, int n,
-                    int backlog, mic_loop_make make, void *arg, int *port);
+                    int backlog, const struct mic_loop_ops *ops, void *arg, int *port);
 
 /* The loop whose thread is calling, or NULL outside the HTTP threads. */
 mic_loop *mic_loop_self(void);

@@ -33,6 +33,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <openssl/pem.h>
@@ -51,6 +52,7 @@
 
 struct mic_http {
     mic_loops *loops;      /* the HTTP threads (loops.h) */
+    struct mic_loop_ops loop_ops;
     const struct mic_config *cfg;
     mic_store *store;
     mic_writer *writer;
@@ -1562,10 +1564,60 @@ void mic_http_set_keys(mic_http *h, mic_keys *keys)
     mic_keys_free(old);
 }
 
+/* ---- libmicrohttpd under the HTTP threads (loops.h) ---- */
+
+static int mhd_epoll_fd(void *d)
+{
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_EPOLL_FD);
+
+    return info ? info->epoll_fd : -1;
+}
+
+static int mhd_timeout_ms(void *d)
+{
+    MHD_UNSIGNED_LONG_LONG to;
+
+    if (MHD_get_timeout(d, &to) != MHD_YES)
+        return -1;
+    return to > INT_MAX ? INT_MAX : (int)to;
+}
+
+static void mhd_run(void *d)
+{
+    MHD_run(d);
+}
+
+static void mhd_resume(void *conn)
+{
+    MHD_resume_connection(conn);
+}
+
+/* The socket is the loops' (closed once, by them). */
+static void mhd_unlisten(void *d)
+{
+    (void)MHD_quiesce_daemon(d);
+}
+
+static void mhd_stop(void *d)
+{
+    MHD_stop_daemon(d);
+}
+
+void mic_http_loop_ops(struct mic_loop_ops *ops, void *(*make)(void *arg, int i, int listen_fd))
+{
+    ops->make = make;
+    ops->epoll_fd = mhd_epoll_fd;
+    ops->timeout_ms = mhd_timeout_ms;
+    ops->run = mhd_run;
+    ops->resume = mhd_resume;
+    ops->unlisten = mhd_unlisten;
+    ops->stop = mhd_stop;
+}
+
 /* Daemon 'i' of the HTTP threads (loops.h), on the shared socket 'fd'.
  * The connection limit is shared out as libmicrohttpd's thread pool does;
  * the per-address limit is conns.c's, across all of them. */
-static struct MHD_Daemon *make_daemon(void *arg, int i, int fd)
+static void *make_daemon(void *arg, int i, int fd)
 {
     mic_http *h = arg;
     const struct mic_config *cfg = h->cfg;
@@ -1647,10 +1699,11 @@ int mic_http_start(mic_http **out, const struct mic_config *cfg,
     if (h->tls_cert)
         h->mhd_flags |= MHD_USE_TLS;
     mic_writer_on_finished(w, ops_finished, h);
+    mic_http_loop_ops(&h->loop_ops, make_daemon);
     if (mic_loops_start(&h->loops, (struct sockaddr *)&ss,
                         ss.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
                                                  : sizeof(struct sockaddr_in),
-                        cfg->http_threads, 1024, make_daemon, h, port)) {
+                        cfg->http_threads, 1024, &h->loop_ops, h, port)) {
         mic_log(MIC_LOG_ERROR, NULL, "cannot listen", "listen", cfg->listen,
                 "error", strerror(errno), NULL);
         goto fail;

@@ -8,6 +8,7 @@
 #include "writer.h"
 
 #include "auth.h"
+#include "loops.h"
 
 struct mic_config;
 typedef struct mic_http mic_http;
@@ -52,6 +53,12 @@ int mic_http_listen_is_loopback(const char *listen);
  * the reason in 'why' (a file cannot be read, holds no certificate or
  * key, or the key does not match the certificate). */
 int mic_http_tls_check(const char *cert_path, const char *key_path, char *why, size_t whylen);
+
+/* Fill 'ops' with libmicrohttpd's side of the HTTP threads (loops.h: a
+ * daemon started by 'make' in external mode with MHD_USE_EPOLL and
+ * MHD_ALLOW_SUSPEND_RESUME on the socket it is given with
+ * MHD_OPTION_LISTEN_SOCKET).  mic_http_start uses it; so do the tests. */
+void mic_http_loop_ops(struct mic_loop_ops *ops, void *(*make)(void *arg, int i, int listen_fd));
 
 /* Stop accepting new connections; requests in flight continue. */
 void mic_http_quiesce(mic_http *h);

@@ -1,5 +1,5 @@
 /* test_loops.c - the HTTP threads (server/loops.c) with a real
- * libmicrohttpd daemon on each: requests suspended in their handler and
+ * libmicrohttpd daemon on each (routes.c's mic_http_loop_ops): requests suspended in their handler and
  * handed back from another thread are answered after one kick, with one
  * wake per thread (not one per connection); quiesce closes the listening
  * socket while open connections are served on. */
@@ -12,6 +12,7 @@
 
 #include "err.h"
 #include "loops.h"
+#include "routes.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -83,7 +84,7 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
-static struct MHD_Daemon *make(void *arg, int i, int fd)
+static void *make(void *arg, int i, int fd)
 {
     (void)arg, (void)i;
     return MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0, NULL, NULL, handler,
@@ -91,17 +92,20 @@ static struct MHD_Daemon *make(void *arg, int i, int fd)
                             MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_END);
 }
 
+static struct mic_loop_ops ops;
+
 static int start(mic_loops **ls, int n, int *port)
 {
     struct sockaddr_in sa;
 
+    mic_http_loop_ops(&ops, make);
     memset(&sa, 0, sizeof sa);
     sa.sin_family = AF_INET;
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     pthread_mutex_lock(&lock);
     nparked = 0;
     pthread_mutex_unlock(&lock);
-    return mic_loops_start(ls, (struct sockaddr *)&sa, sizeof sa, n, 64, make, NULL, port);
+    return mic_loops_start(ls, (struct sockaddr *)&sa, sizeof sa, n, 64, &ops, NULL, port);
 }
 
 static int dial(int port)
@@ -237,7 +241,7 @@ static void busy_port_fails_cleanly(void **state)
     sa.sin_family = AF_INET;
     sa.sin_port = htons((uint16_t)port);
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(mic_loops_start(&other, (struct sockaddr *)&sa, sizeof sa, 2, 64, make, NULL,
+    assert_int_equal(mic_loops_start(&other, (struct sockaddr *)&sa, sizeof sa, 2, 64, &ops, NULL,
                                      &port2),
                      MIC_EIO);
     assert_int_equal(errno, EADDRINUSE);
