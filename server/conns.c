@@ -187,19 +187,26 @@ static int addr_key(const struct sockaddr *sa, unsigned char out[16])
     return -1;
 }
 
+/* The bucket of address 'key' (FNV-1a). */
+static struct addr **addr_bucket(mic_conns *c, const unsigned char key[16])
+{
+    uint32_t hsh = 2166136261u;
+
+    for (int i = 0; i < 16; i++)
+        hsh = (hsh ^ key[i]) * 16777619u;
+    return &c->addrs[hsh % ADDR_BUCKETS];
+}
+
 /* With c->lock held: count one more connection from 'sa'; its entry, or
  * NULL (not IP, or out of memory: not counted). */
 static struct addr *addr_ref(mic_conns *c, const struct sockaddr *sa)
 {
     unsigned char key[16];
-    uint32_t hsh = 2166136261u;
     struct addr **b, *a;
 
     if (addr_key(sa, key))
         return NULL;
-    for (int i = 0; i < 16; i++)
-        hsh = (hsh ^ key[i]) * 16777619u;
-    b = &c->addrs[hsh % ADDR_BUCKETS];
+    b = addr_bucket(c, key);
     for (a = *b; a; a = a->next)
         if (!memcmp(a->a, key, 16))
             break;
@@ -218,14 +225,11 @@ static struct addr *addr_ref(mic_conns *c, const struct sockaddr *sa)
  * the last). */
 static void addr_unref(mic_conns *c, struct addr *a)
 {
-    uint32_t hsh = 2166136261u;
     struct addr **b;
 
     if (!a || --a->n > 0)
         return;
-    for (int i = 0; i < 16; i++)
-        hsh = (hsh ^ a->a[i]) * 16777619u;
-    for (b = &c->addrs[hsh % ADDR_BUCKETS]; *b != a; b = &(*b)->next)
+    for (b = addr_bucket(c, a->a); *b != a; b = &(*b)->next)
         ;
     *b = a->next;
     free(a);

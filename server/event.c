@@ -82,14 +82,18 @@ enum field { F_EVENT_ID, F_TOPIC, F_AGGREGATE_TYPE, F_AGGREGATE_ID, F_AGGREGATE_
              F_SCHEMA_VERSION, F_EVENT_TYPE, F_CORRELATION_ID, F_PRIORITY, F_CREATED_AT,
              F_DELIVER_AT, F_HEADERS, F_PAYLOAD, NFIELDS };
 
-static const char *const known[NFIELDS] = {
-    "event_id", "topic", "aggregate_type", "aggregate_id", "aggregate_version",
-    "schema_version", "event_type", "correlation_id", "priority",
-    "created_at", "deliver_at", "headers", "payload",
+/* Each field's name and length (in enum field's order). */
+#define FIELD(name) {name, sizeof name - 1}
+static const struct {
+    const char *name;
+    unsigned char len;
+} known[NFIELDS] = {
+    FIELD("event_id"), FIELD("topic"), FIELD("aggregate_type"), FIELD("aggregate_id"),
+    FIELD("aggregate_version"), FIELD("schema_version"), FIELD("event_type"),
+    FIELD("correlation_id"), FIELD("priority"), FIELD("created_at"), FIELD("deliver_at"),
+    FIELD("headers"), FIELD("payload"),
 };
-/* strlen of each (test_event's unknown-field and canonical tests fail if
- * one is wrong). */
-static const unsigned char known_len[NFIELDS] = {8, 5, 14, 12, 17, 14, 10, 14, 8, 10, 10, 7, 7};
+#undef FIELD
 
 struct ctx {
     const mic_jdoc *d;
@@ -109,7 +113,7 @@ static const char *fname(struct ctx *c, const char *name)
 static int get_str(struct ctx *c, enum field f, size_t max, const char **out, size_t *len)
 {
     struct mic_error *err = c->err;
-    const char *name = known[f];
+    const char *name = known[f].name;
     mic_jv v = c->at[f];
 
     *out = NULL;
@@ -133,7 +137,7 @@ static int get_int(struct ctx *c, enum field f, int64_t lo, int64_t hi, int64_t 
                    int *present)
 {
     struct mic_error *err = c->err;
-    const char *name = known[f];
+    const char *name = known[f].name;
     mic_jv v = c->at[f];
 
     *present = v != 0;
@@ -181,7 +185,7 @@ static int check_headers(struct ctx *c, mic_jv h)
 static enum field field_of(const char *k, size_t n)
 {
     for (int f = 0; f < NFIELDS; f++)
-        if (known_len[f] == n && known[f][0] == k[0] && !memcmp(known[f], k, n))
+        if (known[f].len == n && known[f].name[0] == k[0] && !memcmp(known[f].name, k, n))
             return (enum field)f;
     return NFIELDS;
 }
@@ -223,12 +227,12 @@ struct piece {
 /* '"key":' of a known field (plain ASCII: nothing to escape). */
 static void put_key(struct mic_buf *b, enum field f)
 {
-    size_t n = known_len[f];
+    size_t n = known[f].len;
 
     if (mic_buf_room(b, n + 3))
         return;
     b->p[b->len++] = '"';
-    memcpy(b->p + b->len, known[f], n);
+    memcpy(b->p + b->len, known[f].name, n);
     b->len += n;
     b->p[b->len++] = '"';
     b->p[b->len++] = ':';
@@ -244,11 +248,14 @@ static int canonical(const struct ctx *c, mic_jv obj, struct mic_buf *canon,
     mic_buf_add(canon, "{", 1);
     /* In key order (at most the known keys: checked before). */
     for (mic_jv v = mic_jdoc_sfirst(d, obj); v; v = mic_jdoc_snext(d, v), n++) {
-        size_t klen, slen;
-        const char *k = mic_jdoc_key(d, v, &klen), *str;
+        size_t slen;
+        const char *str;
+        int f = 0;
         if (n)
             mic_buf_add(canon, ",", 1);
-        pieces[n].f = field_of(k, klen);
+        while (c->at[f] != v) /* check_known found every member's field */
+            f++;
+        pieces[n].f = (enum field)f;
         put_key(canon, pieces[n].f);
         pieces[n].value = v;
         pieces[n].off = canon->len;
