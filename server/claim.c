@@ -20,6 +20,7 @@
 #include "config.h"
 #include "delivery.h"
 #include "err.h"
+#include "event.h"
 #include "json.h"
 
 #include <stdio.h>
@@ -416,12 +417,14 @@ static int claim_json(mic_claim *c, mic_store *s, struct mic_buf *out,
         mic_buf_puts(out, ",\"event\":");
         mic_buf_add(out, r.json, r.json_len);
         if (c->replay) {
-            /* The stored form starts with {"event_id":"...". */
-            const char *id = r.json + 13, *q = memchr(id, '"', r.json_len - 13);
+            const char *id = "";
+            size_t idlen = 0;
+            if (mic_event_stored_id(r.json, r.json_len, &id, &idlen))
+                idlen = 0;
             mic_buf_puts(out, ",\"replay\":{");
             mic_buf_puts(out, c->replay);
             mic_buf_puts(out, ",\"original_event_id\":");
-            mic_buf_json_str(out, id, q ? (size_t)(q - id) : 0);
+            mic_buf_json_str(out, id, idlen);
             mic_buf_add(out, "}", 1);
         }
         mic_buf_add(out, "}", 1);

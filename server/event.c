@@ -55,6 +55,22 @@ int mic_event_id_ok(const char *s, size_t len)
     return name_ok(s, len, MIC_EVENT_ID_MAX, 1);
 }
 
+int mic_event_stored_id(const char *json, size_t len, const char **id, size_t *idlen)
+{
+    static const char head[] = "{\"event_id\":\"";
+    const char *q;
+
+    if (len < sizeof head - 1 || memcmp(json, head, sizeof head - 1))
+        return -1;
+    json += sizeof head - 1;
+    len -= sizeof head - 1;
+    if (!(q = memchr(json, '"', len)) || !mic_event_id_ok(json, (size_t)(q - json)))
+        return -1;
+    *id = json;
+    *idlen = (size_t)(q - json);
+    return 0;
+}
+
 void mic_event_uuid7(int64_t now_us, char out[37])
 {
     uint8_t b[16];

@@ -47,6 +47,11 @@ void mic_event_fini(struct mic_event *ev);
 int mic_event_topic_ok(const char *s, size_t len);
 /* Nonzero if 's' is a valid event id ([A-Za-z0-9._:-]{1,128}). */
 int mic_event_id_ok(const char *s, size_t len);
+/* The event_id of an event in its stored form (mic_rec.json: it begins
+ * with {"event_id":"...").  Sets *id (pointing into 'json', valid as long
+ * as 'json' is) and *idlen; returns 0, or -1 when 'json' does not begin
+ * with a well-formed event_id. */
+int mic_event_stored_id(const char *json, size_t len, const char **id, size_t *idlen);
 
 /* Write a new UUIDv7 for time 'now_us' (36 chars plus NUL) into 'out'. */
 void mic_event_uuid7(int64_t now_us, char out[37]);

@@ -51,9 +51,6 @@ struct mic_publish {
     struct mic_error err;
     char *scratch;
     size_t scratch_cap;
-    /* Events stored by this request for topic 'stored_topic', not yet counted. */
-    uint32_t stored_topic;
-    int64_t stored_n;
     /* One-entry topic cache for the writer. */
     char topic[MIC_TOPIC_MAX + 1];
     struct mic_topic_rec topic_rec;
@@ -349,13 +346,17 @@ static int check_item(mic_publish *p, struct mic_wctx *w, int i)
             a.max_version = ev->version;
     }
     a.versioned = ev->has_version;
-    a.events++;
     it->agg = a;
     return MIC_OK;
 }
 
 /* Index the event under its aggregate and update the aggregate's record
- * (read again here: earlier events of this batch may have changed it). */
+ * (read again here: earlier events of this batch may have changed it).
+ * The record holds no count and, while the versions are contiguous, no
+ * last version (mic_store_agg_get derives it from the index): an
+ * unversioned event, or the next version of a contiguous aggregate,
+ * leaves it as it is, and so does a version that fills a gap (the sweep of
+ * the watermark, mic_delivery_version_stored, moves it). */
 static int update_aggregate(struct mic_wctx *w, const struct mic_event *ev,
                             struct mic_rec *r)
 {
@@ -374,10 +375,16 @@ static int update_aggregate(struct mic_wctx *w, const struct mic_event *ev,
         a.ilen = (uint16_t)ev->ailen;
     } else if (rc) {
         return rc;
+    } else if (!(a.versioned && ev->has_version && a.contig_stored == 0 &&
+                 ev->version > a.max_version + 1)) {
+        /* Nothing in the record changes; only a version past a gap that
+         * opens here makes the watermark explicit (below). */
+        r->ordinal = a.ordinal;
+        rc = mic_store_aggidx_put(w->txn, r);
+        return rc == MIC_ECONFLICT ? MIC_EIO : rc;
     }
     if (ev->version > a.max_version)
         a.max_version = ev->version;
-    a.events++;
     r->ordinal = a.ordinal;
     if ((rc = mic_store_aggidx_put(w->txn, r)))
         return rc == MIC_ECONFLICT ? MIC_EIO : rc;
@@ -427,16 +434,8 @@ static int write_item(mic_publish *p, struct mic_wctx *w, struct item *it)
         (rc = mic_store_id_put(w->txn, ev->id, ev->idlen, it->seq, ev->digest)) ||
         (rc = mic_store_time_put(w->txn, tr.id, ev->created_at_us, ev->id,
                                  ev->idlen, it->seq)) ||
-        (rc = mic_retention_schedule(w, &r, &tr, ev->id, ev->idlen)))
+        (rc = mic_retention_stored(w, &r, &tr)))
         return rc;
-    /* Events stored per topic: counted per request, added once at the end. */
-    if (p->stored_topic != tr.id && p->stored_n) {
-        if ((rc = mic_store_topic_events_add(w->txn, p->stored_topic, p->stored_n)))
-            return rc;
-        p->stored_n = 0;
-    }
-    p->stored_topic = tr.id;
-    p->stored_n++;
     if (ev->has_agg && (rc = update_aggregate(w, ev, &r)))
         return rc;
     if (w->groups && (rc = mic_delivery_fanout(w, ev->topic, ev->topiclen, &r)))
@@ -463,7 +462,6 @@ static int apply(mic_op *op, struct mic_wctx *w)
         if (p->err.err)
             return MIC_OK; /* refused: nothing written */
     }
-    p->stored_n = 0;
     for (int i = 0; i < p->n; i++) {
         struct item *it = &p->items[i];
         if (it->dup_of >= 0) {
@@ -474,8 +472,7 @@ static int apply(mic_op *op, struct mic_wctx *w)
             return rc;
         }
     }
-    return p->stored_n ? mic_store_topic_events_add(w->txn, p->stored_topic, p->stored_n)
-                       : MIC_OK;
+    return MIC_OK;
 }
 
 /* ---- Handler side ---- */

@@ -1,9 +1,13 @@
 /* retention.c - retention (DESIGN section 5 "Archive", issue 5).
  *
  * Publish schedules each event's removal at received_at + its topic's
- * retention_s in the `expiry` index (due, seq); the writer seeks the first
- * entry before each batch, so the sweep is deadline-driven and never scans
- * the log.  An event is removed only when its delivery is terminal
+ * retention_s in the `expiry` index (due, seq): one entry per topic and
+ * commit, for the range of seqs the topic stored in it (kept in memory
+ * during the batch with the change of the topic's event count, both
+ * written before the commit); the writer seeks the first entry before each
+ * batch, so the sweep is deadline-driven and never scans the log beyond
+ * the seqs of a range that came due.  Each event of a range goes at its
+ * own deadline: the rest of a range waits in an entry of its own.  An event is removed only when its delivery is terminal
  * (dispatched, dead-lettered, skipped) in every group, and no replay run
  * still adding its selection has it ahead (mic_replay_holds: it is pending
  * in that run); otherwise it is looked at again one retention period later
@@ -32,29 +36,147 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define SWEEP_PER_BATCH 1000
 #define RECHECK_MAX_S 60
 
-int mic_retention_schedule(struct mic_wctx *w, const struct mic_rec *r,
-                           const struct mic_topic_rec *tr, const char *id,
-                           size_t idlen)
+/* Topics kept per batch; a batch with more writes the oldest at once. */
+#define TOPICS_PER_BATCH 16
+
+struct count {
+    uint32_t topic_id;
+    int64_t delta;
+};
+
+struct mic_retention {
+    struct mic_expiry range[TOPICS_PER_BATCH]; /* kind 3 entries to write */
+    int nrange;
+    struct count count[TOPICS_PER_BATCH];      /* event count changes */
+    int ncount;
+};
+
+int mic_retention_new(mic_retention **out)
 {
-    return mic_store_expiry_put(w->txn, r->received_at_us + (int64_t)tr->retention_s * 1000000,
-                                r->seq, MIC_EXPIRE_EVENT, id, idlen);
+    return (*out = calloc(1, sizeof **out)) ? MIC_OK : MIC_ENOMEM;
+}
+
+void mic_retention_free(mic_retention *rt)
+{
+    free(rt);
+}
+
+void mic_retention_reset(mic_retention *rt)
+{
+    if (rt)
+        rt->nrange = rt->ncount = 0;
+}
+
+static int write_counts(struct mic_wctx *w, mic_retention *rt)
+{
+    int rc;
+
+    for (int i = 0; i < rt->ncount; i++)
+        if (rt->count[i].delta &&
+            (rc = mic_store_topic_events_add(w->txn, rt->count[i].topic_id, rt->count[i].delta)))
+            return rc;
+    rt->ncount = 0;
+    return MIC_OK;
+}
+
+static int write_ranges(struct mic_wctx *w, mic_retention *rt)
+{
+    int rc;
+
+    for (int i = 0; i < rt->nrange; i++)
+        if ((rc = mic_store_expiry_put_range(w->txn, &rt->range[i])))
+            return rc;
+    rt->nrange = 0;
+    return MIC_OK;
+}
+
+/* Add 'delta' to the event count of topic 'topic_id'. */
+static int count(struct mic_wctx *w, uint32_t topic_id, int64_t delta)
+{
+    mic_retention *rt = w->retention;
+    int rc;
+
+    if (!rt)
+        return mic_store_topic_events_add(w->txn, topic_id, delta);
+    for (int i = 0; i < rt->ncount; i++)
+        if (rt->count[i].topic_id == topic_id) {
+            rt->count[i].delta += delta;
+            return MIC_OK;
+        }
+    if (rt->ncount == TOPICS_PER_BATCH && (rc = write_counts(w, rt)))
+        return rc;
+    rt->count[rt->ncount++] = (struct count){topic_id, delta};
+    return MIC_OK;
+}
+
+static void range_start(struct mic_expiry *e, const struct mic_rec *r,
+                        const struct mic_topic_rec *tr)
+{
+    memset(e, 0, sizeof *e);
+    e->kind = MIC_EXPIRE_RANGE;
+    e->due = r->received_at_us + (int64_t)tr->retention_s * 1000000;
+    e->seq = e->last_seq = r->seq;
+    e->topic_id = r->topic_id;
+    e->retention_s = tr->retention_s;
+}
+
+int mic_retention_stored(struct mic_wctx *w, const struct mic_rec *r,
+                         const struct mic_topic_rec *tr)
+{
+    mic_retention *rt = w->retention;
+    struct mic_expiry one, *e;
+    int rc;
+
+    if ((rc = count(w, r->topic_id, 1)))
+        return rc;
+    if (!rt) {
+        range_start(&one, r, tr);
+        return mic_store_expiry_put_range(w->txn, &one);
+    }
+    for (int i = 0; i < rt->nrange; i++) {
+        e = &rt->range[i];
+        if (e->topic_id != r->topic_id)
+            continue;
+        if (e->retention_s == tr->retention_s && r->seq > e->last_seq) {
+            e->last_seq = r->seq;
+            return MIC_OK;
+        }
+        /* The topic's retention changed within the batch: the range so far
+         * keeps the one its events were stored under. */
+        if ((rc = mic_store_expiry_put_range(w->txn, e)))
+            return rc;
+        range_start(e, r, tr);
+        return MIC_OK;
+    }
+    if (rt->nrange == TOPICS_PER_BATCH && (rc = write_ranges(w, rt)))
+        return rc;
+    range_start(&rt->range[rt->nrange++], r, tr);
+    return MIC_OK;
+}
+
+int mic_retention_flush(struct mic_wctx *w)
+{
+    int rc;
+
+    if (!w->retention)
+        return MIC_OK;
+    if ((rc = write_ranges(w, w->retention)))
+        return rc;
+    return write_counts(w, w->retention);
 }
 
 int64_t mic_retention_next(struct mic_wctx *w)
 {
-    char id[MIC_EVENT_ID_MAX + 1];
-    size_t idlen;
-    int64_t due;
-    uint64_t seq;
-    uint8_t kind;
+    struct mic_expiry e;
 
-    return mic_store_expiry_first(w->txn, &due, &seq, &kind, id, &idlen) == MIC_OK ? due : 0;
+    return mic_store_expiry_first(w->txn, &e) == MIC_OK ? e.due : 0;
 }
 
 /* The archive files written during one sweep: all fsync'd before the
@@ -163,11 +285,8 @@ static int remove_event(struct mic_wctx *w, mic_groups *g, int64_t due, uint64_t
     struct holders h = {NULL, 0, 0, NULL};
     struct mic_group *gr = NULL;
     struct mic_rec r;
-    int rc = MIC_OK;
+    int rc = mic_store_log_get(w->txn, seq, &r);
 
-    if ((rc = mic_store_expiry_del(w->txn, due, seq)))
-        return rc;
-    rc = mic_store_log_get(w->txn, seq, &r);
     if (rc == MIC_ENOTFOUND)
         return MIC_OK;
     if (rc)
@@ -200,34 +319,104 @@ static int remove_event(struct mic_wctx *w, mic_groups *g, int64_t due, uint64_t
             return rc;
     if ((rc = mic_store_time_del(w->txn, r.topic_id, r.created_at_us, id, idlen)) ||
         (rc = mic_store_log_del(w->txn, seq)) ||
-        (rc = mic_store_topic_events_add(w->txn, r.topic_id, -1)))
+        (rc = count(w, r.topic_id, -1)))
         return rc;
     return mic_store_expiry_put(w->txn, due + (int64_t)dedupe_s * 1000000, seq,
                                 MIC_EXPIRE_ID, id, idlen);
 }
 
-int mic_retention_sweep(struct mic_wctx *w, mic_groups *g, int *more)
-{
+/* The first event of a range still in the log (mic_store_log_scan). */
+struct found {
+    int found;
+    uint64_t seq;
+    uint32_t topic_id;
+    int64_t received_at_us;
+    int bad_id;
     char id[MIC_EVENT_ID_MAX + 1];
     size_t idlen;
-    int64_t due;
-    uint64_t seq;
-    uint8_t kind;
+};
+
+static int found_one(void *arg, const struct mic_rec *r)
+{
+    struct found *f = arg;
+    const char *id;
+
+    f->found = 1;
+    f->seq = r->seq;
+    f->topic_id = r->topic_id;
+    f->received_at_us = r->received_at_us;
+    f->bad_id = mic_event_stored_id(r->json, r->json_len, &id, &f->idlen) != 0;
+    if (!f->bad_id) {
+        memcpy(f->id, id, f->idlen);
+        f->id[f->idlen] = 0;
+    }
+    return 1;
+}
+
+/* The events of range 'e' (its entry already deleted), in seq order, each
+ * at its own deadline; *n counts the records looked at.  What is not due
+ * yet, or past the batch's share, goes back as a range of its own. */
+static int sweep_range(struct mic_wctx *w, mic_groups *g, struct mic_expiry *e, int *n,
+                       struct archive *arch)
+{
+    uint64_t from = e->seq, next;
+    int rc;
+
+    while (from <= e->last_seq) {
+        struct found f = {0};
+        int64_t own;
+
+        if ((rc = mic_store_log_scan(w->txn, from, e->last_seq, 1, found_one, &f, &next)))
+            return rc;
+        if (!f.found)
+            return MIC_OK; /* the rest of the range is gone already */
+        from = f.seq + 1;
+        if (f.topic_id != e->topic_id)
+            continue; /* another topic's: its own range has it */
+        own = f.received_at_us + (int64_t)e->retention_s * 1000000;
+        if (own > w->now_us || *n >= SWEEP_PER_BATCH) {
+            e->due = own > w->now_us ? own : w->now_us;
+            e->seq = f.seq;
+            return mic_store_expiry_put_range(w->txn, e);
+        }
+        (*n)++;
+        if (f.bad_id) {
+            char s[24];
+            snprintf(s, sizeof s, "%llu", (unsigned long long)f.seq);
+            mic_log(MIC_LOG_ERROR, NULL, "stored event without a readable event_id: kept",
+                    "seq", s, NULL);
+            continue;
+        }
+        if ((rc = remove_event(w, g, own, f.seq, f.id, f.idlen, arch)))
+            return rc;
+    }
+    return MIC_OK;
+}
+
+int mic_retention_sweep(struct mic_wctx *w, mic_groups *g, int *more)
+{
+    struct mic_expiry e;
     struct archive arch;
     int rc, n = 0;
 
     *more = 0;
     arch.n = 0;
-    while ((rc = mic_store_expiry_first(w->txn, &due, &seq, &kind, id, &idlen)) == MIC_OK &&
-           due <= w->now_us) {
-        if (++n > SWEEP_PER_BATCH) {
+    while ((rc = mic_store_expiry_first(w->txn, &e)) == MIC_OK && e.due <= w->now_us) {
+        if (n >= SWEEP_PER_BATCH) {
             *more = 1;
             break;
         }
-        if (kind == MIC_EXPIRE_EVENT)
-            rc = remove_event(w, g, due, seq, id, idlen, &arch);
-        else if ((rc = mic_store_expiry_del(w->txn, due, seq)) == MIC_OK)
-            rc = mic_store_id_del(w->txn, id, idlen);
+        if ((rc = mic_store_expiry_del(w->txn, e.due, e.seq)))
+            break;
+        if (e.kind == MIC_EXPIRE_RANGE) {
+            rc = sweep_range(w, g, &e, &n, &arch);
+        } else {
+            n++;
+            if (e.kind == MIC_EXPIRE_EVENT)
+                rc = remove_event(w, g, e.due, e.seq, e.id, e.idlen, &arch);
+            else
+                rc = mic_store_id_del(w->txn, e.id, e.idlen);
+        }
         if (rc)
             break;
     }

@@ -4,7 +4,8 @@
  * most TIMERS_PER_BATCH, the rest in the next batch), then one bounded
  * chunk of each kind of background work: a group's backfill or removal, a
  * replay run's selection, a retention sweep.  After the requests: the
- * delivery engine writes the figures it kept in memory.  The writer then
+ * delivery engine writes the figures it kept in memory, retention its
+ * expiry entries and topic counts.  The writer then
  * sleeps until the earliest of the next timer and the next retention
  * deadline (next_due), unless busy() says a chunk is left.  After an
  * aborted batch the engine forgets the figures it kept and the registry is
@@ -24,6 +25,7 @@
 struct mic_sched {
     mic_groups *groups;
     mic_delivery *engine;
+    mic_retention *retention;
     int timers_left;  /* due timers left for the next batch */
     int sweep_left;   /* retention work left for the next batch */
 };
@@ -46,8 +48,10 @@ static int before_batch(mic_sched *s, struct mic_wctx *w)
 
 static int before_commit(mic_sched *s, struct mic_wctx *w)
 {
+    int rc = mic_delivery_flush(w);
+
     (void)s;
-    return mic_delivery_flush(w);
+    return rc ? rc : mic_retention_flush(w);
 }
 
 static int64_t next_due(mic_sched *s, struct mic_wctx *w)
@@ -66,6 +70,7 @@ static int busy(mic_sched *s)
 static void aborted(mic_sched *s, mic_txn *read)
 {
     mic_delivery_reset(s->engine);
+    mic_retention_reset(s->retention);
     mic_groups_reload(s->groups, read);
 }
 
@@ -79,6 +84,11 @@ int mic_sched_new(mic_sched **out, mic_groups *g)
         free(s);
         return MIC_ENOMEM;
     }
+    if (mic_retention_new(&s->retention)) {
+        mic_delivery_free(s->engine);
+        free(s);
+        return MIC_ENOMEM;
+    }
     s->groups = g;
     *out = s;
     return MIC_OK;
@@ -89,6 +99,7 @@ void mic_sched_free(mic_sched *s)
     if (!s)
         return;
     mic_delivery_free(s->engine);
+    mic_retention_free(s->retention);
     free(s);
 }
 
@@ -97,6 +108,7 @@ void mic_sched_hooks(mic_sched *s, struct mic_writer_hooks *h)
     h->sched = s;
     h->groups = s->groups;
     h->engine = s->engine;
+    h->retention = s->retention;
     h->before = before_batch;
     h->before_commit = before_commit;
     h->next_due = next_due;

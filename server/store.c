@@ -4,7 +4,7 @@
  * All integers in keys and records are big-endian, so keys sort in numeric
  * order and every query is a cursor seek.  This file keeps no domain rule:
  * what a delivery's indexes mean, and which must change together, is the
- * delivery engine's (delivery.c).  Sub-databases of format 2:
+ * delivery engine's (delivery.c).  Sub-databases of format 3:
  *
  *   meta    "format" -> u32, "next_topic_id" -> u32, "next_ordinal" -> u64
  *   log     seq u64 -> record (56-byte header + stored event JSON; 48 in
@@ -24,7 +24,8 @@
  *   ags     gid u32, ordinal u64 -> aggregate state in the group
  *   gapskip akey, version u64 -> (empty)
  *   runs    run_id -> replay run record (layout in replay.c)
- *   expiry  due u64, seq u64 -> u8 kind, event_id (retention deadlines)
+ *   expiry  due u64, seq u64 -> u8 kind, then event_id (kinds 1, 2) or
+ *           topic_id u32, last_seq u64, retention_s u64 (kind 3: a range)
  *   gstat   gid u32 -> u64 counters (gap-parked aggregates, ...)
  *   unh     gid u32, created_at u64, seq u64 -> (empty): non-terminal deliveries
  *   poison  gid u32, created_at u64, seq u64 -> (empty): DLQ, or failed once
@@ -221,10 +222,17 @@ static int open_dbs(mic_store *s)
             goto fail;
     } else if (rc) {
         goto fail;
-    } else if (v.mv_size == 4 && get_u32(v.mv_data) == 1) {
-        mic_log(MIC_LOG_INFO, NULL, "migrating the store", "from", "1", "to", "2", NULL);
-        if ((rc = migrate_1_to_2(s, txn)))
-            goto fail;
+    } else if (v.mv_size == 4 && (get_u32(v.mv_data) == 1 || get_u32(v.mv_data) == 2)) {
+        /* 2 to 3 rewrites nothing: format 3 adds a kind of `expiry` entry
+         * (a range of events, kind 3); the entries of format 2 stay valid.
+         * The number changes so that a micd of format 2 refuses the store
+         * instead of misreading those entries. */
+        if (get_u32(v.mv_data) == 1) {
+            mic_log(MIC_LOG_INFO, NULL, "migrating the store", "from", "1", "to", "2", NULL);
+            if ((rc = migrate_1_to_2(s, txn)))
+                goto fail;
+        }
+        mic_log(MIC_LOG_INFO, NULL, "migrating the store", "from", "2", "to", "3", NULL);
         put_u32(buf, MIC_STORE_FORMAT);
         v.mv_size = 4;
         v.mv_data = buf;
@@ -744,6 +752,28 @@ void mic_store_akey(const char *type, size_t tlen, const char *id,
 
 #define AGG_REC 33
 
+/* The highest version in aggidx of versioned aggregate 'akey' into *ver (0
+ * if none): one seek past the aggregate's keys and one step back. */
+static int aggidx_last_version(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN], uint64_t *ver)
+{
+    uint8_t kb[MIC_AKEY_LEN + 8];
+    MDB_val k = {sizeof kb, kb}, v;
+    MDB_cursor *c;
+    int rc;
+
+    *ver = 0;
+    memcpy(kb, akey, MIC_AKEY_LEN);
+    memset(kb + MIC_AKEY_LEN, 0xff, 8);
+    if ((rc = mdb_cursor_open(t->txn, t->s->aggidx, &c)))
+        return from_mdb(rc);
+    rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+    rc = mdb_cursor_get(c, &k, &v, rc == MDB_NOTFOUND ? MDB_LAST : MDB_PREV);
+    if (rc == 0 && k.mv_size == MIC_AKEY_LEN + 8 && !memcmp(k.mv_data, akey, MIC_AKEY_LEN))
+        *ver = get_u64((uint8_t *)k.mv_data + MIC_AKEY_LEN);
+    mdb_cursor_close(c);
+    return rc == 0 || rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
+}
+
 int mic_store_agg_get(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN],
                       struct mic_agg_rec *a)
 {
@@ -775,6 +805,16 @@ int mic_store_agg_get(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN],
     /* Format 2 appends the ordinal; a format-1 record has none (0). */
     a->ordinal = v.mv_size >= (size_t)AGG_REC + 4 + a->tlen + a->ilen + 8
                  ? get_u64(p + 2 + a->ilen) : 0;
+    a->contig_stored = a->contig;
+    if (!a->versioned)
+        return MIC_OK;
+    /* Format 3: the last version is the index's, and a watermark of 0
+     * means "contiguous to it" (records of format 2 hold both explicitly,
+     * with the same values). */
+    if ((rc = aggidx_last_version(t, akey, &a->max_version)))
+        return rc;
+    if (!a->contig)
+        a->contig = a->max_version;
     return MIC_OK;
 }
 
@@ -788,7 +828,7 @@ int mic_store_agg_put(mic_txn *t, const uint8_t akey[MIC_AKEY_LEN],
     put_u64(vb + 1, a->baseline);
     put_u64(vb + 9, a->max_version);
     put_u64(vb + 17, a->events);
-    put_u64(vb + 25, a->contig);
+    put_u64(vb + 25, a->versioned && a->contig == a->max_version ? 0 : a->contig);
     vb[33] = (uint8_t)(a->tlen >> 8);
     vb[34] = (uint8_t)a->tlen;
     memcpy(vb + 35, a->type, a->tlen);
@@ -1749,8 +1789,21 @@ int mic_store_expiry_del(mic_txn *t, int64_t due, uint64_t seq)
     return rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
 }
 
-int mic_store_expiry_first(mic_txn *t, int64_t *due, uint64_t *seq,
-                           uint8_t *kind, char *id, size_t *idlen)
+int mic_store_expiry_put_range(mic_txn *t, const struct mic_expiry *e)
+{
+    uint8_t kb[16], vb[21];
+    MDB_val k = {16, kb}, v = {21, vb};
+
+    put_u64(kb, (uint64_t)e->due);
+    put_u64(kb + 8, e->seq);
+    vb[0] = MIC_EXPIRE_RANGE;
+    put_u32(vb + 1, e->topic_id);
+    put_u64(vb + 5, e->last_seq);
+    put_u64(vb + 13, e->retention_s);
+    return put(t, t->s->expiry, "expiry", &k, &v, 0);
+}
+
+int mic_store_expiry_first(mic_txn *t, struct mic_expiry *e)
 {
     MDB_cursor *c;
     MDB_val k, v;
@@ -1762,15 +1815,39 @@ int mic_store_expiry_first(mic_txn *t, int64_t *due, uint64_t *seq,
     if (rc == 0 && (k.mv_size != 16 || v.mv_size < 1 || v.mv_size > 129))
         rc = EIO;
     if (rc == 0) {
-        *due = (int64_t)get_u64(k.mv_data);
-        *seq = get_u64((uint8_t *)k.mv_data + 8);
-        *kind = ((uint8_t *)v.mv_data)[0];
-        *idlen = v.mv_size - 1;
-        memcpy(id, (uint8_t *)v.mv_data + 1, *idlen);
-        id[*idlen] = 0;
+        const uint8_t *p = v.mv_data;
+        e->due = (int64_t)get_u64(k.mv_data);
+        e->seq = get_u64((uint8_t *)k.mv_data + 8);
+        e->kind = p[0];
+        e->idlen = 0;
+        e->id[0] = 0;
+        if (e->kind == MIC_EXPIRE_RANGE) {
+            if (v.mv_size != 21) {
+                rc = EIO;
+            } else {
+                e->topic_id = get_u32(p + 1);
+                e->last_seq = get_u64(p + 5);
+                e->retention_s = get_u64(p + 13);
+            }
+        } else {
+            e->idlen = v.mv_size - 1;
+            memcpy(e->id, p + 1, e->idlen);
+            e->id[e->idlen] = 0;
+        }
     }
     mdb_cursor_close(c);
     return from_mdb(rc);
+}
+
+int mic_store_expiry_count(mic_txn *t, uint64_t *n)
+{
+    MDB_stat st;
+    int rc = mdb_stat(t->txn, t->s->expiry, &st);
+
+    if (rc)
+        return from_mdb(rc);
+    *n = st.ms_entries;
+    return MIC_OK;
 }
 
 int mic_store_log_del(mic_txn *t, uint64_t seq)

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MIC_STORE_FORMAT 2
+#define MIC_STORE_FORMAT 3
 #define MIC_AKEY_LEN 16   /* aggregate key: SHA-256(type NUL id)[0..16) */
 #define MIC_DIGEST_LEN 32 /* SHA-256 */
 
@@ -68,9 +68,14 @@ struct mic_topic_rec {
 struct mic_agg_rec {
     uint8_t versioned;   /* the aggregate carries versions */
     uint64_t baseline;   /* first version seen */
-    uint64_t max_version;
-    uint64_t events;
-    uint64_t contig;     /* every version from baseline to here is stored or skipped */
+    uint64_t max_version; /* read: the last version in aggidx (not stored) */
+    uint64_t events;      /* format 2 counted them; kept as read, not counted */
+    uint64_t contig;      /* every version from baseline to here is stored or
+                           * skipped (read: max_version when the record says
+                           * "contiguous to the last version") */
+    uint64_t contig_stored; /* read: as stored, 0 = contiguous to the last
+                             * version (so an in-order version changes
+                             * nothing in the record) */
     uint64_t ordinal;    /* assigned in publish order (mic_store_next_ordinal) */
     uint16_t tlen, ilen; /* aggregate_type and aggregate_id */
     char type[MIC_AGG_NAME_MAX + 1];
@@ -406,15 +411,39 @@ int mic_store_gstat_put(mic_txn *t, uint32_t gid, const uint64_t in[MIC_GSTAT_N]
 int mic_store_topic_events_add(mic_txn *t, uint32_t topic_id, int64_t delta);
 int mic_store_topic_events(mic_txn *t, uint32_t topic_id, uint64_t *n);
 
-/* ---- Retention: (due µs, seq) -> kind, event_id ---- */
+/* ---- Retention: (due µs, seq) -> kind, then the kind's fields ---- */
 
-enum mic_expiry_kind { MIC_EXPIRE_EVENT = 1, MIC_EXPIRE_ID = 2 };
+/* 1: remove event 'seq' (looked at again: a group still needed it);
+ * 2: forget the id of removed event 'seq';
+ * 3: remove the events of topic 'topic_id' with seq in [seq, last_seq]
+ *    (one entry per topic and commit; each one when its own received_at +
+ *    retention_s has passed; events of other topics in between are not
+ *    its business). */
+enum mic_expiry_kind { MIC_EXPIRE_EVENT = 1, MIC_EXPIRE_ID = 2, MIC_EXPIRE_RANGE = 3 };
+struct mic_expiry {
+    int64_t due;
+    uint64_t seq;
+    uint8_t kind;
+    char id[128 + 1];      /* kinds 1 and 2: the event id, NUL-terminated */
+    size_t idlen;
+    uint32_t topic_id;     /* kind 3 */
+    uint64_t last_seq;     /* kind 3 */
+    uint64_t retention_s;  /* kind 3: the topic's retention when published */
+};
+/* Kinds 1 and 2.  Returns MIC_OK, MIC_EINVAL (idlen > 128) or a store
+ * error. */
 int mic_store_expiry_put(mic_txn *t, int64_t due, uint64_t seq, uint8_t kind,
                          const char *id, size_t idlen);
+/* Kind 3 (e->kind, e->id are not read).  Returns MIC_OK or a store error. */
+int mic_store_expiry_put_range(mic_txn *t, const struct mic_expiry *e);
+/* MIC_OK also when there is no such entry. */
 int mic_store_expiry_del(mic_txn *t, int64_t due, uint64_t seq);
-/* The earliest entry; 'id' receives the event id (128 bytes + NUL). */
-int mic_store_expiry_first(mic_txn *t, int64_t *due, uint64_t *seq,
-                           uint8_t *kind, char *id, size_t *idlen);
+/* The earliest entry into *e.  Returns MIC_OK, MIC_ENOTFOUND (none),
+ * MIC_EIO (an entry of unknown shape) or a store error. */
+int mic_store_expiry_first(mic_txn *t, struct mic_expiry *e);
+/* The number of entries (for figures and tests).  Returns MIC_OK or a
+ * store error. */
+int mic_store_expiry_count(mic_txn *t, uint64_t *n);
 int mic_store_log_del(mic_txn *t, uint64_t seq);
 int mic_store_time_del(mic_txn *t, uint32_t topic_id, int64_t created_at_us,
                        const char *id, size_t idlen);

@@ -331,6 +331,7 @@ static int run_batch(mic_writer *w, mic_op **list, int *nops, int extend,
     ctx->cfg = w->cfg;
     ctx->groups = w->hooks.groups;
     ctx->engine = w->hooks.engine;
+    ctx->retention = w->hooks.retention;
     if (w->hooks.before && (rc = w->hooks.before(w->hooks.sched, ctx)))
         goto fail;
     for (mic_op *op = *list; op; op = op->next) {
@@ -579,6 +580,7 @@ static void *writer_main(void *arg)
         ctx.cfg = w->cfg;
         ctx.groups = w->hooks.groups;
         ctx.engine = w->hooks.engine;
+        ctx.retention = w->hooks.retention;
         w->next_due_us = w->hooks.next_due(w->hooks.sched, &ctx);
         mic_txn_abort(ctx.txn);
         ctx.txn = NULL;

@@ -18,6 +18,7 @@ typedef struct mic_writer mic_writer;
 typedef struct mic_op mic_op;
 typedef struct mic_groups mic_groups;
 typedef struct mic_delivery mic_delivery;
+typedef struct mic_retention mic_retention;
 
 /* What an op's apply() may use: the open write transaction, the time of
  * this batch, the seq counter (next seq to assign; apply advances it) and
@@ -30,6 +31,8 @@ struct mic_wctx {
     const struct mic_config *cfg;
     mic_groups *groups;
     mic_delivery *engine;       /* the delivery engine's state (hooks) */
+    mic_retention *retention;   /* retention's batch state (hooks); NULL:
+                                 * retention writes at once */
     /* Keys whose parked ops retry after this batch (mic_wctx_wake). */
     uint32_t *wake;
     int nwake, wake_cap;
@@ -76,6 +79,7 @@ struct mic_writer_hooks {
     struct mic_sched *sched; /* handed to every hook */
     mic_groups *groups;      /* handed to apply() as w->groups */
     mic_delivery *engine;    /* handed to apply() as w->engine */
+    mic_retention *retention; /* handed to apply() as w->retention */
     /* In each batch's transaction, before the ops: deadlines that came
      * due, background chunks.  Returns MIC_OK or an error that aborts. */
     int (*before)(struct mic_sched *s, struct mic_wctx *w);

@@ -214,6 +214,17 @@ json_t *procfx_call(struct procfx *f, int kind, const char *group, const char *b
     return j;
 }
 
+uint64_t procfx_count(mic_store *s, int (*fn)(mic_txn *t, uint64_t *n))
+{
+    mic_txn *t;
+    uint64_t n = 0;
+
+    assert_int_equal(mic_txn_begin(s, 0, &t), MIC_OK);
+    assert_int_equal(fn(t, &n), MIC_OK);
+    mic_txn_abort(t);
+    return n;
+}
+
 int procfx_stored(mic_store *s, const char *id)
 {
     struct mic_error e;

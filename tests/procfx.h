@@ -68,6 +68,9 @@ void procfx_rm_store(const char *dir);
 /* 1 if event 'id' is stored in 's' (GET /v1/events/{id} finds it), 0 if
  * not; asserts no other answer.  For any store, not only a procfx's. */
 int procfx_stored(mic_store *s, const char *id);
+/* A count read in a read transaction of 's' by 'fn' (mic_store_log_count,
+ * mic_store_expiry_count, ...); fails the test on an error. */
+uint64_t procfx_count(mic_store *s, int (*fn)(mic_txn *t, uint64_t *n));
 /* A claim-family request (enum mic_claim_kind) on 'group': asserts it
  * succeeds and returns its parsed answer (the caller's: json_decref). */
 json_t *procfx_call(struct procfx *f, int kind, const char *group, const char *body);

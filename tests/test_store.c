@@ -215,6 +215,23 @@ static void other_format_refused(void **state)
     assert_null(s);
 }
 
+/* A store of format 2 opens as format 3: nothing to rewrite (store-format.md,
+ * "Migration from version 2"), only the number changes. */
+static void format_2_migrates(void **state)
+{
+    struct fixture *f = *state;
+    static const uint8_t v2[4] = {0, 0, 0, 2};
+    uint8_t fmt[8];
+    mic_store *s = NULL;
+
+    raw_put_format(f->dir, v2, 4);
+    assert_int_equal(mic_store_open(&s, f->dir, 1 * MiB, 1 * MiB, 1), MIC_OK);
+    mic_store_close(s);
+    assert_int_equal(raw_get_format(f->dir, fmt), 4);
+    assert_int_equal(fmt[3], 3);
+    assert_int_equal(MIC_STORE_FORMAT, 3);
+}
+
 static void malformed_format_refused(void **state)
 {
     struct fixture *f = *state;
@@ -475,15 +492,21 @@ static void akey_of_type_and_id(void **state)
 static void aggregates_round_trip(void **state)
 {
     struct fixture *f = *state;
-    struct mic_agg_rec in = {.versioned = 1, .baseline = 3,
-                             .max_version = (1ull << 60) + 9, .events = 7},
+    struct mic_agg_rec in = {.versioned = 1, .baseline = 3, .contig = 3,
+                             .max_version = 3, .events = 7, .ordinal = 5},
                        out;
     uint8_t k1[MIC_AKEY_LEN], k2[MIC_AKEY_LEN];
+    struct mic_rec r;
     mic_txn *t = begin(f, 1);
 
     mic_store_akey("order", 5, "o-1", 3, k1);
     mic_store_akey("order", 5, "o-2", 3, k2);
     assert_int_equal(mic_store_agg_get(t, k1, &out), MIC_ENOTFOUND);
+    fill_rec(&r, 10, "{");
+    memcpy(r.akey, k1, MIC_AKEY_LEN);
+    r.has_agg = r.has_version = 1;
+    r.version = 3;
+    assert_int_equal(mic_store_aggidx_put(t, &r), MIC_OK);
     assert_int_equal(mic_store_agg_put(t, k1, &in), MIC_OK);
     assert_int_equal(mic_txn_commit(t), MIC_OK);
 
@@ -492,9 +515,42 @@ static void aggregates_round_trip(void **state)
     assert_int_equal(mic_store_agg_get(t, k1, &out), MIC_OK);
     assert_int_equal(out.versioned, 1);
     assert_int_equal(out.baseline, 3);
-    assert_int_equal(out.max_version, (1ull << 60) + 9);
+    assert_int_equal(out.max_version, 3);
+    assert_int_equal(out.contig, 3);
+    assert_int_equal(out.contig_stored, 0); /* contiguous: stored as 0 */
     assert_int_equal(out.events, 7);
+    assert_int_equal(out.ordinal, 5);
     assert_int_equal(mic_store_agg_get(t, k2, &out), MIC_ENOTFOUND);
+    mic_txn_abort(t);
+
+    /* The next versions change nothing stored: the last version is the
+     * index's, and the watermark follows it. */
+    t = begin(f, 1);
+    for (uint64_t v = 4; v <= 6; v++) {
+        r.seq = 10 + v;
+        r.version = v;
+        assert_int_equal(mic_store_aggidx_put(t, &r), MIC_OK);
+    }
+    assert_int_equal(mic_store_agg_get(t, k1, &out), MIC_OK);
+    assert_int_equal(out.max_version, 6);
+    assert_int_equal(out.contig, 6);
+    /* Past a gap (a version far above 7), the watermark is written explicitly. */
+    r.seq = 30;
+    r.version = (1ull << 60) + 9;
+    assert_int_equal(mic_store_aggidx_put(t, &r), MIC_OK);
+    out.max_version = r.version;
+    assert_int_equal(mic_store_agg_put(t, k1, &out), MIC_OK);
+    assert_int_equal(mic_store_agg_get(t, k1, &out), MIC_OK);
+    assert_int_equal(out.max_version, (1ull << 60) + 9);
+    assert_int_equal(out.contig, 6);
+    assert_int_equal(out.contig_stored, 6);
+    /* An aggregate of another key does not lend it its versions. */
+    r.seq = 40;
+    r.version = (1ull << 61);
+    memcpy(r.akey, k2, MIC_AKEY_LEN);
+    assert_int_equal(mic_store_aggidx_put(t, &r), MIC_OK);
+    assert_int_equal(mic_store_agg_get(t, k1, &out), MIC_OK);
+    assert_int_equal(out.max_version, (1ull << 60) + 9);
     mic_txn_abort(t);
 
     /* a put replaces */
@@ -914,6 +970,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(format_version_written, setup, teardown),
         cmocka_unit_test_setup_teardown(other_format_refused, setup_dir, teardown),
         cmocka_unit_test_setup_teardown(malformed_format_refused, setup_dir, teardown),
+        cmocka_unit_test_setup_teardown(format_2_migrates, setup_dir, teardown),
         cmocka_unit_test_setup_teardown(log_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(log_seq_order, setup, teardown),
         cmocka_unit_test_setup_teardown(uncommitted_is_invisible, setup, teardown),

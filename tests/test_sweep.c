@@ -168,8 +168,10 @@ static void make_group(struct fx *f, const char *name, const char *body)
     mic_group_op_free(o);
 }
 
-/* Publish 'body'; returns the writer's result for the batch. */
-static int publish_rc(struct fx *f, const char *body)
+/* Publish 'body' with store fault hook 'hook' (NULL: none) set while the
+ * writer applies it; returns the writer's result, or the refusal's error
+ * when the batch was refused. */
+static int publish_hooked(struct fx *f, const char *body, int (*hook)(const char *db))
 {
     struct mic_error e;
     struct mic_buf b;
@@ -177,14 +179,21 @@ static int publish_rc(struct fx *f, const char *body)
     int rc, dup;
 
     assert_int_equal(mic_publish_parse(body, strlen(body), &f->cfg, &p, &e), MIC_OK);
+    mic_store_set_fault(hook);
     rc = run_rc(f, mic_publish_op(p));
+    mic_store_set_fault(NULL);
     if (rc == MIC_OK) {
         mic_buf_init(&b);
-        assert_int_equal(mic_publish_result(p, &b, &dup, &e), MIC_OK);
+        rc = mic_publish_result(p, &b, &dup, &e);
         mic_buf_fini(&b);
     }
     mic_publish_free(p);
     return rc;
+}
+
+static int publish_rc(struct fx *f, const char *body)
+{
+    return publish_hooked(f, body, NULL);
 }
 
 /* Claim one delivery of 'group' and ack it. */
@@ -260,9 +269,8 @@ static void sweep_finds_topic_and_holders(void **state)
     assert_int_equal(publish_rc(f, "{\"event_id\":\"k1\",\"topic\":\"keep\"}"), MIC_OK);
     assert_int_equal(publish_rc(f, "{\"event_id\":\"a1\",\"topic\":\"auto\"}"), MIC_OK);
     /* A batch that creates topic "ghost" is aborted: its id goes to "real". */
-    mic_store_set_fault(fail_log);
-    assert_int_equal(publish_rc(f, "{\"event_id\":\"g1\",\"topic\":\"ghost\"}"), MIC_EIO);
-    mic_store_set_fault(NULL);
+    assert_int_equal(publish_hooked(f, "{\"event_id\":\"g1\",\"topic\":\"ghost\"}", fail_log),
+                     MIC_EIO);
     assert_int_equal(publish_rc(f, "{\"event_id\":\"r1\",\"topic\":\"real\"}"), MIC_OK);
 
     /* Past every retention: r1 has no group and goes; k1 and a1 are pending
@@ -309,11 +317,165 @@ static void sweep_after_restart(void **state)
     assert_int_equal(archived(f, "keep", "k1"), 1);
 }
 
+/* Entries of `expiry` and the stored count of topic 'name'. */
+static uint64_t expiry_entries(struct fx *f)
+{
+    return procfx_count(f->store, mic_store_expiry_count);
+}
+
+static uint64_t topic_count(struct fx *f, const char *name)
+{
+    struct mic_topic_rec tr;
+    mic_txn *t;
+    uint64_t n = 0;
+
+    assert_int_equal(mic_txn_begin(f->store, 0, &t), MIC_OK);
+    assert_int_equal(mic_store_topic_get(t, name, strlen(name), &tr), MIC_OK);
+    assert_int_equal(mic_store_topic_events(t, tr.id, &n), MIC_OK);
+    mic_txn_abort(t);
+    return n;
+}
+
+/* A batch of 'n' events "<prefix><i>", topics taken in turn from 'topics'. */
+static char *batch_body(const char *prefix, int n, const char *const *topics, int ntopics)
+{
+    struct mic_buf b;
+
+    mic_buf_init(&b);
+    mic_buf_puts(&b, "{\"events\":[");
+    for (int i = 0; i < n; i++)
+        mic_buf_printf(&b, "%s{\"event_id\":\"%s%d\",\"topic\":\"%s\"}", i ? "," : "", prefix, i,
+                       topics[i % ntopics]);
+    mic_buf_puts(&b, "]}");
+    return b.p;
+}
+
+static void one_entry_per_topic_and_commit(void **state)
+{
+    static const char *const ab[] = {"keep", "real"};
+    struct fx *f = *state;
+    char *body = batch_body("e", 5, ab, 2), id[16];
+
+    /* keep: e0, e2, e4 (10 s); real: e1, e3 (20 s), interleaved in one
+     * commit: one expiry entry and one count write per topic. */
+    make_topic(f, "keep", "{\"retention_s\":10}");
+    make_topic(f, "real", "{\"retention_s\":20}");
+    assert_int_equal(publish_rc(f, body), MIC_OK);
+    free(body);
+    assert_int_equal(expiry_entries(f), 2);
+    assert_int_equal(topic_count(f, "keep"), 3);
+    assert_int_equal(topic_count(f, "real"), 2);
+
+    /* At 15 s: keep's three go (each remembered by id: three entries),
+     * real's two are not touched though their seqs lie inside keep's range. */
+    fake_now += 15 * SEC;
+    batch(f);
+    for (int i = 0; i < 5; i++) {
+        snprintf(id, sizeof id, "e%d", i);
+        assert_int_equal(procfx_stored(f->store, id), i % 2);
+        assert_int_equal(archived(f, i % 2 ? "real" : "keep", id), !(i % 2));
+    }
+    assert_int_equal(topic_count(f, "keep"), 0);
+    assert_int_equal(topic_count(f, "real"), 2);
+    assert_int_equal(expiry_entries(f), 1 + 3);
+
+    /* At 25 s, real's go too. */
+    fake_now += 10 * SEC;
+    batch(f);
+    assert_false(procfx_stored(f->store, "e1"));
+    assert_false(procfx_stored(f->store, "e3"));
+    assert_int_equal(archived(f, "real", "e1"), 1);
+    assert_int_equal(archived(f, "real", "e3"), 1);
+    assert_int_equal(topic_count(f, "real"), 0);
+    assert_int_equal(expiry_entries(f), 5);
+}
+
+/* A range longer than one batch's share of the sweep (1000) is finished by
+ * the next batches, each event once. */
+static void range_longer_than_a_sweep(void **state)
+{
+    static const char *const k[] = {"keep"};
+    struct fx *f = *state;
+    char *body;
+
+    f->cfg.max_batch = 2500;
+    body = batch_body("x", 2500, k, 1);
+    make_topic(f, "keep", "{\"retention_s\":10}");
+    assert_int_equal(publish_rc(f, body), MIC_OK);
+    free(body);
+    assert_int_equal(expiry_entries(f), 1);
+    fake_now += 11 * SEC;
+    batch(f);
+    assert_int_equal(topic_count(f, "keep"), 1500);
+    assert_false(procfx_stored(f->store, "x999"));
+    assert_true(procfx_stored(f->store, "x1000"));
+    /* 1000 ids to forget and the rest of the range. */
+    assert_int_equal(expiry_entries(f), 1000 + 1);
+    batch(f);
+    batch(f);
+    assert_int_equal(topic_count(f, "keep"), 0);
+    assert_false(procfx_stored(f->store, "x2499"));
+    assert_int_equal(archived(f, "keep", "x0"), 1);
+    assert_int_equal(archived(f, "keep", "x2499"), 1);
+    assert_int_equal(expiry_entries(f), 2500);
+}
+
+/* Puts per tree, counted through the store's fault hook (which fails none). */
+static int puts_aggs, puts_expiry, puts_tstat;
+static int count_puts(const char *db)
+{
+    puts_aggs += strcmp(db, "aggs") == 0;
+    puts_expiry += strcmp(db, "expiry") == 0;
+    puts_tstat += strcmp(db, "tstat") == 0;
+    return 0;
+}
+
+static int publish_counted(struct fx *f, const char *body)
+{
+    puts_aggs = puts_expiry = puts_tstat = 0;
+    return publish_hooked(f, body, count_puts);
+}
+
+#define AGG_EV(id, v) "{\"event_id\":\"" id "\",\"topic\":\"keep\",\"aggregate_type\":\"o\"," \
+                      "\"aggregate_id\":\"1\",\"aggregate_version\":" #v "}"
+
+/* The aggregate's record is written when the aggregate appears and when a
+ * gap opens or closes, never for the next version of a contiguous one; a
+ * commit writes one expiry entry and one count per topic. */
+static void publish_writes_per_commit(void **state)
+{
+    struct fx *f = *state;
+
+    make_topic(f, "keep", "{\"retention_s\":10}");
+    assert_int_equal(publish_counted(f, "{\"events\":[" AGG_EV("v1", 1) "," AGG_EV("v2", 2) ","
+                                        AGG_EV("v3", 3) "]}"), MIC_OK);
+    assert_int_equal(puts_aggs, 1);
+    assert_int_equal(puts_expiry, 1);
+    assert_int_equal(puts_tstat, 1);
+    assert_int_equal(publish_counted(f, "{\"events\":[" AGG_EV("v4", 4) "]}"), MIC_OK);
+    assert_int_equal(puts_aggs, 0);
+    /* 6 past a gap: the watermark (4) is written; 5 fills it: moved to 6. */
+    assert_int_equal(publish_counted(f, "{\"events\":[" AGG_EV("v6", 6) "]}"), MIC_OK);
+    assert_int_equal(puts_aggs, 1);
+    assert_int_equal(publish_counted(f, "{\"events\":[" AGG_EV("v5", 5) "]}"), MIC_OK);
+    assert_int_equal(puts_aggs, 1);
+    assert_int_equal(publish_counted(f, "{\"events\":[" AGG_EV("v7", 7) "]}"), MIC_OK);
+    assert_int_equal(puts_aggs, 0);
+    assert_int_equal(topic_count(f, "keep"), 7);
+    /* Still refused as before, writing nothing: a version taken already. */
+    assert_int_not_equal(publish_counted(f, "{\"events\":[" AGG_EV("w7", 7) "]}"), MIC_OK);
+    assert_int_equal(puts_aggs + puts_expiry + puts_tstat, 0);
+    assert_int_equal(topic_count(f, "keep"), 7);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(sweep_finds_topic_and_holders, setup, teardown),
         cmocka_unit_test_setup_teardown(sweep_after_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(one_entry_per_topic_and_commit, setup, teardown),
+        cmocka_unit_test_setup_teardown(range_longer_than_a_sweep, setup, teardown),
+        cmocka_unit_test_setup_teardown(publish_writes_per_commit, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

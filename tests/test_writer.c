@@ -144,13 +144,7 @@ static void gate_release(void)
 
 static uint64_t log_count(struct fx *f)
 {
-    mic_txn *t;
-    uint64_t n = 0;
-
-    assert_int_equal(mic_txn_begin(f->store, 0, &t), MIC_OK);
-    assert_int_equal(mic_store_log_count(t, &n), MIC_OK);
-    mic_txn_abort(t);
-    return n;
+    return procfx_count(f->store, mic_store_log_count);
 }
 
 /* ---- Tests ---- */
