@@ -7,6 +7,7 @@
 
 #include "err.h"
 
+#include <string.h>
 #include <time.h>
 
 /* 10000-01-01T00:00:00Z: times are written with four-digit years. */
@@ -168,6 +169,12 @@ static void put_digits(char *p, int v, int n)
     }
 }
 
+/* The "YYYY-MM-DDTHH:MM:SS." of the second formatted last by this thread:
+ * the events of a batch share their second, so most calls only write the
+ * microseconds. */
+static _Thread_local int64_t last_secs = INT64_MIN;
+static _Thread_local char last_prefix[20];
+
 int mic_time_format(int64_t us, char *buf)
 {
     int64_t secs = us / 1000000, rem = us % 1000000, days, sod;
@@ -176,6 +183,13 @@ int mic_time_format(int64_t us, char *buf)
     if (rem < 0) {
         rem += 1000000;
         secs--;
+    }
+    if (secs == last_secs) {
+        memcpy(buf, last_prefix, sizeof last_prefix);
+        put_digits(buf + 20, (int)rem, 6);
+        buf[26] = 'Z';
+        buf[27] = 0;
+        return MIC_TIME_LEN;
     }
     days = secs / 86400;
     sod = secs % 86400;
@@ -196,6 +210,8 @@ int mic_time_format(int64_t us, char *buf)
     buf[16] = ':';
     put_digits(buf + 17, (int)(sod % 60), 2);
     buf[19] = '.';
+    memcpy(last_prefix, buf, sizeof last_prefix);
+    last_secs = secs;
     put_digits(buf + 20, (int)rem, 6);
     buf[26] = 'Z';
     buf[27] = 0;

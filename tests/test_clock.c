@@ -203,6 +203,16 @@ static void format_exact_shape(void **state)
     assert_string_equal(buf, "2026-09-29T08:00:00.000001Z");
     mic_time_format(T_2026 + 123456, buf);
     assert_string_equal(buf, "2026-09-29T08:00:00.123456Z");
+    /* the next second, then back to the one before (the per-thread prefix
+     * of the last second formatted must not leak into another) */
+    mic_time_format(T_2026 + SEC + 5, buf);
+    assert_string_equal(buf, "2026-09-29T08:00:01.000005Z");
+    mic_time_format(T_2026 + 7, buf);
+    assert_string_equal(buf, "2026-09-29T08:00:00.000007Z");
+    mic_time_format(-1, buf);
+    assert_string_equal(buf, "1969-12-31T23:59:59.999999Z");
+    mic_time_format(-2, buf);
+    assert_string_equal(buf, "1969-12-31T23:59:59.999998Z");
     mic_time_format(1709164800LL * SEC + 86399 * SEC + 999999, buf);
     assert_string_equal(buf, "2024-02-29T23:59:59.999999Z");
     mic_time_format(253402300799LL * SEC + 999999, buf);
