@@ -1582,9 +1582,29 @@ static int mhd_timeout_ms(void *d)
     return to > INT_MAX ? INT_MAX : (int)to;
 }
 
+static unsigned mhd_connections(void *d)
+{
+    const union MHD_DaemonInfo *info =
+        MHD_get_daemon_info(d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+
+    return info ? info->num_connections : 0;
+}
+
+/* One round of the daemon.  A round that closed connections runs again:
+ * libmicrohttpd cleans closed connections up at the end of a round and
+ * puts the listening socket back into its epoll set (taken out at the
+ * connection limit) only at the start of the next one, and nothing else
+ * may come to wake this thread for that next one -- so connections
+ * waiting to be accepted, whose arrival the closes made room for (a
+ * connection over --max-connections evicting an idle one, conns.h), would
+ * wait for an unrelated event. */
 static void mhd_run(void *d)
 {
+    unsigned before = mhd_connections(d);
+
     MHD_run(d);
+    if (mhd_connections(d) < before)
+        MHD_run(d);
 }
 
 static void mhd_resume(void *conn)
