@@ -478,34 +478,46 @@ def main():
 # (the commands are given); RESULTS.md restates those of the targets missed.
 PROFILES = {
     "W1": """**W1 single events**: bound by the kernel (about 70% of micd's
-  CPU in `perf record`: TCP, epoll and the scheduler).  Per request,
-  counted with `perf stat -e 'syscalls:sys_enter_*',context-switches`
-  on micd (bench numbers of the publish issue, same machine, same hour):
-  7.0-7.6 system calls (8.8-9.2 before: epoll_ctl 1.9 and recvfrom 2.0,
-  half of them EAGAIN, are libmicrohttpd's suspend and resume in epoll
-  mode and stay; the eventfd write per resumed connection went from 1.0
-  to 0.1, futex from 1.1-1.3 to 0.2-0.3) and 0.5-0.7 context switches
-  (1.1-1.4), 37-47 us of CPU (50-84).  What did it: libmicrohttpd in
-  external mode on HTTP threads of ours (server/loops.c) that get the
-  finished requests of a writer batch in one hand-over; a commit with
-  nothing queued behind it synced by the writer itself; arrivals during
-  a sync waking the writer eight at a time; condition variables
-  signalled after their lock.  `--http-threads` 1 / 2 / 4: 21.5k / 27k /
-  21k events/s in one sitting (2 cores: 2 is the default).  Per commit
-  (12-14 requests): LMDB's page writes into the OS cache, one journal
-  pwritev of about 31 KB (69 KB before the journal dropped the unused
-  middle of each page) and one fdatasync (server/journal.c).""",
-    "W2": """**W2 batches**: bound by CPU and by the bytes written.  The
-  handler threads parse and validate (yajl into server/jdoc.c, one pass
+  CPU in `perf record`: TCP, epoll and the scheduler); 2 cores shared
+  with 32 producers.  On one micd in one sitting, `/proc/PID/stat`: micd
+  31-35 us of CPU a request, Redis 14.6.  Per request, counted with
+  `perf stat -e 'syscalls:sys_enter_*',context-switches` on micd: about
+  7 system calls (8.8-9.2 at the start of the publish issue: epoll_ctl
+  1.9 and recvfrom 2.0, half of them EAGAIN, are libmicrohttpd's suspend
+  and resume in epoll mode and stay -- MHD_USE_TURBO changes none of
+  them; the eventfd write per resumed connection went from 1.0 to 0.1,
+  futex from 1.1-1.3 to 0.2-0.3) and 0.6-0.8 context switches (1.1-1.4).
+  What did it: libmicrohttpd in external mode on HTTP threads of ours
+  (server/loops.c) that get the finished requests of a writer batch in
+  one hand-over; a commit with nothing queued behind it synced by the
+  writer itself; arrivals during a sync waking the writer eight at a
+  time.  `--http-threads` 1 / 2 / 4: 21.5k / 27k / 21k events/s in one
+  sitting (2 is the default); `--writer-delay-ms 1` (bigger batches)
+  costs two thirds.  Per commit (8-9 requests under strace, 12-14
+  without): 15.6 pages of data.mdb into the OS cache (16.8 before the
+  topic's expiry entry and count were written once per commit), one
+  journal pwritev of about 29 KB and one fdatasync (`bench/pages.py`
+  over `strace -f -y` of micd).""",
+    "W2": """**W2 batches**: bound by CPU.  On one micd after a warm-up,
+  `/proc/PID/stat`: micd 4.5-6 us of CPU an event, Redis 3.0-3.75.  The
+  HTTP threads parse and validate (yajl into server/jdoc.c, one pass
   over the fields, canonical and stored forms into pre-sized buffers,
-  SHA-256): `build/bench_parse` 2.3-2.9 us an event (3.5-4.1 on the same
-  machine before this round, 8-10 at the start of the publish issue).
-  The writer does four B-tree puts an event (log, ids, time, expiry) and
-  the kernel copies the pages into the OS cache; the journal holds page
-  images without their unused middles, about 0.75 KB an event (0.99 KB
-  whole), where Redis's AOF takes about 0.3 KB.
-  What would go further: a journal of the requests' effects rather than
-  of pages, and expiry once per topic and commit.""",
+  SHA-256): `build/bench_parse` 2.6-2.9 us an event (8-10 at the start
+  of the publish issue).  The writer does three B-tree puts an event
+  (log, ids, time: the expiry entry and the topic's count are one per
+  topic and commit, store format 3) and LMDB copies its pages into the
+  OS cache, 0.21 pages an event; the journal takes 0.71 KB an event
+  (0.73 before; Redis's AOF 0.41).  The page-cache copy
+  (`copy_folio_from_iter_atomic`) is 5-34% of micd's samples from one
+  run to the next: data.mdb grows by about 0.7 KB an event, and a new
+  page-cache page costs up to 4 us on this VM when the host has to back
+  its memory again (touching 20 GiB of fresh memory took 77 s).  A
+  checkpoint writes data.mdb back a MiB at a time before its fdatasync:
+  p99 35-52 ms before (journal fdatasyncs queued behind tens of MiB of
+  page writeback), 17-19 ms after, as Redis's.  What would go further: a
+  journal of the requests' effects rather than of pages, with LMDB
+  writing into its map (MDB_WRITEMAP) and a reader pinning the last
+  checkpoint.""",
     "W3": """**W3 work cycle**: bound by the commit's latency.  The
   delivery engine (server/delivery.c) writes a claim as the delivery
   record, its ready entry and its lease timer, an ack as the record, the
