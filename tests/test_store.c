@@ -439,6 +439,47 @@ static void ids_round_trip(void **state)
     mic_txn_abort(t);
 }
 
+/* Puts of ids go through a cursor the write txn keeps: puts, gets and
+ * deletes interleaved in one txn (page splits included: 3000 keys) leave
+ * exactly the keys put and not deleted, before and after the commit. */
+static void ids_interleaved_in_one_txn(void **state)
+{
+    struct fixture *f = *state;
+    uint8_t d[MIC_DIGEST_LEN] = {0}, got[MIC_DIGEST_LEN];
+    uint64_t seq;
+    char id[32];
+    mic_txn *t = begin(f, 1);
+
+    for (int i = 0; i < 3000; i++) {
+        /* ascending, then a key far before, as ids of several clients */
+        int n = snprintf(id, sizeof id, "%c-%05d", i % 3 ? 'm' : 'a', i);
+        assert_int_equal(mic_store_id_put(t, id, (size_t)n, (uint64_t)i + 1, d), MIC_OK);
+        if (i % 7 == 0) {
+            n = snprintf(id, sizeof id, "%c-%05d", i % 3 ? 'm' : 'a', i);
+            assert_int_equal(mic_store_id_del(t, id, (size_t)n), MIC_OK);
+        }
+        if (i % 11 == 0 && i > 0) {
+            n = snprintf(id, sizeof id, "%c-%05d", (i - 1) % 3 ? 'm' : 'a', i - 1);
+            assert_int_equal(mic_store_id_get(t, id, (size_t)n, &seq, got),
+                             (i - 1) % 7 ? MIC_OK : MIC_ENOTFOUND);
+        }
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < 3000; i++) {
+            int n = snprintf(id, sizeof id, "%c-%05d", i % 3 ? 'm' : 'a', i);
+            int rc = mic_store_id_get(t, id, (size_t)n, &seq, got);
+            assert_int_equal(rc, i % 7 ? MIC_OK : MIC_ENOTFOUND);
+            if (rc == MIC_OK)
+                assert_int_equal(seq, (uint64_t)i + 1);
+        }
+        if (pass == 0) {
+            assert_int_equal(mic_txn_commit(t), MIC_OK);
+            t = begin(f, 0);
+        }
+    }
+    mic_txn_abort(t);
+}
+
 /* ---- Time index ---- */
 
 static void time_index(void **state)
@@ -976,6 +1017,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(uncommitted_is_invisible, setup, teardown),
         cmocka_unit_test_setup_teardown(data_survives_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(ids_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(ids_interleaved_in_one_txn, setup, teardown),
         cmocka_unit_test_setup_teardown(time_index, setup, teardown),
         cmocka_unit_test(akey_of_type_and_id),
         cmocka_unit_test_setup_teardown(aggregates_round_trip, setup, teardown),
