@@ -77,7 +77,7 @@ struct mic_txn {
      * through a cursor that sits on the page the key belongs on skips the
      * descent from the root (LMDB's cursor_set), and a batch's ids and
      * times mostly land next to the previous ones. */
-    MDB_cursor *idsc, *timec;
+    MDB_cursor *idsc, *timec, *logw;
 };
 
 static int (*fault_hook)(const char *dbname);
@@ -170,7 +170,9 @@ static void close_wcursors(mic_txn *t)
         mdb_cursor_close(t->idsc);
     if (t->timec)
         mdb_cursor_close(t->timec);
-    t->idsc = t->timec = NULL;
+    if (t->logw)
+        mdb_cursor_close(t->logw);
+    t->idsc = t->timec = t->logw = NULL;
 }
 
 static int get(mic_txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v)
@@ -446,7 +448,7 @@ int mic_txn_begin(mic_store *s, int write, mic_txn **out)
     t->write = write;
     t->logc = NULL;
     t->log_seq = 0;
-    t->idsc = t->timec = NULL;
+    t->idsc = t->timec = t->logw = NULL;
     if (!write)
         pthread_rwlock_rdlock(&s->resize);
     rc = mdb_txn_begin(s->env, NULL, write ? 0 : MDB_RDONLY, &t->txn);
@@ -575,7 +577,11 @@ int mic_store_log_put(mic_txn *t, const struct mic_rec *r)
     v.mv_data = NULL;
     if (fault_hook && (rc = fault_hook("log")))
         return from_mdb(rc);
-    if ((rc = mdb_put(t->txn, t->s->log, &k, &v, MDB_APPEND | MDB_RESERVE)))
+    /* Through the txn's cursor: it stays on the last page, so the next
+     * append does not descend from the root again. */
+    if (!t->logw && (rc = mdb_cursor_open(t->txn, t->s->log, &t->logw)))
+        return from_mdb(rc);
+    if ((rc = mdb_cursor_put(t->logw, &k, &v, MDB_APPEND | MDB_RESERVE)))
         return from_mdb(rc);
     uint8_t *p = v.mv_data;
     p[0] = 2; /* record format */
