@@ -418,9 +418,8 @@ static int claim_json(mic_claim *c, mic_store *s, struct mic_buf *out,
         mic_buf_add(out, r.json, r.json_len);
         if (c->replay) {
             const char *id = "";
-            size_t idlen = 0;
-            if (mic_event_stored_id(r.json, r.json_len, &id, &idlen))
-                idlen = 0;
+            size_t idlen = 0; /* as they are when the stored form has none */
+            (void)mic_event_stored_id(r.json, r.json_len, &id, &idlen);
             mic_buf_puts(out, ",\"replay\":{");
             mic_buf_puts(out, c->replay);
             mic_buf_puts(out, ",\"original_event_id\":");

@@ -7,7 +7,8 @@
  * written before the commit); the writer seeks the first entry before each
  * batch, so the sweep is deadline-driven and never scans the log beyond
  * the seqs of a range that came due.  Each event of a range goes at its
- * own deadline: the rest of a range waits in an entry of its own.  An event is removed only when its delivery is terminal
+ * own deadline: the rest of a range waits in an entry of its own.  An
+ * event is removed only when its delivery is terminal
  * (dispatched, dead-lettered, skipped) in every group, and no replay run
  * still adding its selection has it ahead (mic_replay_holds: it is pending
  * in that run); otherwise it is looked at again one retention period later
@@ -276,22 +277,22 @@ static int busy_somewhere(struct mic_wctx *w, const struct holders *h, const str
     return 0;
 }
 
-static int remove_event(struct mic_wctx *w, mic_groups *g, int64_t due, uint64_t seq,
+/* Remove event 'r' (its id 'id', idlen bytes; r->json is read only before
+ * the first write), due at 'due', unless a group still needs it: then it
+ * is looked at again later.  The entry that scheduled it is deleted
+ * already. */
+static int remove_event(struct mic_wctx *w, mic_groups *g, int64_t due, const struct mic_rec *r,
                         const char *id, size_t idlen, struct archive *arch)
 {
     char name[MIC_TOPIC_MAX + 1] = "";
-    uint64_t dedupe_s = 7 * 86400, retention_s = 7 * 86400;
+    uint64_t dedupe_s = 7 * 86400, retention_s = 7 * 86400, seq = r->seq;
+    uint32_t topic_id = r->topic_id;
+    int64_t created_at_us = r->created_at_us;
     struct mic_topic_rec tr;
     struct holders h = {NULL, 0, 0, NULL};
     struct mic_group *gr = NULL;
-    struct mic_rec r;
-    int rc = mic_store_log_get(w->txn, seq, &r);
+    int rc = mic_groups_topic_find(g, w->txn, topic_id, name, &tr);
 
-    if (rc == MIC_ENOTFOUND)
-        return MIC_OK;
-    if (rc)
-        return rc;
-    rc = mic_groups_topic_find(g, w->txn, r.topic_id, name, &tr);
     if (rc == MIC_OK) {
         dedupe_s = tr.dedupe_retain_s;
         retention_s = tr.retention_s;
@@ -303,7 +304,7 @@ static int remove_event(struct mic_wctx *w, mic_groups *g, int64_t due, uint64_t
     }
     if (rc)
         return rc;
-    if (busy_somewhere(w, &h, &r, id, idlen, &rc)) {
+    if (busy_somewhere(w, &h, r, id, idlen, &rc)) {
         /* Look again later: after the topic's retention, at most a minute. */
         int64_t again = retention_s < RECHECK_MAX_S ? (int64_t)retention_s : RECHECK_MAX_S;
         if (rc)
@@ -312,26 +313,38 @@ static int remove_event(struct mic_wctx *w, mic_groups *g, int64_t due, uint64_t
                                     MIC_EXPIRE_EVENT, id, idlen);
     }
     if (w->cfg->archive_dir[0] &&
-        (rc = archive(w, arch, name[0] ? name : "unknown", r.json, r.json_len)))
+        (rc = archive(w, arch, name[0] ? name : "unknown", r->json, r->json_len)))
         return rc;
     for (int i = 0; (gr = holder(&h, gr, i)); i++)
         if ((rc = mic_replay_removing(w, gr, seq)) || (rc = mic_delivery_remove(w, gr, seq)))
             return rc;
-    if ((rc = mic_store_time_del(w->txn, r.topic_id, r.created_at_us, id, idlen)) ||
+    if ((rc = mic_store_time_del(w->txn, topic_id, created_at_us, id, idlen)) ||
         (rc = mic_store_log_del(w->txn, seq)) ||
-        (rc = count(w, r.topic_id, -1)))
+        (rc = count(w, topic_id, -1)))
         return rc;
     return mic_store_expiry_put(w->txn, due + (int64_t)dedupe_s * 1000000, seq,
                                 MIC_EXPIRE_ID, id, idlen);
 }
 
-/* The first event of a range still in the log (mic_store_log_scan). */
+/* remove_event for event 'seq' of a kind-1 entry (gone already: nothing
+ * to do). */
+static int remove_seq(struct mic_wctx *w, mic_groups *g, int64_t due, uint64_t seq,
+                      const char *id, size_t idlen, struct archive *arch)
+{
+    struct mic_rec r;
+    int rc = mic_store_log_get(w->txn, seq, &r);
+
+    if (rc == MIC_ENOTFOUND)
+        return MIC_OK;
+    return rc ? rc : remove_event(w, g, due, &r, id, idlen, arch);
+}
+
+/* The first event of a range still in the log (mic_store_log_scan): its
+ * record (json borrowed from the store, read before the next write) and a
+ * copy of its id. */
 struct found {
-    int found;
-    uint64_t seq;
-    uint32_t topic_id;
-    int64_t received_at_us;
-    int bad_id;
+    int found, bad_id;
+    struct mic_rec r;
     char id[MIC_EVENT_ID_MAX + 1];
     size_t idlen;
 };
@@ -342,9 +355,7 @@ static int found_one(void *arg, const struct mic_rec *r)
     const char *id;
 
     f->found = 1;
-    f->seq = r->seq;
-    f->topic_id = r->topic_id;
-    f->received_at_us = r->received_at_us;
+    f->r = *r;
     f->bad_id = mic_event_stored_id(r->json, r->json_len, &id, &f->idlen) != 0;
     if (!f->bad_id) {
         memcpy(f->id, id, f->idlen);
@@ -370,24 +381,24 @@ static int sweep_range(struct mic_wctx *w, mic_groups *g, struct mic_expiry *e, 
             return rc;
         if (!f.found)
             return MIC_OK; /* the rest of the range is gone already */
-        from = f.seq + 1;
-        if (f.topic_id != e->topic_id)
+        from = f.r.seq + 1;
+        if (f.r.topic_id != e->topic_id)
             continue; /* another topic's: its own range has it */
-        own = f.received_at_us + (int64_t)e->retention_s * 1000000;
+        own = f.r.received_at_us + (int64_t)e->retention_s * 1000000;
         if (own > w->now_us || *n >= SWEEP_PER_BATCH) {
             e->due = own > w->now_us ? own : w->now_us;
-            e->seq = f.seq;
+            e->seq = f.r.seq;
             return mic_store_expiry_put_range(w->txn, e);
         }
         (*n)++;
         if (f.bad_id) {
             char s[24];
-            snprintf(s, sizeof s, "%llu", (unsigned long long)f.seq);
+            snprintf(s, sizeof s, "%llu", (unsigned long long)f.r.seq);
             mic_log(MIC_LOG_ERROR, NULL, "stored event without a readable event_id: kept",
                     "seq", s, NULL);
             continue;
         }
-        if ((rc = remove_event(w, g, own, f.seq, f.id, f.idlen, arch)))
+        if ((rc = remove_event(w, g, own, &f.r, f.id, f.idlen, arch)))
             return rc;
     }
     return MIC_OK;
@@ -413,7 +424,7 @@ int mic_retention_sweep(struct mic_wctx *w, mic_groups *g, int *more)
         } else {
             n++;
             if (e.kind == MIC_EXPIRE_EVENT)
-                rc = remove_event(w, g, e.due, e.seq, e.id, e.idlen, &arch);
+                rc = remove_seq(w, g, e.due, e.seq, e.id, e.idlen, &arch);
             else
                 rc = mic_store_id_del(w->txn, e.id, e.idlen);
         }

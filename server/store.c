@@ -73,10 +73,11 @@ struct mic_txn {
     int write;
     MDB_cursor *logc;   /* read txns: mic_store_log_get's cursor, at log_seq */
     uint64_t log_seq;
-    /* Write txns: the cursors the puts of ids and time go through.  A put
-     * through a cursor that sits on the page the key belongs on skips the
-     * descent from the root (LMDB's cursor_set), and a batch's ids and
-     * times mostly land next to the previous ones. */
+    /* Write txns: the cursors the puts of ids, time and log go through.  A
+     * put through a cursor that sits on the page the key belongs on skips
+     * the descent from the root (LMDB's cursor_set; an append starts on the
+     * last page), and a batch's ids and times mostly land next to the
+     * previous ones. */
     MDB_cursor *idsc, *timec, *logw;
 };
 
@@ -153,7 +154,7 @@ static int put(mic_txn *t, MDB_dbi dbi, const char *name, MDB_val *k,
 /* put() through the write txn's cursor '*c' on 'dbi' (opened on first use,
  * closed with the txn). */
 static int cput(mic_txn *t, MDB_cursor **c, MDB_dbi dbi, const char *name, MDB_val *k,
-                MDB_val *v)
+                MDB_val *v, unsigned flags)
 {
     int rc;
 
@@ -161,7 +162,19 @@ static int cput(mic_txn *t, MDB_cursor **c, MDB_dbi dbi, const char *name, MDB_v
         return from_mdb(rc);
     if (!*c && (rc = mdb_cursor_open(t->txn, dbi, c)))
         return from_mdb(rc);
-    return from_mdb(mdb_cursor_put(*c, k, v, 0));
+    return from_mdb(mdb_cursor_put(*c, k, v, flags));
+}
+
+/* Entries of 'dbi' into *n. */
+static int entries(mic_txn *t, MDB_dbi dbi, uint64_t *n)
+{
+    MDB_stat st;
+    int rc = mdb_stat(t->txn, dbi, &st);
+
+    if (rc)
+        return from_mdb(rc);
+    *n = st.ms_entries;
+    return MIC_OK;
 }
 
 static void close_wcursors(mic_txn *t)
@@ -575,14 +588,8 @@ int mic_store_log_put(mic_txn *t, const struct mic_rec *r)
     put_u64(kb, r->seq);
     v.mv_size = REC_HDR + r->json_len;
     v.mv_data = NULL;
-    if (fault_hook && (rc = fault_hook("log")))
-        return from_mdb(rc);
-    /* Through the txn's cursor: it stays on the last page, so the next
-     * append does not descend from the root again. */
-    if (!t->logw && (rc = mdb_cursor_open(t->txn, t->s->log, &t->logw)))
-        return from_mdb(rc);
-    if ((rc = mdb_cursor_put(t->logw, &k, &v, MDB_APPEND | MDB_RESERVE)))
-        return from_mdb(rc);
+    if ((rc = cput(t, &t->logw, t->s->log, "log", &k, &v, MDB_APPEND | MDB_RESERVE)))
+        return rc;
     uint8_t *p = v.mv_data;
     p[0] = 2; /* record format */
     p[1] = (uint8_t)((r->has_agg ? 1 : 0) | (r->has_version ? 2 : 0));
@@ -661,13 +668,7 @@ int mic_store_log_get(mic_txn *t, uint64_t seq, struct mic_rec *r)
 
 int mic_store_log_count(mic_txn *t, uint64_t *n)
 {
-    MDB_stat st;
-    int rc = mdb_stat(t->txn, t->s->log, &st);
-
-    if (rc)
-        return from_mdb(rc);
-    *n = st.ms_entries;
-    return MIC_OK;
+    return entries(t, t->s->log, n);
 }
 
 /* ---- Event ids ---- */
@@ -695,7 +696,7 @@ int mic_store_id_put(mic_txn *t, const char *id, size_t idlen, uint64_t seq,
 
     put_u64(vb, seq);
     memcpy(vb + 8, digest, MIC_DIGEST_LEN);
-    return cput(t, &t->idsc, t->s->ids, "ids", &k, &v);
+    return cput(t, &t->idsc, t->s->ids, "ids", &k, &v, 0);
 }
 
 /* ---- Time index ---- */
@@ -712,7 +713,7 @@ int mic_store_time_put(mic_txn *t, uint32_t topic_id, int64_t created_at_us,
     put_u64(kb + 4, (uint64_t)created_at_us);
     memcpy(kb + 12, id, idlen);
     put_u64(vb, seq);
-    return cput(t, &t->timec, t->s->time, "time", &k, &v);
+    return cput(t, &t->timec, t->s->time, "time", &k, &v, 0);
 }
 
 int mic_store_time_any(mic_txn *t, uint32_t topic_id)
@@ -1878,13 +1879,7 @@ int mic_store_expiry_first(mic_txn *t, struct mic_expiry *e)
 
 int mic_store_expiry_count(mic_txn *t, uint64_t *n)
 {
-    MDB_stat st;
-    int rc = mdb_stat(t->txn, t->s->expiry, &st);
-
-    if (rc)
-        return from_mdb(rc);
-    *n = st.ms_entries;
-    return MIC_OK;
+    return entries(t, t->s->expiry, n);
 }
 
 int mic_store_log_del(mic_txn *t, uint64_t seq)

@@ -141,7 +141,7 @@ static void idle_connections_make_room(void **state)
 {
     static const char *const args[] = {"--max-connections", "64", "--per-ip-connections", "40",
                                        "--idle-timeout", "600", NULL};
-    struct srv main = S;
+    struct srv shared = S;
     int fds[240], n = 0, served = 0;
 
     (void)state;
@@ -169,7 +169,7 @@ static void idle_connections_make_room(void **state)
     http_thread_done();
     assert_int_equal(srv_stop(&S), 0);
     srv_cleanup(&S);
-    S = main;
+    S = shared;
 }
 
 /* Past --per-ip-connections (40 here) from one address, the extra
