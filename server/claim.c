@@ -59,6 +59,7 @@ struct mic_claim {
     size_t error_len;
     int has_retry;
     uint32_t retry_after_s;
+    int dead_letter;        /* nack: straight to the DLQ */
     uint64_t requeued;
     /* results: a claim's grants (the JSON is built by the caller, off the
      * writer thread, from these and the log) */
@@ -131,7 +132,7 @@ static int settle_one(mic_claim *c, struct mic_wctx *w, struct mic_group *gr,
         return mic_delivery_ack(w, gr, it->seq, tok, &it->status);
     case MIC_NACK:
         return mic_delivery_nack(w, gr, it->seq, tok, c->error, c->error_len, retry_us,
-                                 &it->status, &it->t);
+                                 c->dead_letter, &it->status, &it->t);
     case MIC_EXTEND:
         return mic_delivery_extend(w, gr, it->seq, tok, ttl_us, &it->status, &it->t);
     case MIC_REQUEUE:
@@ -230,7 +231,8 @@ static int parse_claim(mic_claim *c, json_t *o, struct mic_error *err)
 static int parse_settle(mic_claim *c, json_t *o, struct mic_error *err)
 {
     static const char *const ack_keys[] = {"deliveries", NULL};
-    static const char *const nack_keys[] = {"deliveries", "error", "retry_after_s", NULL};
+    static const char *const nack_keys[] = {"deliveries", "error", "retry_after_s",
+                                            "dead_letter", NULL};
     static const char *const ext_keys[] = {"deliveries", "lease_ttl_s", NULL};
     json_t *list = json_object_get(o, "deliveries"), *e;
     double v;
@@ -255,6 +257,11 @@ static int parse_settle(mic_claim *c, json_t *o, struct mic_error *err)
                 c->error_len--; /* cut on a UTF-8 character boundary */
         }
         memcpy(c->error, json_string_value(e), c->error_len);
+    }
+    if ((e = json_object_get(o, "dead_letter"))) {
+        if (!json_is_boolean(e))
+            return BADREQ("dead_letter", "dead_letter is true or false");
+        c->dead_letter = json_is_true(e);
     }
     if ((rc = get_num(o, "retry_after_s", 0, 86400, 1, &v, &present, err)))
         return rc;

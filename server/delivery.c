@@ -722,11 +722,12 @@ int mic_delivery_ack(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
  * to PENDING after a backoff, or to the DLQ.  retry_us < 0: the group's
  * backoff. */
 static int fail(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
-                const struct mic_dlv *old, struct mic_dlv *d, int64_t retry_us, int *dead)
+                const struct mic_dlv *old, struct mic_dlv *d, int64_t retry_us, int final,
+                int *dead)
 {
     int rc;
 
-    *dead = d->attempts >= mic_group_config(gr)->max_attempts;
+    *dead = final || d->attempts >= mic_group_config(gr)->max_attempts;
     d->lease_expires = 0;
     if (*dead) {
         d->state = MIC_DLV_DLQ;
@@ -748,7 +749,7 @@ static int fail(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
 
 int mic_delivery_nack(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
                       const uint8_t *token, const char *error, size_t elen,
-                      int64_t retry_us, int *status, int64_t *t)
+                      int64_t retry_us, int dead_letter, int *status, int64_t *t)
 {
     struct mic_dlv d, old;
     int rc, dead;
@@ -759,7 +760,7 @@ int mic_delivery_nack(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
         return rc;
     old = d;
     set_error(&d, error ? error : "", error ? elen : 0);
-    if ((rc = fail(w, gr, seq, &old, &d, retry_us, &dead)))
+    if ((rc = fail(w, gr, seq, &old, &d, retry_us, dead_letter, &dead)))
         return rc;
     *status = dead ? MIC_DS_DEAD : MIC_DS_RETRYING;
     *t = d.not_before ? d.not_before : w->now_us;
@@ -918,7 +919,7 @@ static int fire(struct mic_wctx *w, mic_groups *g, int64_t due, uint32_t gid,
     if (kind == MIC_TIMER_LEASE && d.state == MIC_DLV_PROCESSING && d.lease_expires == due) {
         static const char msg[] = "lease expired";
         set_error(&d, msg, sizeof msg - 1);
-        return fail(w, gr, seq, &old, &d, -1, &dead);
+        return fail(w, gr, seq, &old, &d, -1, 0, &dead);
     }
     return MIC_OK;
 }

@@ -80,12 +80,14 @@ int mic_delivery_grant(struct mic_wctx *w, struct mic_group *gr, int max, int64_
  * NOTFOUND; nack -> RETRYING (*t = not_before), DEAD, LOST, NOTFOUND;
  * extend -> EXTENDED (*t = lease end), LOST, NOTFOUND.  'retry_us' < 0
  * means the group's backoff; 'error' (elen bytes, cut to MIC_ERROR_MAX on
- * a UTF-8 boundary) becomes the delivery's last error. */
+ * a UTF-8 boundary) becomes the delivery's last error.  A nack with
+ * 'dead_letter' set goes to the DLQ (DEAD) whatever its attempts: the
+ * worker knows no retry can succeed. */
 int mic_delivery_ack(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
                      const uint8_t *token, int *status);
 int mic_delivery_nack(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
                       const uint8_t *token, const char *error, size_t elen,
-                      int64_t retry_us, int *status, int64_t *t);
+                      int64_t retry_us, int dead_letter, int *status, int64_t *t);
 int mic_delivery_extend(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
                         const uint8_t *token, int64_t ttl_us, int *status, int64_t *t);
 

@@ -619,13 +619,18 @@ static void ack_nack_extend(void **state)
     expect_error(&S, "POST", "/v1/groups/an.g/nack",
                  "{\"deliveries\":[{\"seq\":1,\"lease_token\":\"0000000000000000000000000000000000000000\"}],"
                  "\"retry_after_s\":86401}", 422, "invalid_request");
-    /* A refused request changed nothing: d still processing, and acks. */
+    expect_error(&S, "POST", "/v1/groups/an.g/nack",
+                 "{\"deliveries\":[{\"seq\":1,\"lease_token\":\"0000000000000000000000000000000000000000\"}],"
+                 "\"dead_letter\":1}", 422, "invalid_request");
+    /* A refused request changed nothing: d still processing. */
     expect_state(&S, "an-d", "an.g", "processing", 1);
+    /* dead_letter: the DLQ at the first attempt (max_attempts is 2). */
     items = json_array();
     json_array_append_new(items, item(sd, td));
-    r = settle(&S, "an.g", "ack", items, NULL);
-    expect_result(r, 0, sd, "acked");
+    r = settle(&S, "an.g", "nack", items, "{\"error\":\"refused\",\"dead_letter\":true}");
+    expect_result(r, 0, sd, "dead_lettered");
     json_decref(r);
+    expect_state(&S, "an-d", "an.g", "dlq", 1);
 }
 
 /* ---- 5. Fencing ---- */
