@@ -44,8 +44,8 @@ UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
 KIT     := build/san/claimkit.o build/san/procfx.o build/san/jgen.o
 
-.PHONY: all run test check deps bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke peer-deps clean
-all: build/micd build/mic-events-replay build/mic
+.PHONY: all install run test check deps bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke peer-deps clean
+all: build/micd build/mic-events-replay build/mic build/libmic.a build/libmic.so
 
 deps:
 	@missing=""; for p in $(DEBS); do \
@@ -84,19 +84,60 @@ build/san/jgen.o: tests/jgen.c tests/jgen.h | build/san
 build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) $(KIT) tests/harness.h tests/claimkit.h tests/procfx.h tests/jgen.h $(LMDB_A)
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver $< $(SAN_OBJ) $(HARNESS) $(KIT) -o $@ $(PKGLIBS) $(TLIBS)
 
-# The clients share micd's time parsing and formatting (server/clock.c)
-# and its growable buffer (server/buf.c).
-CLI_REL := build/rel/auth.o build/rel/buf.o build/rel/clock.o build/rel/err.o
-CLI_SAN := build/san/auth.o build/san/buf.o build/san/clock.o build/san/err.o
-build/mic-events-replay: client/mic-events-replay.c $(CLI_REL) | build/rel
-	$(CC) $(WARN) -O2 $(RCFLAGS) -Iserver $< $(CLI_REL) -o $@ $(RLIBS)
-build/san/mic-events-replay: client/mic-events-replay.c $(CLI_SAN) | build/san
-	$(CC) $(WARN) -O1 $(SAN) $(RCFLAGS) -Iserver $< $(CLI_SAN) -o $@ $(RLIBS)
+# libmic (client/mic.h): the one HTTP/JSON client.  build/libmic.a and
+# build/libmic.so (position-independent objects), build/san/libmic.a for
+# the sanitizer builds; build/libmic.pc for pkg-config.
+LIBMIC_SRC := client/libmic.c client/mic_worker.c client/mic_consumer.c
+LIBMIC_PKGS := libcurl jansson lmdb libcrypto
+LIBMIC_CFLAGS = $(shell pkg-config --cflags $(LIBMIC_PKGS) 2>/dev/null)
+LIBMIC_LIBS = $(shell pkg-config --libs $(LIBMIC_PKGS) 2>/dev/null) -lpthread
+LIBMIC_REL := $(LIBMIC_SRC:client/%.c=build/rel/lib/%.o)
+LIBMIC_SAN := $(LIBMIC_SRC:client/%.c=build/san/lib/%.o)
+LIBMIC_VERSION := 1.0.0
+build/rel/lib/%.o: client/%.c client/mic.h | build/rel
+	@mkdir -p build/rel/lib
+	$(CC) $(WARN) -O2 -fPIC $(LIBMIC_CFLAGS) -c $< -o $@
+build/san/lib/%.o: client/%.c client/mic.h | build/san
+	@mkdir -p build/san/lib
+	$(CC) $(WARN) -O1 $(SAN) $(LIBMIC_CFLAGS) -c $< -o $@
+build/libmic.a: $(LIBMIC_REL)
+	rm -f $@ && ar rcs $@ $^
+build/libmic.so: $(LIBMIC_REL)
+	$(CC) -shared -Wl,-soname,libmic.so.1 $^ -o $@ $(LIBMIC_LIBS)
+build/san/libmic.a: $(LIBMIC_SAN)
+	rm -f $@ && ar rcs $@ $^
+build/libmic.pc: Makefile | build/rel
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: libmic\nDescription: C client of the MIC outbox broker\nVersion: %s\nRequires.private: %s\nLibs: -L$${libdir} -lmic\nLibs.private: -lpthread\nCflags: -I$${includedir}\n' \
+	    '$(PREFIX)' '$(LIBMIC_VERSION)' '$(LIBMIC_PKGS)' > $@
 
-build/mic: client/mic.c $(CLI_REL) | build/rel
-	$(CC) $(WARN) -O2 $(RCFLAGS) -Iserver $< $(CLI_REL) -o $@ $(RLIBS)
-build/san/mic: client/mic.c $(CLI_SAN) | build/san
-	$(CC) $(WARN) -O1 $(SAN) $(RCFLAGS) -Iserver $< $(CLI_SAN) -o $@ $(RLIBS)
+# The tools link libmic (static) and share micd's time parsing and
+# formatting (server/clock.c) and its growable buffer (server/buf.c).
+CLI_REL := build/libmic.a build/rel/auth.o build/rel/buf.o build/rel/clock.o build/rel/err.o
+CLI_SAN := build/san/libmic.a build/san/auth.o build/san/buf.o build/san/clock.o build/san/err.o
+CLI_LIBS = $(RLIBS) $(LIBMIC_LIBS)
+build/mic-events-replay: client/mic-events-replay.c client/mic.h $(CLI_REL) | build/rel
+	$(CC) $(WARN) -O2 $(RCFLAGS) -Iserver -Iclient $< $(filter %.o,$(CLI_REL)) build/libmic.a -o $@ $(CLI_LIBS)
+build/san/mic-events-replay: client/mic-events-replay.c client/mic.h $(CLI_SAN) | build/san
+	$(CC) $(WARN) -O1 $(SAN) $(RCFLAGS) -Iserver -Iclient $< $(filter %.o,$(CLI_SAN)) build/san/libmic.a -o $@ $(CLI_LIBS)
+
+build/mic: client/mic.c client/mic.h $(CLI_REL) | build/rel
+	$(CC) $(WARN) -O2 $(RCFLAGS) -Iserver -Iclient $< $(filter %.o,$(CLI_REL)) build/libmic.a -o $@ $(CLI_LIBS)
+build/san/mic: client/mic.c client/mic.h $(CLI_SAN) | build/san
+	$(CC) $(WARN) -O1 $(SAN) $(RCFLAGS) -Iserver -Iclient $< $(filter %.o,$(CLI_SAN)) build/san/libmic.a -o $@ $(CLI_LIBS)
+
+# make install PREFIX=DIR: the binaries, libmic (static and shared), its
+# header and pkg-config file.
+PREFIX ?= /usr/local
+install: build/micd build/mic build/mic-events-replay build/libmic.a build/libmic.so
+	rm -f build/libmic.pc && $(MAKE) --no-print-directory build/libmic.pc PREFIX='$(PREFIX)'
+	install -d '$(DESTDIR)$(PREFIX)/bin' '$(DESTDIR)$(PREFIX)/lib/pkgconfig' '$(DESTDIR)$(PREFIX)/include'
+	install -m 755 build/micd build/mic build/mic-events-replay '$(DESTDIR)$(PREFIX)/bin/'
+	install -m 644 build/libmic.a '$(DESTDIR)$(PREFIX)/lib/'
+	install -m 755 build/libmic.so '$(DESTDIR)$(PREFIX)/lib/libmic.so.$(LIBMIC_VERSION)'
+	ln -sf libmic.so.$(LIBMIC_VERSION) '$(DESTDIR)$(PREFIX)/lib/libmic.so.1'
+	ln -sf libmic.so.1 '$(DESTDIR)$(PREFIX)/lib/libmic.so'
+	install -m 644 client/mic.h '$(DESTDIR)$(PREFIX)/include/'
+	install -m 644 build/libmic.pc '$(DESTDIR)$(PREFIX)/lib/pkgconfig/'
 
 build/loadgen: bench/loadgen.c bench/peerlib.c bench/peerlib.h | build/rel
 	$(CC) $(WARN) -O2 $< bench/peerlib.c -o $@ -lpthread -lm -lssl -lcrypto
