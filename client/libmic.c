@@ -1391,26 +1391,34 @@ static int on_all(mic_client *c, const char *method, const char *path, json_t *b
     return 0;
 }
 
-int mic_admin_topic_put(mic_client *c, const char *name, json_t *config, json_t **out)
+/* A topic or group ('kind' "topics" or "groups"): PUT and DELETE on every
+ * node, GET on node 0. */
+static int resource(mic_client *c, const char *kind, const char *name, const char *method,
+                    json_t *body, json_t **out)
 {
     char path[800];
 
-    return path2(c, path, sizeof path, "topics", name, NULL) ? -1 : on_all(c, "PUT", path, config, out);
+    if (out)
+        *out = NULL;
+    if (path2(c, path, sizeof path, kind, name, NULL))
+        return -1;
+    return strcmp(method, "GET") ? on_all(c, method, path, body, out)
+                                 : call(c, 0, "GET", path, NULL, 0, out);
+}
+
+int mic_admin_topic_put(mic_client *c, const char *name, json_t *config, json_t **out)
+{
+    return resource(c, "topics", name, "PUT", config, out);
 }
 
 int mic_admin_topic_get(mic_client *c, const char *name, json_t **out)
 {
-    char path[800];
-
-    *out = NULL;
-    return path2(c, path, sizeof path, "topics", name, NULL) ? -1 : call(c, 0, "GET", path, NULL, 0, out);
+    return resource(c, "topics", name, "GET", NULL, out);
 }
 
 int mic_admin_topic_delete(mic_client *c, const char *name)
 {
-    char path[800];
-
-    return path2(c, path, sizeof path, "topics", name, NULL) ? -1 : on_all(c, "DELETE", path, NULL, NULL);
+    return resource(c, "topics", name, "DELETE", NULL, NULL);
 }
 
 int mic_admin_topics(mic_client *c, json_t **out)
@@ -1420,24 +1428,17 @@ int mic_admin_topics(mic_client *c, json_t **out)
 
 int mic_admin_group_put(mic_client *c, const char *name, json_t *config, json_t **out)
 {
-    char path[800];
-
-    return path2(c, path, sizeof path, "groups", name, NULL) ? -1 : on_all(c, "PUT", path, config, out);
+    return resource(c, "groups", name, "PUT", config, out);
 }
 
 int mic_admin_group_get(mic_client *c, const char *name, json_t **out)
 {
-    char path[800];
-
-    *out = NULL;
-    return path2(c, path, sizeof path, "groups", name, NULL) ? -1 : call(c, 0, "GET", path, NULL, 0, out);
+    return resource(c, "groups", name, "GET", NULL, out);
 }
 
 int mic_admin_group_delete(mic_client *c, const char *name)
 {
-    char path[800];
-
-    return path2(c, path, sizeof path, "groups", name, NULL) ? -1 : on_all(c, "DELETE", path, NULL, NULL);
+    return resource(c, "groups", name, "DELETE", NULL, NULL);
 }
 
 int mic_admin_groups(mic_client *c, json_t **out)
