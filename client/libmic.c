@@ -16,6 +16,7 @@
  * answer is final. */
 #define _GNU_SOURCE
 #include "mic.h"
+#include "buf.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -319,9 +320,7 @@ char *mic_path_escape(const char *s, char *buf, size_t cap)
 /* ---- HTTP ---- */
 
 struct sink {
-    char *p;
-    size_t len, cap;
-    int oom;
+    struct mic_buf b;      /* the body (server/buf.c, linked into libmic) */
     /* streaming */
     CURL *easy;
     int (*fn)(const char *p, size_t n, void *arg);
@@ -329,27 +328,6 @@ struct sink {
     int stopped_by_fn;
     struct mic_response *r;
 };
-
-static int sink_add(struct sink *s, const char *p, size_t n)
-{
-    if (s->len + n + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap : 1024;
-        char *q;
-
-        while (cap < s->len + n + 1)
-            cap *= 2;
-        if (!(q = realloc(s->p, cap))) {
-            s->oom = 1;
-            return -1;
-        }
-        s->p = q;
-        s->cap = cap;
-    }
-    memcpy(s->p + s->len, p, n);
-    s->len += n;
-    s->p[s->len] = 0;
-    return 0;
-}
 
 static size_t on_body(char *p, size_t size, size_t n, void *arg)
 {
@@ -368,7 +346,8 @@ static size_t on_body(char *p, size_t size, size_t n, void *arg)
             return len;
         }
     }
-    return sink_add(s, p, len) ? 0 : len;
+    mic_buf_add(&s->b, p, len);
+    return s->b.oom ? 0 : len;
 }
 
 static void header_value(const char *line, size_t len, const char *name, char *out, size_t cap)
@@ -420,7 +399,7 @@ static int perform(mic_client *c, size_t node, const char *method, const char *p
 {
     char errbuf[CURL_ERROR_SIZE] = "", ct[128], *url = NULL;
     struct curl_slist *h = NULL, *h2;
-    struct sink s = {0};
+    struct sink s = {0};   /* an empty mic_buf is all zeros */
     CURL *e;
     CURLcode cc;
     long oserr = 0;
@@ -436,11 +415,10 @@ static int perform(mic_client *c, size_t node, const char *method, const char *p
         return nomem(c);
     if (!(h = curl_slist_append(NULL, "Expect:")))
         goto oom;
-    if (ctype) {
-        snprintf(ct, sizeof ct, "Content-Type: %s", ctype);
-        if (!(h2 = curl_slist_append(h, ct)))
-            goto oom;
-    }
+    /* "Content-Type:" alone keeps libcurl from adding its form type */
+    snprintf(ct, sizeof ct, "Content-Type:%s%s", ctype ? " " : "", ctype ? ctype : "");
+    if (!(h2 = curl_slist_append(h, ct)))
+        goto oom;
     if (c->auth && !(h2 = curl_slist_append(h, c->auth)))
         goto oom;
     for (size_t i = 0; headers && headers[i]; i++)
@@ -470,8 +448,8 @@ static int perform(mic_client *c, size_t node, const char *method, const char *p
     curl_easy_setopt(e, CURLOPT_XFERINFODATA, c);
     if (!strcmp(method, "HEAD"))
         curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
-    else if (strcmp(method, "GET"))
-        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+    else if (strcmp(method, "GET") || body)
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method); /* a GET with a body stays a GET */
     if (body) {
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, body);
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
@@ -480,7 +458,7 @@ static int perform(mic_client *c, size_t node, const char *method, const char *p
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)0);
     }
     cc = curl_easy_perform(e);
-    if (s.oom)
+    if (s.b.oom)
         goto oom;
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &r->status);
     if (cc == CURLE_WRITE_ERROR && s.stopped_by_fn) {
@@ -499,11 +477,10 @@ static int perform(mic_client *c, size_t node, const char *method, const char *p
         r->status = 0;
         goto out;
     }
-    if (!s.p && sink_add(&s, "", 0))
+    mic_buf_add_slow(&s.b, "", 0); /* an empty body is "" */
+    if (s.b.oom)
         goto oom;
-    r->body = s.p;
-    r->len = s.len;
-    s.p = NULL;
+    r->body = mic_buf_steal(&s.b, &r->len);
     if (r->len && (r->body[0] == '{' || r->body[0] == '['))
         r->json = json_loadb(r->body, r->len, 0, NULL);
     fail_clear(&c->fail);
@@ -512,7 +489,7 @@ static int perform(mic_client *c, size_t node, const char *method, const char *p
 oom:
     nomem(c);
 out:
-    free(s.p);
+    mic_buf_fini(&s.b);
     curl_slist_free_all(h);
     free(url);
     return rc;
@@ -841,6 +818,16 @@ static const char *sval(json_t *o, const char *k)
     return s ? s : "";
 }
 
+/* micd takes a lease TTL in whole seconds (1..43200): round up. */
+static json_int_t ttl_seconds(double s)
+{
+    json_int_t t = (json_int_t)s;
+
+    if ((double)t < s)
+        t++;
+    return t < 1 ? 1 : t > 43200 ? 43200 : t;
+}
+
 static int leased_fill(struct mic_leased *d, json_t *j, int node)
 {
     json_t *ev = json_object_get(j, "event"), *v;
@@ -884,7 +871,8 @@ int mic_claim(mic_client *c, size_t node, const char *group, const struct mic_cl
     }
     snprintf(path, sizeof path, "/v1/groups/%s/claim", g);
     if (json_object_set_new(body, "max", json_integer(o && o->max > 0 ? o->max : 1)) ||
-        (o && o->lease_ttl_s > 0 && json_object_set_new(body, "lease_ttl_s", json_real(o->lease_ttl_s))) ||
+        (o && o->lease_ttl_s > 0 &&
+         json_object_set_new(body, "lease_ttl_s", json_integer(ttl_seconds(o->lease_ttl_s)))) ||
         (wait > 0 && json_object_set_new(body, "wait_s", json_real(wait))) ||
         (o && o->worker && json_object_set_new(body, "worker", json_string(o->worker)))) {
         json_decref(body);
@@ -997,7 +985,7 @@ static int settle(mic_client *c, enum verb verb, const char *group,
             }
             if (!bad && o && verb == EXTEND && o->lease_ttl_s > 0)
                 bad = json_object_set_new(body, "lease_ttl_s",
-                                          json_integer((json_int_t)(o->lease_ttl_s + 0.5)));
+                                          json_integer(ttl_seconds(o->lease_ttl_s)));
             if (bad)
                 nomem(c);
             else if (!call(c, node, "POST", path, body, 0, &ans)) {

@@ -207,7 +207,7 @@ int mic_event_id_new(char out[33]);
 
 struct mic_claim_opts {
     int max;               /* 1..1000, 0: 1 */
-    double lease_ttl_s;    /* 0: the group's */
+    double lease_ttl_s;    /* 0: the group's; sent rounded up to whole seconds */
     double wait_s;         /* long-poll, 0..60 */
     const char *worker;    /* shown in oldest/lookup, or NULL */
 };
@@ -262,7 +262,7 @@ struct mic_settle_opts {
     const char *error;     /* nack: the error text (NULL: none) */
     double retry_after_s;  /* nack: < 0 the group's backoff; 0 at once */
     int dead_letter;       /* nack: 1 straight to the DLQ */
-    double lease_ttl_s;    /* extend: 0 the group's */
+    double lease_ttl_s;    /* extend: 0 the group's; rounded up to whole seconds */
 };
 
 /* Ack, nack or extend the n deliveries items[] (pointers; each carries its
@@ -378,17 +378,24 @@ struct mic_worker_stats {
     long lease_lost;          /* jobs whose lease was fenced */
     long extends;             /* extend calls made */
     long claim_failures;      /* claims that failed (retried after a pause) */
+    int refused;              /* 1: the loop stopped because micd refused a
+                               * claim for good (400, 401, 403, 404, 409 such
+                               * as group_has_sink, 422): see 'failure' */
+    struct mic_failure failure;   /* that refusal, when 'refused' */
 };
 
 typedef struct mic_worker mic_worker;
 
 /* Run the loop until it is stopped (mic_worker_stop, a signal when
- * stop_on_signals, max_deliveries, idle_exit_s): each thread long-polls
- * claims (from every node of 'c' in turn), runs the handler, and acks or
- * nacks; one more thread extends the leases held at a third of their TTL.
- * A stop lets the handlers in flight finish and settles them.  'c' is
- * only read (dup'd per thread).  Fills *st when not NULL.  Returns 0, or
- * -1 when it could not start (memory, threads, bad options). */
+ * stop_on_signals, max_deliveries, idle_exit_s, or a claim micd refuses
+ * for good): each thread long-polls claims (from every node of 'c' in
+ * turn), runs the handler, and acks or nacks; one more thread extends the
+ * leases held at a third of their TTL.  A claim that fails for a passing
+ * reason (no answer, 429, 5xx) is tried again after a pause.  A stop lets
+ * the handlers in flight finish and settles them.  'c' is only read
+ * (dup'd per thread).  Fills *st when not NULL.  Returns 0, or -1 when it
+ * could not start (memory, threads, bad options) or stopped on a refused
+ * claim (st->refused, st->failure). */
 int mic_worker_run(const mic_client *c, const struct mic_worker_opts *o,
                    struct mic_worker_stats *st);
 

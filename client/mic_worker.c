@@ -70,6 +70,9 @@ struct mic_worker {
     pthread_cond_t cv;      /* the extender's sleep */
     atomic_long claimed, acked, retried, dead, lost, extends, claim_failures, settled;
     atomic_llong last_seen_ms;
+    pthread_mutex_t fail_mu;
+    int refused;            /* under fail_mu: a claim refused for good */
+    struct mic_failure failure;
 };
 
 static int64_t mono_ms(void)
@@ -131,6 +134,15 @@ static void on_signal(int sig)
 }
 
 /* ---- Handler threads ---- */
+
+/* A claim refused by micd for a reason no retry changes: a bad request,
+ * a key without the right, no such group, a sink group. */
+static int refused_for_good(const struct mic_failure *f)
+{
+    return f->kind == MIC_FAIL_SERVER &&
+           (f->status == 400 || f->status == 401 || f->status == 403 || f->status == 404 ||
+            f->status == 409 || f->status == 422);
+}
 
 static void settle_one(struct slot *s, struct mic_job *j, enum mic_verdict v)
 {
@@ -214,6 +226,16 @@ static void *thread_main(void *arg)
             if (mic_client_failure(s->claim_c)->kind == MIC_FAIL_STOPPED)
                 break;
             atomic_fetch_add(&w->claim_failures, 1);
+            if (refused_for_good(mic_client_failure(s->claim_c))) {
+                pthread_mutex_lock(&w->fail_mu);
+                if (!w->refused) {
+                    w->refused = 1;
+                    w->failure = *mic_client_failure(s->claim_c);
+                }
+                pthread_mutex_unlock(&w->fail_mu);
+                mic_worker_stop(w);
+                break;
+            }
             for (int k = 0; k < 10 && !atomic_load(&w->stop); k++) {
                 struct timespec ts = {0, 50 * 1000000L};
                 nanosleep(&ts, NULL);
@@ -382,6 +404,7 @@ static void worker_free(mic_worker *w)
     free(w->slots);
     mic_client_free(w->ext_c);
     pthread_mutex_destroy(&w->mu);
+    pthread_mutex_destroy(&w->fail_mu);
     pthread_cond_destroy(&w->cv);
     free(w->group);
     free(w->worker);
@@ -399,6 +422,7 @@ int mic_worker_start(const mic_client *c, const struct mic_worker_opts *o, mic_w
     if (!(w = calloc(1, sizeof *w)))
         return -1;
     pthread_mutex_init(&w->mu, NULL);
+    pthread_mutex_init(&w->fail_mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     w->o = *o;
     w->o.threads = o->threads ? o->threads : 1;
@@ -476,6 +500,8 @@ void mic_worker_join(mic_worker *w, struct mic_worker_stats *st)
         st->lease_lost = atomic_load(&w->lost);
         st->extends = atomic_load(&w->extends);
         st->claim_failures = atomic_load(&w->claim_failures);
+        st->refused = w->refused;
+        st->failure = w->failure;
     }
     worker_free(w);
 }
@@ -485,8 +511,10 @@ int mic_worker_run(const mic_client *c, const struct mic_worker_opts *o,
 {
     mic_worker *w;
 
+    struct mic_worker_stats mine;
+
     if (mic_worker_start(c, o, &w))
         return -1;
-    mic_worker_join(w, st);
-    return 0;
+    mic_worker_join(w, st ? st : &mine);
+    return (st ? st : &mine)->refused ? -1 : 0;
 }
