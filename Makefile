@@ -44,7 +44,7 @@ UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
 KIT     := build/san/claimkit.o build/san/procfx.o build/san/jgen.o
 
-.PHONY: all install run test check deps bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke peer-deps clean
+.PHONY: all examples install run test check deps bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke peer-deps clean
 all: build/micd build/mic-events-replay build/mic build/libmic.a build/libmic.so
 
 deps:
@@ -73,33 +73,43 @@ build/micd: $(REL_OBJ) build/rel/main.o $(LMDB_A)
 build/san/micd: $(SAN_OBJ) build/san/main.o $(LMDB_A)
 	$(CC) $(WARN) $(SAN) $(filter %.o,$^) -o $@ $(PKGLIBS)
 
-$(HARNESS): tests/harness.c tests/harness.h | build/san
-	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
+$(HARNESS): tests/harness.c tests/harness.h client/mic.h | build/san
+	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -Iclient -c $< -o $@
 build/san/claimkit.o: tests/claimkit.c tests/claimkit.h tests/harness.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
 build/san/procfx.o: tests/procfx.c tests/procfx.h server/*.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
 build/san/jgen.o: tests/jgen.c tests/jgen.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
-build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) $(KIT) tests/harness.h tests/claimkit.h tests/procfx.h tests/jgen.h $(LMDB_A)
-	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver $< $(SAN_OBJ) $(HARNESS) $(KIT) -o $@ $(PKGLIBS) $(TLIBS)
+# Test binaries link micd's objects (unit tests) and libmic (the harness's
+# HTTP, and the libmic tests).
+build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) $(KIT) tests/harness.h tests/claimkit.h tests/procfx.h tests/jgen.h $(LMDB_A) build/san/libmic.a
+	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -Iclient $< $(SAN_OBJ) $(HARNESS) $(KIT) build/san/libmic.a -o $@ $(PKGLIBS) $(TLIBS) $(LIBMIC_LIBS)
 
 # libmic (client/mic.h): the one HTTP/JSON client.  build/libmic.a and
 # build/libmic.so (position-independent objects), build/san/libmic.a for
 # the sanitizer builds; build/libmic.pc for pkg-config.
 LIBMIC_SRC := client/libmic.c client/mic_worker.c client/mic_consumer.c
+# micd's growable buffer and time formatting serve libmic too (one copy).
+LIBMIC_SHARED := server/buf.c server/clock.c
 LIBMIC_PKGS := libcurl jansson lmdb libcrypto
 LIBMIC_CFLAGS = $(shell pkg-config --cflags $(LIBMIC_PKGS) 2>/dev/null)
 LIBMIC_LIBS = $(shell pkg-config --libs $(LIBMIC_PKGS) 2>/dev/null) -lpthread
-LIBMIC_REL := $(LIBMIC_SRC:client/%.c=build/rel/lib/%.o)
-LIBMIC_SAN := $(LIBMIC_SRC:client/%.c=build/san/lib/%.o)
+LIBMIC_REL := $(LIBMIC_SRC:client/%.c=build/rel/lib/%.o) $(LIBMIC_SHARED:server/%.c=build/rel/lib/%.o)
+LIBMIC_SAN := $(LIBMIC_SRC:client/%.c=build/san/lib/%.o) $(LIBMIC_SHARED:server/%.c=build/san/lib/%.o)
 LIBMIC_VERSION := 1.0.0
-build/rel/lib/%.o: client/%.c client/mic.h | build/rel
+build/rel/lib/%.o: client/%.c client/mic.h server/buf.h | build/rel
 	@mkdir -p build/rel/lib
-	$(CC) $(WARN) -O2 -fPIC $(LIBMIC_CFLAGS) -c $< -o $@
-build/san/lib/%.o: client/%.c client/mic.h | build/san
+	$(CC) $(WARN) -O2 -fPIC $(LIBMIC_CFLAGS) -Iserver -c $< -o $@
+build/san/lib/%.o: client/%.c client/mic.h server/buf.h | build/san
 	@mkdir -p build/san/lib
-	$(CC) $(WARN) -O1 $(SAN) $(LIBMIC_CFLAGS) -c $< -o $@
+	$(CC) $(WARN) -O1 $(SAN) $(LIBMIC_CFLAGS) -Iserver -c $< -o $@
+build/rel/lib/%.o: server/%.c server/*.h | build/rel
+	@mkdir -p build/rel/lib
+	$(CC) $(WARN) -O2 -fPIC $(PKGCFLAGS) -c $< -o $@
+build/san/lib/%.o: server/%.c server/*.h | build/san
+	@mkdir -p build/san/lib
+	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) -c $< -o $@
 build/libmic.a: $(LIBMIC_REL)
 	rm -f $@ && ar rcs $@ $^
 build/libmic.so: $(LIBMIC_REL)
@@ -110,10 +120,9 @@ build/libmic.pc: Makefile | build/rel
 	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: libmic\nDescription: C client of the MIC outbox broker\nVersion: %s\nRequires.private: %s\nLibs: -L$${libdir} -lmic\nLibs.private: -lpthread\nCflags: -I$${includedir}\n' \
 	    '$(PREFIX)' '$(LIBMIC_VERSION)' '$(LIBMIC_PKGS)' > $@
 
-# The tools link libmic (static) and share micd's time parsing and
-# formatting (server/clock.c) and its growable buffer (server/buf.c).
-CLI_REL := build/libmic.a build/rel/auth.o build/rel/buf.o build/rel/clock.o build/rel/err.o
-CLI_SAN := build/san/libmic.a build/san/auth.o build/san/buf.o build/san/clock.o build/san/err.o
+# The tools link libmic (static; it carries micd's buffer and clock).
+CLI_REL := build/libmic.a build/rel/auth.o build/rel/err.o
+CLI_SAN := build/san/libmic.a build/san/auth.o build/san/err.o
 CLI_LIBS = $(RLIBS) $(LIBMIC_LIBS)
 build/mic-events-replay: client/mic-events-replay.c client/mic.h $(CLI_REL) | build/rel
 	$(CC) $(WARN) -O2 $(RCFLAGS) -Iserver -Iclient $< $(filter %.o,$(CLI_REL)) build/libmic.a -o $@ $(CLI_LIBS)
@@ -141,8 +150,20 @@ install: build/micd build/mic build/mic-events-replay build/libmic.a build/libmi
 
 build/loadgen: bench/loadgen.c bench/peerlib.c bench/peerlib.h | build/rel
 	$(CC) $(WARN) -O2 $< bench/peerlib.c -o $@ -lpthread -lm -lssl -lcrypto
-build/workers: bench/workers.c | build/rel
-	$(CC) $(WARN) -O2 $< -o $@ -lpthread -lssl -lcrypto
+build/workers: bench/workers.c build/libmic.a | build/rel
+	$(CC) $(WARN) -O2 -Iclient $(LIBMIC_CFLAGS) $< build/libmic.a -o $@ -lssl $(LIBMIC_LIBS)
+
+# examples/ (README there): small programs on libmic, built against the
+# release library as a user would (make examples) and with the sanitizers
+# for tests/test_examples.c.
+EXAMPLES := $(patsubst examples/%.c,%,$(wildcard examples/*.c))
+examples: $(EXAMPLES:%=build/examples/%)
+build/examples/%: examples/%.c client/mic.h build/libmic.a
+	@mkdir -p build/examples
+	$(CC) $(WARN) -O2 -Iclient $(LIBMIC_CFLAGS) $< build/libmic.a -o $@ $(LIBMIC_LIBS)
+build/san/examples/%: examples/%.c client/mic.h build/san/libmic.a
+	@mkdir -p build/san/examples
+	$(CC) $(WARN) -O1 $(SAN) -Iclient $(LIBMIC_CFLAGS) $< build/san/libmic.a -o $@ $(LIBMIC_LIBS)
 build/rangeread: bench/rangeread.c | build/rel
 	$(CC) $(WARN) -O2 $(shell pkg-config --cflags libcurl) $< -o $@ $(shell pkg-config --libs libcurl)
 build/bench_parse: bench/bench_parse.c $(REL_OBJ) $(LMDB_A)
@@ -153,6 +174,7 @@ run: deps build/micd
 	./build/micd --listen 127.0.0.1:8080 --data ./var
 
 check: build/san/micd build/san/mic-events-replay build/san/mic $(UNIT) \
+       $(EXAMPLES:%=build/san/examples/%) $(EXAMPLES:%=build/examples/%) \
        build/micd build/loadgen build/workers build/rangeread $(PEER_DRIVERS)
 	tests/check-layers.sh
 	MICD=build/san/micd MIC_REPLAY=build/san/mic-events-replay MIC_CLI=build/san/mic \

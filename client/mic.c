@@ -6,16 +6,21 @@
  * (opt_defs) and the commands (commands): each command names the options
  * it accepts and how many arguments it takes, so a misplaced option is a
  * usage error before anything is sent.  A command builds its request with
- * jansson, sends it through api() (libcurl), and prints the answer either
- * as a readable table or, with --json, the server's JSON exactly as it
- * came (one answer per line).
+ * jansson, sends it through libmic (client/mic.h): publish with
+ * mic_publish / mic_publish_batch (retried on 429, 503 and no answer with
+ * the same event ids), everything else with api() (mic_request on the one
+ * node), and prints the answer either as a readable table or, with --json,
+ * the server's JSON exactly as it came (one answer per line).
  *
- *   argv -> opts_parse -> command table -> cmd_<name> -> api() -> print
+ *   argv -> opts_parse -> command table -> cmd_<name> -> api() | mic_publish* -> print
  *
  * Invariants:
- *   - api() is the only place that talks HTTP and the only place that
- *     turns a transport failure or an error status into the one-line
- *     message (in cli.err) and an exit status.
+ *   - libmic is the only way to the server; the handle is made on first use
+ *     (client()), so 'keys new' needs none and a claim's --wait lengthens
+ *     its timeout.
+ *   - fail_line() is the only place that turns a failure (struct
+ *     mic_failure, text by mic_failure_text) into the one-line message (in
+ *     cli.err) and an exit status.
  *   - stdout carries results only.  stderr carries at most one line: the
  *     error ("mic: 409 event_id_conflict: ... (field event_id)", or
  *     "mic: cannot reach URL: REASON"), or the summary of per-item
@@ -30,7 +35,9 @@
  * BATCH_EVENTS events and about BATCH_BYTES of input, each batch atomic on
  * the server.  Lines are checked (a JSON object each) before their batch
  * is sent; the first failure stops the run, and the message says which
- * stdin lines were not published (the batches before them were).
+ * stdin lines were not published (the batches before them were).  An
+ * event without event_id gets one from libmic before it is sent, so a
+ * retried batch is a duplicate, never stored twice.
  *
  * The server is the authority on values: the command line checks the
  * syntax of what it must put into JSON (integers, JSON payloads, SEQ:TOKEN)
@@ -39,10 +46,11 @@
 #define _GNU_SOURCE
 #include "auth.h"
 #include "buf.h"
+#include "mic.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -58,8 +66,8 @@
 #define DEFAULT_URL "http://127.0.0.1:8080"
 #define BATCH_EVENTS 1000
 #define BATCH_BYTES (8u << 20)  /* stays under the server's 16 MiB body limit */
-#define CONNECT_TIMEOUT_S 10L
-#define REQUEST_TIMEOUT_S 120L  /* plus --wait for a long-poll claim */
+#define CONNECT_TIMEOUT_MS 10000L
+#define REQUEST_TIMEOUT_MS 120000L  /* plus --wait for a long-poll claim */
 #define ERR_MAX 1024
 
 /* ---- Options ---- */
@@ -113,7 +121,7 @@ struct command {
 
 /* One run's state.  'val' borrows from argv. */
 struct cli {
-    char *url;                    /* base URL, no trailing '/' (owned) */
+    const char *url;              /* --url, else $MIC_URL, else DEFAULT_URL (borrowed) */
     int json;
     const char *val[O_COUNT];     /* each option's value (NULL: not given) */
     int given[O_COUNT];
@@ -127,8 +135,8 @@ struct cli {
     const char **args;            /* the command's arguments: pos after its words */
     int nargs;
     const struct command *cmd;
-    CURL *curl;
-    long timeout_s;
+    mic_client *mc;               /* made by client() on first use (owned) */
+    long timeout_ms;              /* of one request */
     char err[ERR_MAX];            /* the error line, without "mic: " */
 };
 
@@ -186,23 +194,20 @@ static int buf_puts(struct mic_buf *b, const char *s)
 }
 
 /* Append 's' percent-encoded (one path segment or query value). */
-static int buf_seg(struct cli *c, struct mic_buf *b, const char *s)
+static int buf_seg(struct mic_buf *b, const char *s)
 {
-    char *e = curl_easy_escape(c->curl, s, 0);
-    int rc;
+    size_t cap = 3 * strlen(s) + 1;  /* every byte escaped, and the NUL */
+    char *e = malloc(cap);
+    int rc = !e || !mic_path_escape(s, e, cap) || buf_puts(b, e) ? -1 : 0;
 
-    if (!e)
-        return -1;
-    rc = buf_puts(b, e);
-    curl_free(e);
+    free(e);
     return rc;
 }
 
 /* A path "/v1/<a>/<seg>[<tail>]": segment 'seg' escaped.  Returns 0 or -1. */
-static int path_of(struct cli *c, struct mic_buf *b, const char *head, const char *seg,
-                   const char *tail)
+static int path_of(struct mic_buf *b, const char *head, const char *seg, const char *tail)
 {
-    return buf_puts(b, head) || (seg && buf_seg(c, b, seg)) || (tail && buf_puts(b, tail));
+    return buf_puts(b, head) || (seg && buf_seg(b, seg)) || (tail && buf_puts(b, tail));
 }
 
 /* Parse a whole decimal integer in [lo, hi]; returns 0 or -1. */
@@ -253,151 +258,115 @@ static int oom(struct cli *c)
     return report(c, EXIT_FAIL);
 }
 
-/* ---- HTTP (libcurl) ---- */
+/* ---- HTTP (libmic) ---- */
 
-/* One answer: the status, the body as it came, and its JSON when it parsed. */
-struct answer {
-    long status;
-    struct mic_buf body;
-    json_t *json;
-};
-
-static void answer_fini(struct answer *a)
+/* Put the line of failure 'f' into c->err: mic_failure_text's, with
+ * 'note' (may be NULL) after the server's field and, for a 429, when to
+ * retry.  Returns the exit status: EXIT_USAGE when no answer came or the
+ * request could not be made as given (a bad URL), else EXIT_FAIL.  The
+ * caller reports it. */
+static int fail_line(struct cli *c, const struct mic_failure *f, const char *note)
 {
-    mic_buf_fini(&a->body);
-    json_decref(a->json);
-    a->json = NULL;
-    a->status = 0;
+    struct mic_failure g = *f;
+    size_t len;
+
+    if (note && g.kind == MIC_FAIL_SERVER && g.code[0] && g.field[0])
+        snprintf(g.field, sizeof g.field, "%s%s", f->field, note);
+    mic_failure_text(&g, c->err, sizeof c->err);
+    len = strlen(c->err);
+    if (g.status == 429 && g.retry_after_ms >= 0)
+        snprintf(c->err + len, sizeof c->err - len, "; retry after %ld s",
+                 g.retry_after_ms / 1000);
+    return g.kind == MIC_FAIL_CONNECT || g.kind == MIC_FAIL_ARG ? EXIT_USAGE : EXIT_FAIL;
 }
 
-static size_t on_body(char *p, size_t size, size_t n, void *arg)
+/* The libmic handle over c->url, made on first use.  Returns 0, or the
+ * exit status with c->err set (the caller reports it). */
+static int client(struct cli *c)
 {
-    struct mic_buf *b = arg;
+    const char *urls[] = {c->url};
+    struct mic_client_opts o = {
+        .urls = urls, .nurls = 1, .key = c->key, .cafile = c->val[O_CACERT],
+        .connect_timeout_ms = CONNECT_TIMEOUT_MS, .timeout_ms = c->timeout_ms,
+        .user_agent = PROG,
+    };
+    struct mic_failure f;
 
-    return buf_add(b, p, size * n) ? 0 : size * n;
+    if (!c->mc && mic_client_new(&o, &c->mc, &f))
+        return fail_line(c, &f, NULL);
+    return 0;
 }
 
-/* The error line of a non-2xx answer: the server's {"error":{"code",
- * "message","field"}}, else the first line of the body.  'note' (may be
- * NULL) is added after the field. */
-static void error_line(struct cli *c, const struct answer *a, const char *note)
+/* The failure a non-2xx answer describes: the server's {"error":{"code",
+ * "message","field"}}, else the first line of the body.  (mic_call decodes
+ * the same way, but only mic_request hands back the body as it came.) */
+static void answer_failure(const struct mic_response *a, struct mic_failure *f)
 {
-    json_t *j = a->body.p ? json_loadb(a->body.p, a->body.len, 0, NULL) : NULL;
-    json_t *e = json_object_get(j, "error");
+    json_t *e = json_object_get(a->json, "error");
     const char *code = json_string_value(json_object_get(e, "code"));
     const char *msg = json_string_value(json_object_get(e, "message"));
     const char *field = json_string_value(json_object_get(e, "field"));
-    curl_off_t retry = -1;
-    char extra[80] = "";
+    size_t n = strcspn(a->body, "\r\n");
 
-    if (a->status == 429 && curl_easy_getinfo(c->curl, CURLINFO_RETRY_AFTER, &retry) == CURLE_OK &&
-        retry >= 0)
-        snprintf(extra, sizeof extra, "; retry after %lld s", (long long)retry);
+    memset(f, 0, sizeof *f);
+    f->kind = MIC_FAIL_SERVER;
+    f->status = a->status;
+    f->retry_after_ms = a->retry_after[0] ? strtol(a->retry_after, NULL, 10) * 1000 : -1;
     if (code) {
-        if (field)
-            set_err(c, "%ld %s: %s (field %s%s)%s", a->status, code, msg ? msg : "", field,
-                    note ? note : "", extra);
-        else
-            set_err(c, "%ld %s: %s%s", a->status, code, msg ? msg : "", extra);
-    } else if (a->body.len) {
-        size_t n = strcspn(a->body.p, "\r\n");
-        set_err(c, "%ld %.*s%s", a->status, (int)(n > 300 ? 300 : n), a->body.p, extra);
+        snprintf(f->code, sizeof f->code, "%s", code);
+        snprintf(f->message, sizeof f->message, "%s", msg ? msg : "");
+        snprintf(f->field, sizeof f->field, "%s", field ? field : "");
+    } else if (a->len) {
+        snprintf(f->message, sizeof f->message, "%.*s", (int)(n > 300 ? 300 : n), a->body);
     } else {
-        set_err(c, "%ld (no body)%s", a->status, extra);
+        snprintf(f->message, sizeof f->message, "(no body)");
     }
-    json_decref(j);
 }
 
-/* Send 'method' c->url + 'path' with the JSON 'body' (borrowed; NULL for
- * none) and read the answer into 'a' (answer_fini it in every case).
- * Returns 0 on a 2xx whose body is JSON (in a->json; NULL if empty);
- * EXIT_FAIL on an error answer, EXIT_USAGE when no answer came; in both
- * cases c->err holds the line (the caller reports it). */
+/* Send 'method' 'path' with the JSON 'body' (borrowed; NULL for none) to
+ * the server (mic_request: never retried) and read the answer into 'a'
+ * (mic_response_fini it in every case).  Returns 0 on a 2xx whose body is
+ * JSON (in a->json; NULL if empty); EXIT_FAIL on an error answer,
+ * EXIT_USAGE when no answer came; in both cases c->err holds the line (the
+ * caller reports it). */
 static int api(struct cli *c, const char *method, const struct mic_buf *path, json_t *body,
-               struct answer *a)
+               struct mic_response *a)
 {
-    char errbuf[CURL_ERROR_SIZE] = "", *txt = NULL;
-    struct curl_slist *h = NULL, *h2;
-    struct mic_buf url = {0};
-    long oserr = 0;
-    CURLcode cc;
-    int rc = EXIT_FAIL;
+    static const char *const accept[] = {"Accept: application/json", NULL};
+    struct mic_failure f;
+    char *txt = NULL;
+    int rc;
 
     memset(a, 0, sizeof *a);
+    if ((rc = client(c)))
+        return rc;
     if (body && !(txt = json_dumps(body, JSON_COMPACT))) {
         set_err(c, "out of memory");
         return EXIT_FAIL;
     }
-    if (buf_puts(&url, c->url) || buf_add(&url, path->p, path->len) ||
-        !(h = curl_slist_append(NULL, "Accept: application/json")) ||
-        !(h2 = curl_slist_append(h, "Expect:")) ||
-        (txt && !(h2 = curl_slist_append(h, "Content-Type: application/json")))) {
-        set_err(c, "out of memory");
-        goto out;
-    }
-    if (c->key) {
-        struct mic_buf auth = {0};
-        int bad = buf_puts(&auth, "Authorization: Bearer ") || buf_puts(&auth, c->key) ||
-                  !(h2 = curl_slist_append(h, auth.p));
-
-        free(auth.p);
-        if (bad) {
-            set_err(c, "out of memory");
-            goto out;
-        }
-    }
-    curl_easy_reset(c->curl);
-    curl_easy_setopt(c->curl, CURLOPT_URL, url.p);
-    curl_easy_setopt(c->curl, CURLOPT_HTTPHEADER, h);
-    if (c->val[O_CACERT])
-        curl_easy_setopt(c->curl, CURLOPT_CAINFO, c->val[O_CACERT]);
-    curl_easy_setopt(c->curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c->curl, CURLOPT_CONNECTTIMEOUT, CONNECT_TIMEOUT_S);
-    curl_easy_setopt(c->curl, CURLOPT_TIMEOUT, c->timeout_s);
-    curl_easy_setopt(c->curl, CURLOPT_USERAGENT, PROG);
-    curl_easy_setopt(c->curl, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(c->curl, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c->curl, CURLOPT_WRITEDATA, &a->body);
-    if (strcmp(method, "GET"))
-        curl_easy_setopt(c->curl, CURLOPT_CUSTOMREQUEST, method);
-    if (txt) {
-        curl_easy_setopt(c->curl, CURLOPT_POSTFIELDS, txt);
-        curl_easy_setopt(c->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(txt));
-    } else if (!strcmp(method, "POST")) {
-        curl_easy_setopt(c->curl, CURLOPT_POSTFIELDS, "");
-    }
-    cc = curl_easy_perform(c->curl);
-    if (cc != CURLE_OK) {
-        curl_easy_getinfo(c->curl, CURLINFO_OS_ERRNO, &oserr);
-        set_err(c, "cannot reach %s: %s", c->url,
-                oserr ? strerror((int)oserr) : errbuf[0] ? errbuf : curl_easy_strerror(cc));
-        rc = EXIT_USAGE;
-        goto out;
-    }
-    curl_easy_getinfo(c->curl, CURLINFO_RESPONSE_CODE, &a->status);
-    if (a->status < 200 || a->status > 299) {
-        error_line(c, a, NULL);
-        goto out;
-    }
-    if (a->body.len && !(a->json = json_loadb(a->body.p, a->body.len, 0, NULL))) {
-        set_err(c, "the server answered %ld with a body that is not JSON", a->status);
-        goto out;
-    }
-    rc = 0;
-out:
-    curl_slist_free_all(h);
-    mic_buf_fini(&url);
+    rc = mic_request(c->mc, 0, method, path->p, txt ? "application/json" : NULL, txt,
+                     txt ? strlen(txt) : 0, accept, a);
     free(txt);
-    return rc;
+    if (rc)
+        return fail_line(c, mic_client_failure(c->mc), NULL);
+    if (a->status < 200 || a->status > 299) {
+        answer_failure(a, &f);
+        return fail_line(c, &f, NULL);
+    }
+    if (a->len && !a->json) {
+        set_err(c, "the server answered %ld with a body that is not JSON", a->status);
+        return EXIT_FAIL;
+    }
+    return 0;
 }
 
 /* --json: the answer exactly as it came, one line. */
-static void print_raw(const struct answer *a)
+static void print_raw(const struct mic_response *a)
 {
-    if (!a->body.len)
+    if (!a->len)
         return;
-    fwrite(a->body.p, 1, a->body.len, stdout);
-    if (a->body.p[a->body.len - 1] != '\n')
+    fwrite(a->body, 1, a->len, stdout);
+    if (a->body[a->len - 1] != '\n')
         putchar('\n');
 }
 
@@ -612,7 +581,7 @@ static void print_fields(json_t *o, const char *prefix)
 /* Per-item results {"results":[{"seq","status",...}]} as a table; counts
  * the items whose status is not in 'ok' (NULL-terminated).  Returns 0, or
  * EXIT_FAIL after one line on stderr when an item failed. */
-static int print_results(struct cli *c, struct answer *a, const char *what,
+static int print_results(struct cli *c, struct mic_response *a, const char *what,
                          const char *const *ok)
 {
     static const char *const head[] = {"SEQ", "STATUS", "DETAIL"};
@@ -657,7 +626,7 @@ static int print_results(struct cli *c, struct answer *a, const char *what,
 /* GET 'path' and print the answer with 'show' (or as is with --json). */
 static int get_and_show(struct cli *c, struct mic_buf *path, int (*show)(struct cli *, json_t *))
 {
-    struct answer a;
+    struct mic_response a;
     int rc;
 
     if ((rc = api(c, "GET", path, NULL, &a))) {
@@ -667,7 +636,7 @@ static int get_and_show(struct cli *c, struct mic_buf *path, int (*show)(struct 
     } else if (show(c, a.json)) {
         rc = oom(c);
     }
-    answer_fini(&a);
+    mic_response_fini(&a);
     return rc;
 }
 
@@ -732,24 +701,39 @@ fail:
     return rc;
 }
 
-/* Publish results as a table (header only before the first batch). */
-static int show_published(struct cli *c, struct answer *a, int first_batch)
+/* Publish results as a table (header only before the first batch).  With
+ * --json, micd's answer {"results":[{"event_id","seq","created_at",
+ * "duplicate"}...]}: mic_publish_batch keeps no body, so it is rebuilt from
+ * the results, in micd's member order (the same bytes for one node). */
+static int show_published(struct cli *c, const struct mic_publish_result *res, size_t n,
+                          int first_batch)
 {
     static const char *const head[] = {"EVENT_ID", "SEQ", "RESULT"};
-    json_t *it;
     struct table t;
-    size_t i;
     int rc;
 
     if (c->json) {
-        print_raw(a);
-        return 0;
+        json_t *arr = json_array(), *ans = arr ? json_pack("{s:o}", "results", arr) : NULL;
+        char *txt = NULL;
+
+        rc = !ans;
+        for (size_t i = 0; !rc && i < n; i++)
+            rc = json_array_append_new(arr, json_pack("{s:s,s:I,s:s,s:b}",
+                                                      "event_id", res[i].event_id,
+                                                      "seq", (json_int_t)res[i].seq,
+                                                      "created_at", res[i].created_at,
+                                                      "duplicate", res[i].duplicate));
+        if (!rc && !(rc = !(txt = json_dumps(ans, JSON_COMPACT))))
+            printf("%s\n", txt);
+        free(txt);
+        json_decref(ans);
+        return rc ? oom(c) : 0;
     }
     table_init(&t, 3, head);
-    json_array_foreach(get(a->json, "results"), i, it) {
-        table_cell(&t, "%s", gets(it, "event_id"));
-        table_json(&t, get(it, "seq"));
-        table_cell(&t, "%s", json_is_true(get(it, "duplicate")) ? "duplicate" : "stored");
+    for (size_t i = 0; i < n; i++) {
+        table_cell(&t, "%s", res[i].event_id);
+        table_cell(&t, "%" PRId64, res[i].seq);
+        table_cell(&t, "%s", res[i].duplicate ? "duplicate" : "stored");
     }
     rc = table_print(&t, !first_batch, NULL);
     table_fini(&t);
@@ -764,35 +748,33 @@ struct ndjson {
     int batches;
 };
 
-/* Send the pending batch.  Returns 0 or the exit status (reported). */
+/* Send the pending batch (mic_publish_batch: one atomic batch on the one
+ * node, retried with the same event ids).  Returns 0 or the exit status
+ * (reported). */
 static int ndjson_flush(struct cli *c, struct ndjson *nd)
 {
     size_t n = json_array_size(nd->events);
-    struct mic_buf path = {0};
-    struct answer a;
-    json_t *body;
+    json_t *evs[BATCH_EVENTS];
+    struct mic_publish_result *res;
     int rc;
 
     if (!n)
         return 0;
-    if (!(body = json_pack("{s:O}", "events", nd->events)) || buf_puts(&path, "/v1/events")) {
-        json_decref(body);
+    if ((rc = client(c)))
+        return report(c, rc);
+    if (!(res = calloc(n, sizeof *res)))
         return oom(c);
-    }
-    rc = api(c, "POST", &path, body, &a);
-    json_decref(body);
-    mic_buf_fini(&path);
-    if (rc) {
-        json_t *j = a.body.p ? json_loadb(a.body.p, a.body.len, 0, NULL) : NULL;
-        const char *f = json_string_value(get(get(j, "error"), "field"));
-        char note[48];
+    for (size_t i = 0; i < n; i++)
+        evs[i] = json_array_get(nd->events, i);
+    if (mic_publish_batch(c->mc, evs, n, res)) {
+        const struct mic_failure *f = mic_client_failure(c->mc);
+        char note[48] = "";
         size_t len, idx;
 
         /* Name the stdin line of the event the server's field points at. */
-        if (rc == EXIT_FAIL && f && sscanf(f, "events[%zu]", &idx) == 1 && idx < n) {
+        if (sscanf(f->field, "events[%zu]", &idx) == 1 && idx < n)
             snprintf(note, sizeof note, ", stdin line %ld", nd->line[idx]);
-            error_line(c, &a, note);
-        }
+        rc = fail_line(c, f, note);
         len = strlen(c->err);
         if (nd->published)
             snprintf(c->err + len, sizeof c->err - len,
@@ -800,16 +782,15 @@ static int ndjson_flush(struct cli *c, struct ndjson *nd)
                      nd->line[0], nd->line[n - 1], nd->published, nd->published == 1 ? "" : "s");
         else if (rc == EXIT_FAIL)
             snprintf(c->err + len, sizeof c->err - len, "; nothing was published");
-        json_decref(j);
-        answer_fini(&a);
+        free(res);
         return report(c, rc);
     }
-    rc = show_published(c, &a, nd->batches == 0);
+    rc = show_published(c, res, n, nd->batches == 0);
     nd->published += (long)n;
     nd->batches++;
     json_array_clear(nd->events);
     nd->bytes = 0;
-    answer_fini(&a);
+    free(res);
     return rc;
 }
 
@@ -885,8 +866,7 @@ static int publish_ndjson(struct cli *c)
 static int cmd_publish(struct cli *c)
 {
     int from_stdin = c->nargs == 1;
-    struct mic_buf path = {0};
-    struct answer a;
+    struct mic_publish_result res;
     json_t *ev = NULL;
     int rc;
 
@@ -906,17 +886,18 @@ static int cmd_publish(struct cli *c)
     }
     if ((rc = event_from_opts(c, &ev)))
         return rc;
-    if (buf_puts(&path, "/v1/events")) {
-        json_decref(ev);
-        return oom(c);
+    if (!(rc = client(c)) && mic_publish(c->mc, ev, &res)) {
+        struct mic_failure f = *mic_client_failure(c->mc);
+
+        /* mic_publish sends a batch of one: name the field in the event. */
+        if (!strncmp(f.field, "events[0].", 10))
+            memmove(f.field, f.field + 10, strlen(f.field + 10) + 1);
+        rc = fail_line(c, &f, NULL);
     }
-    rc = api(c, "POST", &path, ev, &a);
     if (rc)
         report(c, rc);
     else
-        rc = show_published(c, &a, 1);
-    answer_fini(&a);
-    mic_buf_fini(&path);
+        rc = show_published(c, &res, 1, 1);
     json_decref(ev);
     return rc;
 }
@@ -929,7 +910,7 @@ static int cmd_claim(struct cli *c)
                                        "LEASE_EXPIRES_AT"};
     json_t *body = json_object(), *d;
     struct mic_buf path = {0};
-    struct answer a = {0};
+    struct mic_response a = {0};
     struct table t;
     size_t i;
     int rc;
@@ -953,11 +934,11 @@ static int cmd_claim(struct cli *c)
         json_object_set_new(body, "wait_s", w < 1e9 && w == (double)(long long)w
                                                 ? json_integer((json_int_t)w) : json_real(w));
         if (w < 1e6)
-            c->timeout_s += (long)w + 1;
+            c->timeout_ms += (long)(w * 1000) + 1000;
     }
     if (c->val[O_WORKER])
         json_object_set_new(body, "worker", json_string(c->val[O_WORKER]));
-    if (path_of(c, &path, "/v1/groups/", c->args[0], "/claim")) {
+    if (path_of(&path, "/v1/groups/", c->args[0], "/claim")) {
         rc = oom(c);
         goto out_path;
     }
@@ -984,7 +965,7 @@ static int cmd_claim(struct cli *c)
         rc = oom(c);
     table_fini(&t);
 out_answer:
-    answer_fini(&a);
+    mic_response_fini(&a);
 out_path:
     mic_buf_fini(&path);
 out_body:
@@ -1023,7 +1004,7 @@ static int settle(struct cli *c, const char *verb, const char *const *ok)
 {
     json_t *body = json_object();
     struct mic_buf path = {0};
-    struct answer a = {0};
+    struct mic_response a = {0};
     char tail[16];
     int rc;
 
@@ -1036,7 +1017,7 @@ static int settle(struct cli *c, const char *verb, const char *const *ok)
     if (c->val[O_ERROR])
         json_object_set_new(body, "error", json_string(c->val[O_ERROR]));
     snprintf(tail, sizeof tail, "/%s", verb);
-    if (path_of(c, &path, "/v1/groups/", c->args[0], tail)) {
+    if (path_of(&path, "/v1/groups/", c->args[0], tail)) {
         rc = oom(c);
         goto out;
     }
@@ -1044,7 +1025,7 @@ static int settle(struct cli *c, const char *verb, const char *const *ok)
         report(c, rc);
     else
         rc = print_results(c, &a, verb, ok);
-    answer_fini(&a);
+    mic_response_fini(&a);
 out:
     mic_buf_fini(&path);
     json_decref(body);
@@ -1167,7 +1148,7 @@ out:
 static int cmd_stats(struct cli *c)
 {
     struct mic_buf path = {0};
-    struct answer a;
+    struct mic_response a;
     int rc;
 
     if (buf_puts(&path, "/v1/stats"))
@@ -1179,7 +1160,7 @@ static int cmd_stats(struct cli *c)
     } else if ((rc = show_stats(c, a.json)) < 0) {
         rc = oom(c);
     }
-    answer_fini(&a);
+    mic_response_fini(&a);
     mic_buf_fini(&path);
     return rc;
 }
@@ -1247,8 +1228,8 @@ static int cmd_oldest(struct cli *c)
 
     if ((rc = opt_int(c, O_LIMIT, INT64_MIN, &n)))
         return rc;
-    if (path_of(c, &path, "/v1/groups/", c->args[0], "/oldest") ||
-        (c->val[O_LIMIT] && (buf_puts(&path, "?limit=") || buf_seg(c, &path, c->val[O_LIMIT])))) {
+    if (path_of(&path, "/v1/groups/", c->args[0], "/oldest") ||
+        (c->val[O_LIMIT] && (buf_puts(&path, "?limit=") || buf_seg(&path, c->val[O_LIMIT])))) {
         mic_buf_fini(&path);
         return oom(c);
     }
@@ -1294,11 +1275,11 @@ static int cmd_blocked(struct cli *c)
 
     if ((rc = opt_int(c, O_LIMIT, INT64_MIN, &n)))
         return rc;
-    if (path_of(c, &path, "/v1/groups/", c->args[0], "/blocked") ||
+    if (path_of(&path, "/v1/groups/", c->args[0], "/blocked") ||
         (c->val[O_REASON] && (buf_puts(&path, q++ ? "&reason=" : "?reason=") ||
-                              buf_seg(c, &path, c->val[O_REASON]))) ||
+                              buf_seg(&path, c->val[O_REASON]))) ||
         (c->val[O_LIMIT] && (buf_puts(&path, q++ ? "&limit=" : "?limit=") ||
-                             buf_seg(c, &path, c->val[O_LIMIT])))) {
+                             buf_seg(&path, c->val[O_LIMIT])))) {
         mic_buf_fini(&path);
         return oom(c);
     }
@@ -1342,11 +1323,11 @@ static int cmd_dlq_list(struct cli *c)
 
     if ((rc = opt_int(c, O_LIMIT, INT64_MIN, &n)))
         return rc;
-    if (path_of(c, &path, "/v1/groups/", c->args[0], "/dlq") ||
+    if (path_of(&path, "/v1/groups/", c->args[0], "/dlq") ||
         (c->val[O_LIMIT] && (buf_puts(&path, q++ ? "&limit=" : "?limit=") ||
-                             buf_seg(c, &path, c->val[O_LIMIT]))) ||
+                             buf_seg(&path, c->val[O_LIMIT]))) ||
         (c->val[O_AFTER] && (buf_puts(&path, q++ ? "&after=" : "?after=") ||
-                             buf_seg(c, &path, c->val[O_AFTER])))) {
+                             buf_seg(&path, c->val[O_AFTER])))) {
         mic_buf_fini(&path);
         return oom(c);
     }
@@ -1361,7 +1342,7 @@ static int dlq_act(struct cli *c, const char *verb, const char *const *ok)
 {
     json_t *body = json_object(), *seqs = json_array();
     struct mic_buf path = {0};
-    struct answer a = {0};
+    struct mic_response a = {0};
     char tail[24];
     int rc = 0;
 
@@ -1396,7 +1377,7 @@ static int dlq_act(struct cli *c, const char *verb, const char *const *ok)
     else
         json_object_set(body, "seqs", seqs);
     snprintf(tail, sizeof tail, "/dlq/%s", verb);
-    if (path_of(c, &path, "/v1/groups/", c->args[0], tail)) {
+    if (path_of(&path, "/v1/groups/", c->args[0], tail)) {
         rc = oom(c);
         goto out;
     }
@@ -1412,7 +1393,7 @@ static int dlq_act(struct cli *c, const char *verb, const char *const *ok)
     } else {
         rc = print_results(c, &a, verb, ok);
     }
-    answer_fini(&a);
+    mic_response_fini(&a);
 out:
     mic_buf_fini(&path);
     json_decref(seqs);
@@ -1506,7 +1487,7 @@ static int cmd_topics(struct cli *c)
     struct mic_buf path = {0};
     int rc;
 
-    if (path_of(c, &path, c->nargs ? "/v1/topics/" : "/v1/topics",
+    if (path_of(&path, c->nargs ? "/v1/topics/" : "/v1/topics",
                 c->nargs ? c->args[0] : NULL, NULL)) {
         mic_buf_fini(&path);
         return oom(c);
@@ -1521,7 +1502,7 @@ static int cmd_groups(struct cli *c)
     struct mic_buf path = {0};
     int rc;
 
-    if (path_of(c, &path, c->nargs ? "/v1/groups/" : "/v1/groups",
+    if (path_of(&path, c->nargs ? "/v1/groups/" : "/v1/groups",
                 c->nargs ? c->args[0] : NULL, NULL)) {
         mic_buf_fini(&path);
         return oom(c);
@@ -1590,7 +1571,7 @@ static int cmd_aggregate(struct cli *c)
     struct mic_buf path = {0};
     int rc;
 
-    if (path_of(c, &path, "/v1/aggregates/", c->args[0], "/") || buf_seg(c, &path, c->args[1])) {
+    if (path_of(&path, "/v1/aggregates/", c->args[0], "/") || buf_seg(&path, c->args[1])) {
         mic_buf_fini(&path);
         return oom(c);
     }
@@ -1841,9 +1822,7 @@ static const struct command *find_command(struct cli *c, int *words)
 static int opts_parse(struct cli *c, int argc, char **argv)
 {
     struct option long_opts[O_COUNT + 1];
-    const char *url;
     int ch, words = 0;
-    size_t n;
 
     if (!(c->headers = calloc((size_t)argc + 1, sizeof *c->headers)) ||
         !(c->scopes = calloc((size_t)argc + 1, sizeof *c->scopes)) ||
@@ -1918,18 +1897,12 @@ static int opts_parse(struct cli *c, int argc, char **argv)
     c->key = c->val[O_KEY] && *c->val[O_KEY] ? c->val[O_KEY] : getenv("MIC_KEY");
     if (c->key && !*c->key)
         c->key = NULL;
-    url = c->val[O_URL];
-    if (!url || !*url)
-        url = getenv("MIC_URL");
-    if (!url || !*url)
-        url = DEFAULT_URL;
-    if (!(c->url = strdup(url))) {
-        oom(c);
-        return EXIT_USAGE;
-    }
-    for (n = strlen(c->url); n && c->url[n - 1] == '/'; n--)
-        c->url[n - 1] = 0;
-    c->timeout_s = REQUEST_TIMEOUT_S;
+    c->url = c->val[O_URL];
+    if (!c->url || !*c->url)
+        c->url = getenv("MIC_URL");
+    if (!c->url || !*c->url)
+        c->url = DEFAULT_URL;
+    c->timeout_ms = REQUEST_TIMEOUT_MS;
     return 0;
 }
 
@@ -1945,26 +1918,13 @@ int main(int argc, char **argv)
         rc = rc < 0 ? 0 : rc;
         goto out_args;
     }
-    if (curl_global_init(CURL_GLOBAL_DEFAULT)) {
-        set_err(&c, "cannot initialise libcurl");
-        rc = report(&c, EXIT_FAIL);
-        goto out_args;
-    }
-    if (!(c.curl = curl_easy_init())) {
-        set_err(&c, "cannot initialise libcurl");
-        rc = report(&c, EXIT_FAIL);
-        goto out_global;
-    }
     rc = c.cmd->fn(&c);
     if (fflush(stdout) && !rc) {
         set_err(&c, "cannot write to stdout: %s", strerror(errno));
         rc = report(&c, EXIT_FAIL);
     }
-    curl_easy_cleanup(c.curl);
-out_global:
-    curl_global_cleanup();
+    mic_client_free(c.mc);
 out_args:
-    free(c.url);
     free(c.headers);
     free(c.scopes);
     free(c.pos);

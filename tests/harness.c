@@ -1,9 +1,9 @@
 /* harness.c - see harness.h. */
 #define _GNU_SOURCE
 #include "harness.h"
+#include "mic.h"
 #include "procfx.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -225,105 +225,59 @@ int srv_run_expect_exit(struct srv *s, const char *const *args)
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-/* ---- HTTP ---- */
+/* ---- HTTP (through libmic: mic_request, never retried) ---- */
 
-static size_t on_body(char *p, size_t size, size_t n, void *arg)
-{
-    struct resp *r = arg;
-    size_t len = size * n;
-    char *nb = realloc(r->body, r->len + len + 1);
-
-    if (!nb)
-        return 0;
-    memcpy(nb + r->len, p, len);
-    r->body = nb;
-    r->len += len;
-    r->body[r->len] = 0;
-    return len;
-}
-
-static void header_value(const char *line, size_t len, const char *name,
-                         char *out, size_t cap)
-{
-    size_t nl = strlen(name), vl;
-
-    if (len <= nl + 1 || strncasecmp(line, name, nl) || line[nl] != ':')
-        return;
-    line += nl + 1;
-    len -= nl + 1;
-    while (len && *line == ' ') {
-        line++;
-        len--;
-    }
-    while (len && (line[len - 1] == '\r' || line[len - 1] == '\n'))
-        len--;
-    vl = len < cap - 1 ? len : cap - 1;
-    memcpy(out, line, vl);
-    out[vl] = 0;
-}
-
-static size_t on_header(char *p, size_t size, size_t n, void *arg)
-{
-    struct resp *r = arg;
-    size_t len = size * n;
-
-    header_value(p, len, "X-Request-Id", r->request_id, sizeof r->request_id);
-    header_value(p, len, "Retry-After", r->retry_after, sizeof r->retry_after);
-    return len;
-}
-
-static __thread CURL *curl_handle;
+/* This thread's libmic handle, made again when the server's URL or CA
+ * file changes (a restart picks a new port). */
+static __thread mic_client *client;
+static __thread char client_url[64], client_ca[256];
 
 void http_thread_done(void)
 {
-    if (curl_handle)
-        curl_easy_cleanup(curl_handle);
-    curl_handle = NULL;
+    mic_client_free(client);
+    client = NULL;
+}
+
+static mic_client *client_for(const struct srv *s)
+{
+    struct mic_client_opts o = {0};
+    const char *urls[1] = {s->url};
+
+    if (client && !strcmp(client_url, s->url) && !strcmp(client_ca, s->cacert))
+        return client;
+    http_thread_done();
+    o.urls = urls;
+    o.nurls = 1;
+    o.cafile = s->cacert[0] ? s->cacert : NULL;
+    o.timeout_ms = 30000;
+    if (mic_client_new(&o, &client, NULL))
+        return NULL;
+    snprintf(client_url, sizeof client_url, "%s", s->url);
+    snprintf(client_ca, sizeof client_ca, "%s", s->cacert);
+    return client;
 }
 
 int http(const struct srv *s, const char *method, const char *path,
          const char *ctype, const char *body, size_t len, const char *hdr,
          struct resp *r)
 {
-    struct curl_slist *h = NULL;
-    char url[1024], ct[128];
-    CURLcode rc;
+    const char *headers[2] = {hdr, NULL};
+    struct mic_response mr;
+    mic_client *c = client_for(s);
 
     memset(r, 0, sizeof *r);
-    CURL *c = curl_handle;
-
-    if (!c && !(c = curl_handle = curl_easy_init()))
+    if (!c)
         return -1;
-    curl_easy_reset(c);
-    snprintf(url, sizeof url, "%s%s", s->url, path);
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_CAINFO, s->cacert[0] ? s->cacert : NULL);
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    if (strcmp(method, "HEAD") == 0)
-        curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-    if (body) {
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    if (mic_request(c, 0, method, path, ctype, body, len, hdr ? headers : NULL, &mr)) {
+        mic_response_fini(&mr);
+        return -1;
     }
-    snprintf(ct, sizeof ct, "Content-Type: %s", ctype ? ctype : "");
-    h = curl_slist_append(h, ct); /* "Content-Type:" alone removes it */
-    h = curl_slist_append(h, "Expect:");
-    if (hdr)
-        h = curl_slist_append(h, hdr);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    rc = curl_easy_perform(c);
-    curl_slist_free_all(h);
-    if (rc != CURLE_OK)
-        return -1;
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
-    if (r->body)
-        r->json = json_loadb(r->body, r->len, 0, NULL);
+    r->status = mr.status;
+    r->body = mr.body;
+    r->len = mr.len;
+    r->json = mr.json;
+    snprintf(r->request_id, sizeof r->request_id, "%s", mr.request_id);
+    snprintf(r->retry_after, sizeof r->retry_after, "%s", mr.retry_after);
     return 0;
 }
 

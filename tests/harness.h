@@ -1,5 +1,6 @@
 /* harness.h - integration test support: start a real micd on an ephemeral
- * port in a temporary directory, speak HTTP to it with libcurl, stop it
+ * port in a temporary directory, speak HTTP to it through libmic
+ * (mic_request: one request, never retried), stop it
  * with SIGTERM or kill -9.  The binary is $MICD (default build/san/micd). */
 #ifndef MIC_HARNESS_H
 #define MIC_HARNESS_H
@@ -69,7 +70,7 @@ int http_json(const struct srv *s, const char *method, const char *path,
               const char *body, struct resp *r);
 void resp_free(struct resp *r);
 
-/* Free this thread's libcurl handle (call before a thread ends). */
+/* Free this thread's libmic handle (call before a thread ends). */
 void http_thread_done(void);
 
 /* The error code of a {"error":{"code":...}} body, or "" */
