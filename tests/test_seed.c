@@ -128,25 +128,20 @@ static mic_client *client1(void)
 }
 
 /* PUT topic or group 'name' with JSON 'cfg' through libmic (every node). */
-static void put_topic(mic_client *c, const char *name, const char *cfg)
+typedef int (*put_fn)(mic_client *c, const char *name, json_t *config, json_t **out);
+
+static void put(mic_client *c, put_fn fn, const char *name, const char *cfg)
 {
     json_t *body = json_loads(cfg, 0, NULL), *out = NULL;
 
     assert_non_null(body);
-    assert_int_equal(mic_admin_topic_put(c, name, body, &out), 0);
+    assert_int_equal(fn(c, name, body, &out), 0);
     json_decref(out);
     json_decref(body);
 }
 
-static void put_group(mic_client *c, const char *name, const char *cfg)
-{
-    json_t *body = json_loads(cfg, 0, NULL), *out = NULL;
-
-    assert_non_null(body);
-    assert_int_equal(mic_admin_group_put(c, name, body, &out), 0);
-    json_decref(out);
-    json_decref(body);
-}
+#define put_topic(c, name, cfg) put(c, mic_admin_topic_put, name, cfg)
+#define put_group(c, name, cfg) put(c, mic_admin_group_put, name, cfg)
 
 /* The member 'key' (a number) of the entry named 'name' of stats list
  * 'list' ("topics" with key "topic", "groups" with key "group"), from
