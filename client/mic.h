@@ -463,8 +463,12 @@ struct mic_consumer_stats {
     long applied, already, gaps, stale, refused, failed, fenced;
 };
 
-/* Open (creating the directory and its databases).  Returns 0 and *out
- * (mic_consumer_close it), or -1 with a reason in err. */
+/* Open (creating the directory and its databases; layout in
+ * proto/consumer-store.md).  A directory is opened once per process
+ * (LMDB's rule); several processes may share it.  Returns 0 and *out
+ * (mic_consumer_close it), or -1 with a reason in err (errcap bytes): the
+ * directory cannot be made, LMDB fails, or the store is of a format this
+ * libmic does not read. */
 int mic_consumer_open(const struct mic_consumer_opts *o, mic_consumer **out, char *err,
                       size_t errcap);
 void mic_consumer_close(mic_consumer *k);

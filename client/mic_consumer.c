@@ -28,6 +28,9 @@
  * once, by its marker alone.  An effect executor (MIC_EFFECTS) refuses a
  * replay delivery whose effects are forbidden before anything else.
  *
+ * "mic.format" in the unnamed database holds the store's format (u32, 1);
+ * a store of another format is refused at open (proto/consumer-store.md).
+ *
  * The processed markers are never removed here: they are what makes a
  * redelivery harmless, and they cost one key per event. */
 #define _GNU_SOURCE
@@ -47,6 +50,33 @@ struct mic_consumer {
     MDB_dbi ckpt, seen;
     atomic_long applied, already, gaps, stale, refused, failed, fenced;
 };
+
+/* The store's format (proto/consumer-store.md), under "mic.format" in
+ * the unnamed database: written when absent (a new store, or one made
+ * before the key existed, which is format 1 too). */
+#define CONSUMER_FORMAT 1u
+
+static int format_check(MDB_txn *txn)
+{
+    MDB_dbi main;
+    MDB_val key = {10, (void *)"mic.format"}, val;
+    uint32_t f = CONSUMER_FORMAT;
+    int rc;
+
+    if ((rc = mdb_dbi_open(txn, NULL, 0, &main)))
+        return rc;
+    rc = mdb_get(txn, main, &key, &val);
+    if (rc == MDB_NOTFOUND) {
+        val.mv_data = &f;
+        val.mv_size = sizeof f;
+        return mdb_put(txn, main, &key, &val, 0);
+    }
+    if (rc)
+        return rc;
+    if (val.mv_size != sizeof f || memcmp(val.mv_data, &f, sizeof f))
+        return MDB_INCOMPATIBLE;
+    return 0;
+}
 
 int mic_consumer_open(const struct mic_consumer_opts *o, mic_consumer **out, char *err,
                       size_t errcap)
@@ -82,8 +112,14 @@ int mic_consumer_open(const struct mic_consumer_opts *o, mic_consumer **out, cha
     if ((rc = mdb_txn_begin(k->env, NULL, 0, &txn)))
         goto fail;
     if ((rc = mdb_dbi_open(txn, "mic.checkpoint", MDB_CREATE, &k->ckpt)) ||
-        (rc = mdb_dbi_open(txn, "mic.processed", MDB_CREATE, &k->seen))) {
+        (rc = mdb_dbi_open(txn, "mic.processed", MDB_CREATE, &k->seen)) ||
+        (rc = format_check(txn))) {
         mdb_txn_abort(txn);
+        if (rc == MDB_INCOMPATIBLE) {
+            snprintf(err, errcap, "%s: a consumer store of another format (this libmic reads "
+                     "format %u)", o->path, (unsigned)CONSUMER_FORMAT);
+            goto fail_msg;
+        }
         goto fail;
     }
     if ((rc = mdb_txn_commit(txn)))
@@ -92,6 +128,7 @@ int mic_consumer_open(const struct mic_consumer_opts *o, mic_consumer **out, cha
     return 0;
 fail:
     snprintf(err, errcap, "%s: %s", o->path, mdb_strerror(rc));
+fail_msg:
     if (k->env)
         mdb_env_close(k->env);
     free(k);
