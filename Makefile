@@ -164,8 +164,8 @@ build/examples/%: examples/%.c client/mic.h build/libmic.a
 build/san/examples/%: examples/%.c client/mic.h build/san/libmic.a
 	@mkdir -p build/san/examples
 	$(CC) $(WARN) -O1 $(SAN) -Iclient $(LIBMIC_CFLAGS) $< build/san/libmic.a -o $@ $(LIBMIC_LIBS)
-build/rangeread: bench/rangeread.c | build/rel
-	$(CC) $(WARN) -O2 $(shell pkg-config --cflags libcurl) $< -o $@ $(shell pkg-config --libs libcurl)
+build/rangeread: bench/rangeread.c client/mic.h build/libmic.a | build/rel
+	$(CC) $(WARN) -O2 -Iclient $(LIBMIC_CFLAGS) $< build/libmic.a -o $@ $(LIBMIC_LIBS)
 build/bench_parse: bench/bench_parse.c $(REL_OBJ) $(LMDB_A)
 	$(CC) $(WARN) -O2 $(PKGCFLAGS) -Iserver $< $(REL_OBJ) -o $@ $(PKGLIBS)
 

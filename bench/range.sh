@@ -4,7 +4,7 @@
 # One micd on 127.0.0.1 (ephemeral port, temporary store, stopped by PID):
 # 1M events published to one topic (batches of 1000), then the middle 10%
 # of their created_at span read back as an NDJSON stream
-# (Accept: application/x-ndjson) by build/rangeread (libcurl, timed in the
+# (Accept: application/x-ndjson) by build/rangeread (libmic, timed in the
 # process, order checked), 3 times: events/s, median with min-max.  EVENTS
 # changes the size.
 set -eu

@@ -4,7 +4,7 @@
  *   rangeread --url http://127.0.0.1:PORT --topic T --from ISO --to ISO
  *
  * GET /v1/topics/T/events?from=..&to=.. with Accept: application/x-ndjson
- * through libcurl, reading the body as it arrives.  The clock runs from
+ * through libmic (mic_stream), reading the body as it arrives.  The clock runs from
  * just before the request to the last byte, like the peer drivers' W5
  * (no process start-up in the figure).  Each line is checked: its
  * created_at lies in [from, to] and is not before the previous line's
@@ -15,7 +15,8 @@
  * "disorder","duplicates","out_of_window","status"}.  Exit 0 when the read
  * answered 200 with no disorder, duplicate or event out of the window. */
 #define _GNU_SOURCE
-#include <curl/curl.h>
+#include "mic.h"
+
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,10 +87,12 @@ static void check_line(struct reader *r, const char *p, size_t n)
     memcpy(r->prev_id, id, sizeof id);
 }
 
-static size_t on_body(char *p, size_t size, size_t nmemb, void *arg)
+/* mic_stream's chunk callback: split into lines and check each.  Returns
+ * 0 to go on, 1 (the transfer stops) when memory runs out. */
+static int on_body(const char *p, size_t n, void *arg)
 {
     struct reader *r = arg;
-    size_t n = size * nmemb, i = 0;
+    size_t i = 0;
 
     r->bytes += n;
     while (i < n) {
@@ -101,8 +104,10 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *arg)
                 size_t cap = (r->len + take) * 2;
                 char *q = realloc(r->line, cap);
 
-                if (!q)
-                    return 0;       /* aborts the transfer */
+                if (!q) {
+                    r->failed = 1;
+                    return 1;       /* stops the transfer */
+                }
                 r->line = q;
                 r->cap = cap;
             }
@@ -117,7 +122,7 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *arg)
         }
         i += take + (nl ? 1 : 0);
     }
-    return n;
+    return 0;
 }
 
 static void usage(FILE *f)
@@ -135,13 +140,12 @@ int main(int argc, char **argv)
         {"to", 1, NULL, 'o'}, {"help", 0, NULL, 'h'}, {"key", 1, NULL, 'k'},
         {"cacert", 1, NULL, 'c'}, {NULL, 0, NULL, 0}};
     const char *url = NULL, *topic = NULL, *key = getenv("MIC_KEY"), *cacert = NULL;
-    char *authline = NULL;
     struct reader r;
-    struct curl_slist *hdr = NULL;
-    char *q;
-    CURL *c;
-    CURLcode cc;
-    long status = 0;
+    struct mic_client_opts mo = {0};
+    struct mic_failure f;
+    mic_client *c;
+    char *q, et[640], text[800];
+    long status = 200;
     double t0, secs;
     int ch;
 
@@ -162,43 +166,34 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) || !(c = curl_easy_init()))
-        return 1;
-    if (asprintf(&q, "%s/v1/topics/%s/events?from=%s&to=%s", url, topic, r.from, r.to) < 0)
-        return 1;
-    hdr = curl_slist_append(hdr, "Accept: application/x-ndjson");
-    if (key && *key) {
-        if (asprintf(&authline, "Authorization: Bearer %s", key) < 0)
-            return 1;
-        hdr = curl_slist_append(hdr, authline);
+    mo.urls = &url;
+    mo.nurls = 1;
+    mo.key = key && *key ? key : NULL;
+    mo.cafile = cacert;
+    if (mic_client_new(&mo, &c, &f)) {
+        fprintf(stderr, "rangeread: %s\n", mic_failure_text(&f, text, sizeof text));
+        return 2;
     }
-    if (cacert)
-        curl_easy_setopt(c, CURLOPT_CAINFO, cacert);
-    curl_easy_setopt(c, CURLOPT_URL, q);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r);
-    curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 600L);
+    if (!mic_path_escape(topic, et, sizeof et) ||
+        asprintf(&q, "/v1/topics/%s/events?from=%s&to=%s", et, r.from, r.to) < 0)
+        return 1;
     t0 = now_s();
-    cc = curl_easy_perform(c);
-    secs = now_s() - t0;
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-    if (cc != CURLE_OK) {
-        fprintf(stderr, "rangeread: %s\n", curl_easy_strerror(cc));
+    if (mic_stream(c, 0, q, "application/x-ndjson", on_body, &r)) {
+        const struct mic_failure *e = mic_client_failure(c);
+
+        fprintf(stderr, "rangeread: %s\n", mic_failure_text(e, text, sizeof text));
+        status = e->status;
         r.failed = 1;
     }
+    secs = now_s() - t0;
     if (r.len)                      /* a last line without its newline */
         r.failed = 1;
     printf("{\"events\":%ld,\"bytes\":%llu,\"seconds\":%.6f,\"events_per_s\":%.0f,"
            "\"disorder\":%ld,\"duplicates\":%ld,\"out_of_window\":%ld,\"status\":%ld}\n",
            r.events, r.bytes, secs, secs > 0 ? r.events / secs : 0.0, r.disorder, r.dups,
            r.outside, status);
-    curl_slist_free_all(hdr);
-    curl_easy_cleanup(c);
-    curl_global_cleanup();
+    mic_client_free(c);
     free(q);
-    free(authline);
     free(r.line);
     return r.failed || status != 200 || r.disorder || r.dups || r.outside ? 1 : 0;
 }
