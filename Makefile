@@ -44,7 +44,7 @@ UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
 KIT     := build/san/claimkit.o build/san/procfx.o build/san/jgen.o
 
-.PHONY: all examples install run test check deps bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke peer-deps clean
+.PHONY: all examples install check-install run test check deps bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke peer-deps clean
 all: build/micd build/mic-events-replay build/mic build/libmic.a build/libmic.so
 
 deps:
@@ -93,6 +93,8 @@ LIBMIC_SRC := client/libmic.c client/mic_worker.c client/mic_consumer.c
 # micd's growable buffer and time formatting serve libmic too (one copy).
 LIBMIC_SHARED := server/buf.c server/clock.c
 LIBMIC_PKGS := libcurl jansson lmdb libcrypto
+# mic.h's own types come from these: a program using libmic links them too
+LIBMIC_PUBLIC := jansson lmdb
 LIBMIC_CFLAGS = $(shell pkg-config --cflags $(LIBMIC_PKGS) 2>/dev/null)
 LIBMIC_LIBS = $(shell pkg-config --libs $(LIBMIC_PKGS) 2>/dev/null) -lpthread
 LIBMIC_REL := $(LIBMIC_SRC:client/%.c=build/rel/lib/%.o) $(LIBMIC_SHARED:server/%.c=build/rel/lib/%.o)
@@ -117,8 +119,8 @@ build/libmic.so: $(LIBMIC_REL)
 build/san/libmic.a: $(LIBMIC_SAN)
 	rm -f $@ && ar rcs $@ $^
 build/libmic.pc: Makefile | build/rel
-	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: libmic\nDescription: C client of the MIC outbox broker\nVersion: %s\nRequires.private: %s\nLibs: -L$${libdir} -lmic\nLibs.private: -lpthread\nCflags: -I$${includedir}\n' \
-	    '$(PREFIX)' '$(LIBMIC_VERSION)' '$(LIBMIC_PKGS)' > $@
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: libmic\nDescription: C client of the MIC outbox broker\nVersion: %s\nRequires: %s\nRequires.private: %s\nLibs: -L$${libdir} -lmic\nLibs.private: -lpthread\nCflags: -I$${includedir}\n' \
+	    '$(PREFIX)' '$(LIBMIC_VERSION)' '$(LIBMIC_PUBLIC)' '$(filter-out $(LIBMIC_PUBLIC),$(LIBMIC_PKGS))' > $@
 
 # The tools link libmic (static; it carries micd's buffer and clock).
 CLI_REL := build/libmic.a build/rel/auth.o build/rel/err.o
@@ -173,7 +175,19 @@ run: deps build/micd
 	mkdir -p var
 	./build/micd --listen 127.0.0.1:8080 --data ./var
 
-check: build/san/micd build/san/mic-events-replay build/san/mic $(UNIT) \
+# make install as a user runs it, into build/prefix: a program outside the
+# tree builds against the installed mic.h and libmic.so through pkg-config
+# alone, and runs.
+check-install: all build/libmic.pc
+	rm -rf build/prefix
+	$(MAKE) --no-print-directory install PREFIX="$(CURDIR)/build/prefix" > /dev/null
+	PKG_CONFIG_PATH="$(CURDIR)/build/prefix/lib/pkgconfig" sh -c \
+	    '$(CC) $(WARN) examples/producer.c $$(pkg-config --cflags --libs libmic) -o build/prefix/producer'
+	LD_LIBRARY_PATH="$(CURDIR)/build/prefix/lib" build/prefix/producer --help > /dev/null
+	LD_LIBRARY_PATH="$(CURDIR)/build/prefix/lib" ldd build/prefix/producer | grep -q 'build/prefix/lib/libmic.so.1'
+	@echo "check-install: libmic installed, found by pkg-config, linked and run"
+
+check: check-install build/san/micd build/san/mic-events-replay build/san/mic $(UNIT) \
        $(EXAMPLES:%=build/san/examples/%) $(EXAMPLES:%=build/examples/%) \
        build/micd build/loadgen build/workers build/rangeread $(PEER_DRIVERS)
 	tests/check-layers.sh
