@@ -942,14 +942,14 @@ static int settle(mic_client *c, enum verb verb, const char *group,
     struct mic_failure first;
 
     fail_clear(&first);
-    if (!mic_path_escape(group, g, sizeof g))
-        return failf(c, MIC_FAIL_ARG, -1, "group name too long");
-    snprintf(path, sizeof path, "/v1/groups/%s/%s", g, words[verb]);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) {   /* every item UNKNOWN until answered */
         memset(&res[i], 0, sizeof res[i]);
         res[i].seq = items[i]->seq;
         fail_clear(&res[i].fail);
     }
+    if (!mic_path_escape(group, g, sizeof g))
+        return failf(c, MIC_FAIL_ARG, -1, "group name too long");
+    snprintf(path, sizeof path, "/v1/groups/%s/%s", g, words[verb]);
     if (!n)
         return 0;
     if (!(idx = malloc(n * sizeof *idx)))
