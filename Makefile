@@ -160,10 +160,10 @@ build/workers: bench/workers.c build/libmic.a | build/rel
 # for tests/test_examples.c.
 EXAMPLES := $(patsubst examples/%.c,%,$(wildcard examples/*.c))
 examples: $(EXAMPLES:%=build/examples/%)
-build/examples/%: examples/%.c client/mic.h build/libmic.a
+build/examples/%: examples/%.c examples/example.h client/mic.h build/libmic.a
 	@mkdir -p build/examples
 	$(CC) $(WARN) -O2 -Iclient $(LIBMIC_CFLAGS) $< build/libmic.a -o $@ $(LIBMIC_LIBS)
-build/san/examples/%: examples/%.c client/mic.h build/san/libmic.a
+build/san/examples/%: examples/%.c examples/example.h client/mic.h build/san/libmic.a
 	@mkdir -p build/san/examples
 	$(CC) $(WARN) -O1 $(SAN) -Iclient $(LIBMIC_CFLAGS) $< build/san/libmic.a -o $@ $(LIBMIC_LIBS)
 build/rangeread: bench/rangeread.c client/mic.h build/libmic.a | build/rel

@@ -24,6 +24,7 @@
  *
  *   producer --url http://127.0.0.1:8080 --topic orders --create --aggregates 10 --events 1000 */
 #define _GNU_SOURCE
+#include "example.h"
 #include "mic.h"
 
 #include <getopt.h>
@@ -33,14 +34,10 @@
 #include <string.h>
 
 #define BATCH 100
-#define EXIT_FAIL 1
-#define EXIT_USAGE 2
-#define DEFAULT_URL "http://127.0.0.1:8080"
 
 struct args {
-    const char *urls[MIC_NODES_MAX];
-    size_t nurls;
-    const char *key, *topic;
+    struct ex_conn conn;
+    const char *topic;
     long aggregates, events;
     int create;
 };
@@ -64,39 +61,25 @@ static void usage(FILE *f)
             DEFAULT_URL);
 }
 
-/* A positive integer flag value, or -1. */
-static long positive(const char *s)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-
-    return *s && !*end && v > 0 ? v : -1;
-}
-
 static int parse(int argc, char **argv, struct args *a)
 {
     static const struct option opts[] = {
-        {"url", required_argument, NULL, 'u'},     {"key", required_argument, NULL, 'k'},
+        EX_CONN_OPTIONS,
         {"topic", required_argument, NULL, 't'},   {"create", no_argument, NULL, 'c'},
         {"aggregates", required_argument, NULL, 'a'},
         {"events", required_argument, NULL, 'n'},  {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    int ch;
+    int ch, taken;
+    double v;
 
     *a = (struct args){.topic = "orders", .aggregates = 10, .events = 1000};
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if ((taken = ex_conn_option(&a->conn, ch, optarg, "producer")) < 0)
+            return EXIT_USAGE;
+        if (taken)
+            continue;
         switch (ch) {
-        case 'u':
-            if (a->nurls == MIC_NODES_MAX) {
-                fprintf(stderr, "producer: at most %d --url\n", MIC_NODES_MAX);
-                return EXIT_USAGE;
-            }
-            a->urls[a->nurls++] = optarg;
-            break;
-        case 'k':
-            a->key = optarg;
-            break;
         case 't':
             a->topic = optarg;
             break;
@@ -105,12 +88,12 @@ static int parse(int argc, char **argv, struct args *a)
             break;
         case 'a':
         case 'n':
-            if (positive(optarg) < 0) {
+            if ((v = ex_number(optarg, 1, 1e15)) < 0 || v != (long)v) {
                 fprintf(stderr, "producer: --%s takes a positive integer\n",
                         ch == 'a' ? "aggregates" : "events");
                 return EXIT_USAGE;
             }
-            *(ch == 'a' ? &a->aggregates : &a->events) = positive(optarg);
+            *(ch == 'a' ? &a->aggregates : &a->events) = (long)v;
             break;
         case 'h':
             usage(stdout);
@@ -124,13 +107,7 @@ static int parse(int argc, char **argv, struct args *a)
         fprintf(stderr, "producer: unexpected argument %s\n", argv[optind]);
         return EXIT_USAGE;
     }
-    if (!a->nurls) {
-        const char *env = getenv("MIC_URL");
-
-        a->urls[a->nurls++] = env && *env ? env : DEFAULT_URL;
-    }
-    if (!a->key && getenv("MIC_KEY") && *getenv("MIC_KEY"))
-        a->key = getenv("MIC_KEY");
+    ex_conn_defaults(&a->conn);
     /* TOPIC:o<k>:<version> must fit an event_id (128 bytes). */
     if (strlen(a->topic) > 80) {
         fprintf(stderr, "producer: a topic of at most 80 bytes, for the event ids\n");
@@ -225,22 +202,14 @@ int main(int argc, char **argv)
 {
     struct args a;
     struct counts k = {0};
-    struct mic_client_opts o = {0};
-    struct mic_failure f;
     mic_client *c;
-    char why[800];
     long sent = 0;
     int rc;
 
     if ((rc = parse(argc, argv, &a)))
         return rc;
-    o.urls = a.urls;
-    o.nurls = a.nurls;
-    o.key = a.key;
-    if (mic_client_new(&o, &c, &f)) {
-        fprintf(stderr, "producer: %s\n", mic_failure_text(&f, why, sizeof why));
+    if (ex_client(&a.conn, "producer", &c))
         return EXIT_USAGE;
-    }
     rc = a.create ? topic_ensure(c, a.topic, &k.topic_created) : 0;
     while (!rc && sent < a.events) {
         size_t n = a.events - sent > BATCH ? BATCH : (size_t)(a.events - sent);

@@ -44,6 +44,7 @@
  *
  *   projection --url http://127.0.0.1:8080 --group orders.view --state ./orders-view */
 #define _GNU_SOURCE
+#include "example.h"
 #include "mic.h"
 
 #include <getopt.h>
@@ -53,15 +54,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EXIT_FAIL 1
-#define EXIT_USAGE 2
-#define DEFAULT_URL "http://127.0.0.1:8080"
 #define TIME_LEN 27   /* YYYY-MM-DDTHH:MM:SS.ffffffZ */
 
 struct args {
-    const char *urls[MIC_NODES_MAX];
-    size_t nurls;
-    const char *key, *group, *state;
+    struct ex_conn conn;
+    const char *group, *state;
     int threads, max;
     double wait_s, idle_exit_s;
 };
@@ -91,40 +88,25 @@ static void usage(FILE *f)
             DEFAULT_URL);
 }
 
-/* A number flag value in [lo, hi], or -1. */
-static double number(const char *s, double lo, double hi)
-{
-    char *end;
-    double v = strtod(s, &end);
-
-    return *s && !*end && v >= lo && v <= hi ? v : -1;
-}
-
 static int parse(int argc, char **argv, struct args *a)
 {
     static const struct option opts[] = {
-        {"url", required_argument, NULL, 'u'},     {"key", required_argument, NULL, 'k'},
+        EX_CONN_OPTIONS,
         {"group", required_argument, NULL, 'g'},   {"state", required_argument, NULL, 's'},
         {"threads", required_argument, NULL, 't'}, {"max", required_argument, NULL, 'm'},
         {"wait", required_argument, NULL, 'w'},    {"idle-exit", required_argument, NULL, 'i'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
-    int ch;
+    int ch, taken;
     double v;
 
     *a = (struct args){.threads = 4, .max = 10, .wait_s = 20};
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if ((taken = ex_conn_option(&a->conn, ch, optarg, "projection")) < 0)
+            return EXIT_USAGE;
+        if (taken)
+            continue;
         switch (ch) {
-        case 'u':
-            if (a->nurls == MIC_NODES_MAX) {
-                fprintf(stderr, "projection: at most %d --url\n", MIC_NODES_MAX);
-                return EXIT_USAGE;
-            }
-            a->urls[a->nurls++] = optarg;
-            break;
-        case 'k':
-            a->key = optarg;
-            break;
         case 'g':
             a->group = optarg;
             break;
@@ -133,7 +115,7 @@ static int parse(int argc, char **argv, struct args *a)
             break;
         case 't':
         case 'm':
-            if ((v = number(optarg, 1, ch == 't' ? 256 : 1000)) < 0 || v != (int)v) {
+            if ((v = ex_number(optarg, 1, ch == 't' ? 256 : 1000)) < 0 || v != (int)v) {
                 fprintf(stderr, "projection: --%s takes an integer from 1 to %d\n",
                         ch == 't' ? "threads" : "max", ch == 't' ? 256 : 1000);
                 return EXIT_USAGE;
@@ -143,7 +125,7 @@ static int parse(int argc, char **argv, struct args *a)
         case 'w':
         case 'i':
             /* --wait 0 would be libmic's default (20), so it starts above 0. */
-            if ((v = number(optarg, ch == 'w' ? 0.001 : 0, ch == 'w' ? 60 : 43200)) < 0) {
+            if ((v = ex_number(optarg, ch == 'w' ? 0.001 : 0, ch == 'w' ? 60 : 43200)) < 0) {
                 fprintf(stderr, "projection: bad value for --%s: %s\n",
                         ch == 'w' ? "wait" : "idle-exit", optarg);
                 return EXIT_USAGE;
@@ -166,13 +148,7 @@ static int parse(int argc, char **argv, struct args *a)
         fprintf(stderr, "projection: give --group and --state\n");
         return EXIT_USAGE;
     }
-    if (!a->nurls) {
-        const char *env = getenv("MIC_URL");
-
-        a->urls[a->nurls++] = env && *env ? env : DEFAULT_URL;
-    }
-    if (!a->key && getenv("MIC_KEY") && *getenv("MIC_KEY"))
-        a->key = getenv("MIC_KEY");
+    ex_conn_defaults(&a->conn);
     return 0;
 }
 
@@ -295,12 +271,10 @@ int main(int argc, char **argv)
 {
     struct args a;
     struct proj p = {0, 0};
-    struct mic_client_opts o = {0};
     struct mic_consumer_opts ko = {0};
     struct mic_worker_opts wo = {0};
     struct mic_worker_stats st = {0};
     struct mic_consumer_stats ks;
-    struct mic_failure f;
     mic_consumer *k = NULL;
     mic_client *c;
     char why[800], digest[65] = "";
@@ -309,13 +283,8 @@ int main(int argc, char **argv)
 
     if ((rc = parse(argc, argv, &a)))
         return rc;
-    o.urls = a.urls;
-    o.nurls = a.nurls;
-    o.key = a.key;
-    if (mic_client_new(&o, &c, &f)) {
-        fprintf(stderr, "projection: %s\n", mic_failure_text(&f, why, sizeof why));
+    if (ex_client(&a.conn, "projection", &c))
         return EXIT_USAGE;
-    }
     ko.path = a.state;
     ko.max_dbs = 2;     /* summary, applied */
     ko.kind = MIC_PROJECTION;
@@ -338,7 +307,11 @@ int main(int argc, char **argv)
     wo.stop_on_signals = 1;
     wo.idle_exit_s = a.idle_exit_s;
     if (mic_worker_run(c, &wo, &st)) {
-        fprintf(stderr, "projection: the worker loop could not start\n");
+        if (st.refused)
+            fprintf(stderr, "projection: claims refused: %s\n",
+                    mic_failure_text(&st.failure, why, sizeof why));
+        else
+            fprintf(stderr, "projection: the worker loop could not start\n");
         goto out;
     }
     if (proj_digest(mic_consumer_env(k), &p, digest, &events, &aggregates)) {

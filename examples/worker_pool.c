@@ -29,6 +29,7 @@
  *
  *   worker_pool --url http://127.0.0.1:8080 --group billing --threads 4 */
 #define _GNU_SOURCE
+#include "example.h"
 #include "mic.h"
 
 #include <getopt.h>
@@ -36,15 +37,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EXIT_FAIL 1
-#define EXIT_USAGE 2
-#define DEFAULT_URL "http://127.0.0.1:8080"
 #define THREADS_MAX 256
 
 struct args {
-    const char *urls[MIC_NODES_MAX];
-    size_t nurls;
-    const char *key, *group;
+    struct ex_conn conn;
+    const char *group;
     int threads, max;
     double lease_ttl_s, wait_s, idle_exit_s;
 };
@@ -71,46 +68,31 @@ static void usage(FILE *f)
             DEFAULT_URL, THREADS_MAX);
 }
 
-/* A number flag value in [lo, hi], or -1. */
-static double number(const char *s, double lo, double hi)
-{
-    char *end;
-    double v = strtod(s, &end);
-
-    return *s && !*end && v >= lo && v <= hi ? v : -1;
-}
-
 static int parse(int argc, char **argv, struct args *a)
 {
     static const struct option opts[] = {
-        {"url", required_argument, NULL, 'u'},       {"key", required_argument, NULL, 'k'},
+        EX_CONN_OPTIONS,
         {"group", required_argument, NULL, 'g'},     {"threads", required_argument, NULL, 't'},
         {"max", required_argument, NULL, 'm'},       {"lease-ttl", required_argument, NULL, 'l'},
         {"wait", required_argument, NULL, 'w'},      {"idle-exit", required_argument, NULL, 'i'},
         {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
     };
-    int ch;
+    int ch, taken;
     double v;
 
     *a = (struct args){.threads = 4, .max = 10, .lease_ttl_s = 30, .wait_s = 20};
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if ((taken = ex_conn_option(&a->conn, ch, optarg, "worker_pool")) < 0)
+            return EXIT_USAGE;
+        if (taken)
+            continue;
         switch (ch) {
-        case 'u':
-            if (a->nurls == MIC_NODES_MAX) {
-                fprintf(stderr, "worker_pool: at most %d --url\n", MIC_NODES_MAX);
-                return EXIT_USAGE;
-            }
-            a->urls[a->nurls++] = optarg;
-            break;
-        case 'k':
-            a->key = optarg;
-            break;
         case 'g':
             a->group = optarg;
             break;
         case 't':
         case 'm':
-            if ((v = number(optarg, 1, ch == 't' ? THREADS_MAX : 1000)) < 0 || v != (int)v) {
+            if ((v = ex_number(optarg, 1, ch == 't' ? THREADS_MAX : 1000)) < 0 || v != (int)v) {
                 fprintf(stderr, "worker_pool: --%s takes an integer from 1 to %d\n",
                         ch == 't' ? "threads" : "max", ch == 't' ? THREADS_MAX : 1000);
                 return EXIT_USAGE;
@@ -121,7 +103,7 @@ static int parse(int argc, char **argv, struct args *a)
         case 'w':
         case 'i':
             /* --wait 0 would be libmic's default (20), so it starts above 0. */
-            if ((v = number(optarg, ch == 'l' ? 1 : ch == 'w' ? 0.001 : 0,
+            if ((v = ex_number(optarg, ch == 'l' ? 1 : ch == 'w' ? 0.001 : 0,
                             ch == 'w' ? 60 : 43200)) < 0) {
                 fprintf(stderr, "worker_pool: bad value for --%s: %s\n",
                         ch == 'l' ? "lease-ttl" : ch == 'w' ? "wait" : "idle-exit", optarg);
@@ -143,13 +125,7 @@ static int parse(int argc, char **argv, struct args *a)
                 optind < argc ? argv[optind] : "");
         return EXIT_USAGE;
     }
-    if (!a->nurls) {
-        const char *env = getenv("MIC_URL");
-
-        a->urls[a->nurls++] = env && *env ? env : DEFAULT_URL;
-    }
-    if (!a->key && getenv("MIC_KEY") && *getenv("MIC_KEY"))
-        a->key = getenv("MIC_KEY");
+    ex_conn_defaults(&a->conn);
     return 0;
 }
 
@@ -172,10 +148,8 @@ static enum mic_verdict handle(mic_job *job, const struct mic_leased *d, mic_cli
 int main(int argc, char **argv)
 {
     struct args a;
-    struct mic_client_opts o = {0};
     struct mic_worker_opts wo = {0};
     struct mic_worker_stats st = {0};
-    struct mic_failure f;
     struct tally *t;
     mic_client *c;
     char why[800];
@@ -183,13 +157,8 @@ int main(int argc, char **argv)
 
     if ((rc = parse(argc, argv, &a)))
         return rc;
-    o.urls = a.urls;
-    o.nurls = a.nurls;
-    o.key = a.key;
-    if (mic_client_new(&o, &c, &f)) {
-        fprintf(stderr, "worker_pool: %s\n", mic_failure_text(&f, why, sizeof why));
+    if (ex_client(&a.conn, "worker_pool", &c))
         return EXIT_USAGE;
-    }
     if (!(t = calloc((size_t)a.threads, sizeof *t))) {
         fprintf(stderr, "worker_pool: out of memory\n");
         mic_client_free(c);
@@ -206,10 +175,15 @@ int main(int argc, char **argv)
     wo.arg = t;
     wo.stop_on_signals = 1;
     wo.idle_exit_s = a.idle_exit_s;
-    if (mic_worker_run(c, &wo, &st)) {
+    if (mic_worker_run(c, &wo, &st) && !st.refused) {
         fprintf(stderr, "worker_pool: the worker loop could not start\n");
         rc = EXIT_FAIL;
     } else {
+        if (st.refused) {
+            fprintf(stderr, "worker_pool: claims refused: %s\n",
+                    mic_failure_text(&st.failure, why, sizeof why));
+            rc = EXIT_FAIL;
+        }
         printf("{\"claimed\":%ld,\"acked\":%ld,\"retried\":%ld,\"dead_lettered\":%ld,"
                "\"lease_lost\":%ld,\"extends\":%ld,\"claim_failures\":%ld,\"handled\":[",
                st.claimed, st.acked, st.retried, st.dead_lettered, st.lease_lost, st.extends,
