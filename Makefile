@@ -13,7 +13,7 @@
 
 CC      ?= cc
 PKGS    := libmicrohttpd lmdb jansson yajl openssl
-TPKGS   := cmocka libcurl libnats
+TPKGS   := cmocka libnats
 RPKGS   := jansson libcrypto libnats
 DEBS    := build-essential pkg-config libmicrohttpd-dev liblmdb-dev lmdb-utils \
            libjansson-dev libyajl-dev libssl-dev libcmocka-dev libcurl4-openssl-dev curl \
