@@ -13,8 +13,8 @@
 
 CC      ?= cc
 PKGS    := libmicrohttpd lmdb jansson yajl openssl
-TPKGS   := cmocka libcurl libnats
-RPKGS   := libcurl jansson libcrypto libnats
+TPKGS   := cmocka libnats
+RPKGS   := jansson libcrypto libnats
 DEBS    := build-essential pkg-config libmicrohttpd-dev liblmdb-dev lmdb-utils \
            libjansson-dev libyajl-dev libssl-dev libcmocka-dev libcurl4-openssl-dev curl \
            procps libnats-dev nats-server clickhouse-server clickhouse-client \

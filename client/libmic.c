@@ -586,11 +586,19 @@ int mic_stream(mic_client *c, size_t node, const char *path, const char *accept,
 {
     char hdr[160];
     const char *h[] = {hdr, NULL};
-    struct mic_response r;
-    int rc;
 
     snprintf(hdr, sizeof hdr, "Accept: %s", accept ? accept : "application/json");
-    rc = perform(c, node, "GET", path, NULL, NULL, 0, h, 0, &r, fn, arg);
+    return mic_stream_request(c, node, "GET", path, NULL, NULL, 0, h, fn, arg);
+}
+
+int mic_stream_request(mic_client *c, size_t node, const char *method, const char *path,
+                       const char *ctype, const void *body, size_t len,
+                       const char *const *headers,
+                       int (*fn)(const char *p, size_t n, void *arg), void *arg)
+{
+    struct mic_response r;
+    int rc = perform(c, node, method, path, ctype, body, len, headers, 0, &r, fn, arg);
+
     if (!rc && (r.status < 200 || r.status > 299)) {
         server_failure(c, node, &r);
         rc = -1;

@@ -21,10 +21,11 @@
  *     "skipped" (an archive written twice); a streamed source that goes
  *     backwards is an error.  The JSON file source filters by topic and
  *     range and sorts in memory when the file is not already in order.
- *   - The broker and ClickHouse sources stream through libcurl's write
- *     callback split into lines: memory is one line plus one sink batch,
- *     whatever the range.  So does a JSON file already in order (checked
- *     by a first pass); an unordered one holds its selected lines.
+ *   - The broker and ClickHouse sources stream (libmic's
+ *     mic_stream_request) split into lines: memory is one line plus one
+ *     sink batch, whatever the range.  So does a JSON file already in
+ *     order (checked by a first pass); an unordered one holds its
+ *     selected lines.  A streamed source silent for two minutes fails.
  *   - The first error stops the run: what the sink acknowledged before it
  *     stays published, so a retry (same --batch-id) may redeliver that
  *     prefix; the sinks' ids make the redelivery a duplicate (JetStream's
@@ -38,7 +39,13 @@
  * with topic T, event_id "B:ID" (or "B:h.<sha256 hex of ID>" when that
  * would pass 128 characters), created_at kept and the three headers added
  * to the event's headers, in batches of at most 1000 events (and about
- * 8 MiB).  The archive formats are in proto/archive-format.md.
+ * 8 MiB) published with mic_publish_batch (retried on 429, 503 and no
+ * answer with the same ids).  The archive formats are in
+ * proto/archive-format.md.
+ *
+ * HTTP: every request (micd, and ClickHouse's HTTP interface) goes through
+ * libmic (client/mic.h), the repository's one HTTP client; this file calls
+ * no HTTP library itself.
  *
  * Output: on success one JSON object on stdout (see usage()); the batch
  * id on stderr at the start and a carriage-return progress line when
@@ -49,14 +56,15 @@
 #include "buf.h"
 #include "clock.h"
 #include "err.h"
+#include "mic.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <nats/nats.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -75,7 +83,11 @@
 #define BATCH_ID_MAX 48
 #define BATCH_EVENTS 1000
 #define BATCH_BYTES (8u << 20)
-#define ERRBODY_MAX 4096
+#define CONNECT_MS 10000
+#define REQUEST_MS 300000      /* a request's limit (a stream has none) */
+#define STALL_S 120            /* a stream without a byte for this long fails */
+#define BROKER_RETRIES 7       /* publish retries on 429, 503 or no answer:
+                                * about 3 to 6 s of backoff in all */
 #define NATS_WAIT_MS 5000
 #define DEFAULT_TABLE "mic_events"
 #define MAX_US (253402300800LL * 1000000)   /* 10000-01-01T00:00:00Z */
@@ -126,10 +138,12 @@ struct replay {
     int64_t progress_ms;
     char err[1024];
     /* Sinks. */
-    CURL *out;                 /* broker and ClickHouse sinks */
-    struct mic_buf batch;          /* pending request body */
-    int batch_n;
-    char *insert_url;
+    mic_client *out;           /* broker and ClickHouse sinks */
+    int batch_n;               /* events pending in one of: */
+    json_t *events[BATCH_EVENTS];  /* broker: the republications */
+    size_t events_bytes;       /* broker: their JSON size */
+    struct mic_buf batch;      /* ClickHouse: the rows, NDJSON */
+    char *insert_path;         /* ClickHouse: the INSERT's request path */
     natsOptions *nopts;
     natsConnection *nc;
     jsCtx *js;
@@ -244,98 +258,73 @@ static void time_format(int64_t us, char *out)
     mic_time_format(us, out);
 }
 
-/* ---- HTTP (libcurl) ---- */
+/* ---- HTTP (libmic) ----
+ * Every request goes through libmic (client/mic.h), the repository's one
+ * HTTP client: a handle per server the run talks to, one for the source
+ * and one for the sink.  --key (or $MIC_KEY) is given to the broker
+ * handles only, never to ClickHouse's; --cacert to every handle. */
 
-/* libcurl write callback: append the response body to a struct mic_buf. */
-static size_t on_body(char *p, size_t size, size_t n, void *arg)
+static const char *g_key, *g_cacert;
+
+/* A handle on the server at 'url' into *out, with the API key 'key' (or
+ * NULL).  Returns 0, or -1 with the error set. */
+static int client_open(struct replay *r, const char *url, const char *key, mic_client **out)
 {
-    struct mic_buf *b = arg;
+    const char *urls[1] = {url};
+    struct mic_client_opts o = {
+        .urls = urls, .nurls = 1, .key = key, .cafile = g_cacert,
+        .connect_timeout_ms = CONNECT_MS, .timeout_ms = REQUEST_MS,
+        .retries = BROKER_RETRIES, .user_agent = PROG,
+    };
+    struct mic_failure f;
+    char msg[700];
 
-    return buf_add(b, p, size * n) ? 0 : size * n;
-}
-
-/* The message of a failed response: the broker's {"error":{"code",
- * "message"}}, or the first line of the text (ClickHouse). */
-static void error_text(const struct mic_buf *body, char *out, size_t cap)
-{
-    json_t *j = body->p ? json_loadb(body->p, body->len, 0, NULL) : NULL;
-    json_t *e = json_object_get(j, "error");
-    const char *code = json_string_value(json_object_get(e, "code"));
-    const char *msg = json_string_value(json_object_get(e, "message"));
-    size_t n;
-
-    if (code || msg) {
-        snprintf(out, cap, "%s: %s", code ? code : "error", msg ? msg : "");
-    } else if (body->p) {
-        n = strcspn(body->p, "\r\n");
-        snprintf(out, cap, "%.*s", (int)(n > 300 ? 300 : n), body->p);
-    } else {
-        snprintf(out, cap, "(empty body)");
-    }
-    json_decref(j);
-}
-
-/* --key (or $MIC_KEY) goes to the broker URLs only, never to ClickHouse;
- * --cacert checks every https:// server. */
-static const char *g_key, *g_cacert, *g_brokers[2];
-
-static int to_broker(const char *url)
-{
-    for (int i = 0; i < 2; i++)
-        if (g_brokers[i] && strncmp(url, g_brokers[i], strlen(g_brokers[i])) == 0)
-            return 1;
+    if (mic_client_new(&o, out, &f))
+        return fail(r, "%s", mic_failure_text(&f, msg, sizeof msg));
     return 0;
 }
 
-/* Set the options every request shares ('h' gets the Authorization line
- * of a broker request: the caller frees it as before). */
-static void curl_common(CURL *c, const char *url, struct curl_slist *h)
+/* The last failure on 'c', for a message. */
+static const char *failure(const mic_client *c, char *buf, size_t cap)
 {
-    if (g_key && to_broker(url)) {
-        char auth[600];
-
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", g_key);
-        curl_slist_append(h, auth);
-    }
-    if (g_cacert)
-        curl_easy_setopt(c, CURLOPT_CAINFO, g_cacert);
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 10L);
-    curl_easy_setopt(c, CURLOPT_USERAGENT, PROG);
+    return mic_failure_text(mic_client_failure(c), buf, cap);
 }
 
-/* POST 'body' to 'url'; the reply lands in 'reply'.  Returns 0 with
- * *status set once an HTTP answer came, -1 (error set) otherwise. */
-static int http_post(struct replay *r, CURL *c, const char *url, const char *ctype,
-                     const char *body, size_t len, long *status, struct mic_buf *reply)
-{
-    char errbuf[CURL_ERROR_SIZE] = "", ct[80];
-    struct curl_slist *h = NULL, *h2;
-    CURLcode rc;
+/* ---- Stall watchdog ----
+ * A streamed source that sends no byte for STALL_S seconds is an error.
+ * SIGALRM stops the source's handle (mic_client_stop is async-signal-safe),
+ * which ends the transfer; the clock runs only while the tool waits for
+ * the source, not while a chunk is being delivered to the sink. */
 
-    curl_easy_reset(c);
-    snprintf(ct, sizeof ct, "Content-Type: %s", ctype);
-    if (!(h = curl_slist_append(NULL, ct)) || !(h2 = curl_slist_append(h, "Expect:"))) {
-        curl_slist_free_all(h);
-        return fail(r, "out of memory");
-    }
-    h = h2;
-    curl_common(c, url, h);
-    curl_easy_setopt(c, CURLOPT_POST, 1L);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, reply);
-    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 300L);
-    rc = curl_easy_perform(c);
-    curl_slist_free_all(h);
-    if (rc != CURLE_OK)
-        return fail(r, "POST %s: %s", url, errbuf[0] ? errbuf : curl_easy_strerror(rc));
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
-    return 0;
+static mic_client *volatile g_stall_client;
+static volatile sig_atomic_t g_stalled;
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    g_stalled = 1;
+    if (g_stall_client)
+        mic_client_stop(g_stall_client);
+}
+
+static void stall_watch(mic_client *c)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, NULL);
+    g_stalled = 0;
+    g_stall_client = c;
+    alarm(STALL_S);
+}
+
+static void stall_unwatch(void)
+{
+    alarm(0);
+    g_stall_client = NULL;
 }
 
 /* ---- Line splitting (streamed sources) ---- */
@@ -376,94 +365,54 @@ static int lines_feed(struct lines *l, const char *p, size_t n)
     return 0;
 }
 
-/* A streamed GET (broker) or POST (ClickHouse query) whose 200 body is
- * split into lines for 'fn'; any other status keeps the first
- * ERRBODY_MAX bytes for the message. */
-struct stream {
-    CURL *c;
-    long status;
-    struct lines lines;
-    struct mic_buf errbody;
-    int stopped;      /* fn failed: transfer aborted on purpose */
-};
-
-static size_t on_stream(char *p, size_t size, size_t n, void *arg)
+/* libmic's stream callback: a chunk of the 2xx body, with the stall
+ * clock stopped while its lines are handled.  Non-zero stops the
+ * transfer (the line handler's error is set). */
+static int on_chunk(const char *p, size_t n, void *arg)
 {
-    struct stream *s = arg;
-    size_t len = size * n;
+    int rc;
 
-    if (!s->status)
-        curl_easy_getinfo(s->c, CURLINFO_RESPONSE_CODE, &s->status);
-    if (s->status != 200) {
-        size_t room = ERRBODY_MAX - s->errbody.len;
-        if (s->errbody.len < ERRBODY_MAX && buf_add(&s->errbody, p, len < room ? len : room))
-            return 0;
-        return len;
-    }
-    if (lines_feed(&s->lines, p, len)) {
-        s->stopped = 1;
-        return 0;
-    }
-    return len;
+    alarm(0);
+    rc = lines_feed(arg, p, n);
+    alarm(STALL_S);
+    return rc ? 1 : 0;
 }
 
-static int stream_run(struct replay *r, const char *what, const char *url,
+/* A streamed GET (broker) or POST of 'post' (ClickHouse query) to 'path'
+ * on 'c', whose 2xx body is split into lines for 'fn'; any other status
+ * is an error with the server's message. */
+static int stream_run(struct replay *r, mic_client *c, const char *what, const char *path,
                       const char *post, const char *accept, line_fn fn)
 {
-    char errbuf[CURL_ERROR_SIZE] = "", hdr[100], msg[400];
-    struct curl_slist *h = NULL;
-    struct stream s;
-    CURLcode rc;
-    int ret = -1;
+    char hdr[100], msg[700];
+    const char *h[] = {hdr, NULL};
+    const struct mic_failure *f = mic_client_failure(c);
+    struct lines l;
+    int rc;
 
-    memset(&s, 0, sizeof s);
-    s.lines.r = r;
-    s.lines.fn = fn;
-    if (!(s.c = curl_easy_init()))
-        return fail(r, "cannot initialise libcurl");
+    memset(&l, 0, sizeof l);
+    l.r = r;
+    l.fn = fn;
     snprintf(hdr, sizeof hdr, "Accept: %s", accept);
-    if (!(h = curl_slist_append(NULL, hdr))) {
-        fail(r, "out of memory");
-        goto out_curl;
+    stall_watch(c);
+    rc = mic_stream_request(c, 0, post ? "POST" : "GET", path,
+                            post ? "text/plain; charset=UTF-8" : NULL, post,
+                            post ? strlen(post) : 0, h, on_chunk, &l);
+    stall_unwatch();
+    if (rc && !r->err[0]) { /* else the line handler's error is set */
+        if (g_stalled)
+            fail(r, "reading from %s stalled: no byte for %d s after %llu events", what,
+                 STALL_S, (unsigned long long)r->read);
+        else if (f->kind == MIC_FAIL_SERVER)
+            fail(r, "%s answered %s", what, failure(c, msg, sizeof msg));
+        else
+            fail(r, "reading from %s failed after %llu events: %s", what,
+                 (unsigned long long)r->read, failure(c, msg, sizeof msg));
+    } else if (!rc && l.b.len) {
+        rc = fail(r, "%s: the stream ended inside a line (cut short?)", what);
     }
-    curl_common(s.c, url, h);
-    if (post) {
-        curl_easy_setopt(s.c, CURLOPT_POSTFIELDS, post);
-        curl_easy_setopt(s.c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(post));
-    }
-    curl_easy_setopt(s.c, CURLOPT_WRITEFUNCTION, on_stream);
-    curl_easy_setopt(s.c, CURLOPT_WRITEDATA, &s);
-    curl_easy_setopt(s.c, CURLOPT_ERRORBUFFER, errbuf);
-    /* A stalled source (no byte for two minutes) is an error. */
-    curl_easy_setopt(s.c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(s.c, CURLOPT_LOW_SPEED_TIME, 120L);
-    rc = curl_easy_perform(s.c);
-    if (s.stopped)
-        goto out_h; /* the line handler's error is already set */
-    if (!s.status)
-        curl_easy_getinfo(s.c, CURLINFO_RESPONSE_CODE, &s.status);
-    if (s.status && s.status != 200) {
-        error_text(&s.errbody, msg, sizeof msg);
-        fail(r, "%s answered %ld: %s", what, s.status, msg);
-        goto out_h;
-    }
-    if (rc != CURLE_OK) {
-        fail(r, "reading from %s failed after %llu events: %s", what,
-             (unsigned long long)r->read, errbuf[0] ? errbuf : curl_easy_strerror(rc));
-        goto out_h;
-    }
-    if (s.lines.b.len) {
-        fail(r, "%s: the stream ended inside a line (cut short?)", what);
-        goto out_h;
-    }
-    ret = 0;
-out_h:
-    curl_slist_free_all(h);
-    mic_buf_fini(&s.lines.b);
-    mic_buf_fini(&s.errbody);
-out_curl:
-    curl_easy_cleanup(s.c);
-    return ret;
+    mic_buf_fini(&l.b);
+    return rc ? -1 : 0;
 }
 
 /* ---- Events ---- */
@@ -584,35 +533,62 @@ static int on_event_line(struct replay *r, const char *line, size_t len)
 static int source_broker(struct replay *r)
 {
     const struct opts *o = r->o;
-    size_t n = strlen(o->src_arg);
-    char *url;
+    char path[TOPIC_MAX + 2 * TIME_LEN + 64];
+    mic_client *c;
     int rc;
 
-    while (n && o->src_arg[n - 1] == '/')
-        n--;
+    if (client_open(r, o->src_arg, g_key, &c))
+        return -1;
     /* The times are normalised (digits, '-', ':', '.', 'T', 'Z'), the topic
      * is [A-Za-z0-9._:-]: nothing to escape. */
-    if (asprintf(&url, "%.*s/v1/topics/%s/events?from=%s&to=%s", (int)n, o->src_arg,
-                 o->topic, o->from, o->to) < 0)
-        return fail(r, "out of memory");
-    rc = stream_run(r, "the broker", url, NULL, "application/x-ndjson", on_event_line);
-    free(url);
+    snprintf(path, sizeof path, "/v1/topics/%s/events?from=%s&to=%s", o->topic, o->from,
+             o->to);
+    rc = stream_run(r, c, "the broker", path, NULL, "application/x-ndjson", on_event_line);
+    mic_client_free(c);
     return rc;
 }
 
-/* A ClickHouse URL with our settings: 'base' plus CH_PARAMS and, when
- * 'query' is set, the escaped query. */
-static char *ch_url(CURL *c, const char *base, const char *query)
+/* ClickHouse's HTTP interface is reached as a libmic handle on the URL's
+ * scheme://host:port; the rest of the URL (a path, query parameters such
+ * as user= or database=) goes into each request's path. */
+static const char *url_rest(const char *url)
 {
-    char *esc = NULL, *url;
+    const char *p = strstr(url, "://");
+
+    p = p ? p + 3 : url;
+    return p + strcspn(p, "/?");
+}
+
+static int ch_connect(struct replay *r, const char *url, mic_client **out)
+{
+    char *base = strndup(url, (size_t)(url_rest(url) - url));
+    int rc;
+
+    if (!base)
+        return fail(r, "out of memory");
+    rc = client_open(r, base, NULL, out); /* no key: it is micd's */
+    free(base);
+    return rc;
+}
+
+/* A request path on the ClickHouse server of 'url': the URL's own path
+ * and parameters, CH_PARAMS and, when 'query' is set, the escaped query.
+ * NULL when memory runs out. */
+static char *ch_path(const char *url, const char *query)
+{
+    const char *rest = url_rest(url);
+    size_t cap = query ? 3 * strlen(query) + 1 : 0;
+    char *esc = cap ? malloc(cap) : NULL, *path;
     int n;
 
-    if (query && !(esc = curl_easy_escape(c, query, 0)))
+    if (cap && (!esc || !mic_path_escape(query, esc, cap))) {
+        free(esc);
         return NULL;
-    n = asprintf(&url, "%s%s" CH_PARAMS "%s%s", base, strchr(base, '?') ? "&" : "?",
-                 esc ? "&query=" : "", esc ? esc : "");
-    curl_free(esc);
-    return n < 0 ? NULL : url;
+    }
+    n = asprintf(&path, "%s%s%s" CH_PARAMS "%s%s", *rest == '/' ? "" : "/", rest,
+                 strchr(rest, '?') ? "&" : "?", esc ? "&query=" : "", esc ? esc : "");
+    free(esc);
+    return n < 0 ? NULL : path;
 }
 
 static int on_ch_row(struct replay *r, const char *line, size_t len)
@@ -633,13 +609,13 @@ static int on_ch_row(struct replay *r, const char *line, size_t len)
 static int source_clickhouse(struct replay *r)
 {
     const struct opts *o = r->o;
-    char *url = NULL, *sql = NULL;
-    CURL *c;
+    char *path = NULL, *sql = NULL;
+    mic_client *c;
     int rc = -1;
 
-    if (!(c = curl_easy_init()))
-        return fail(r, "cannot initialise libcurl");
-    if (!(url = ch_url(c, o->src_arg, NULL)))
+    if (ch_connect(r, o->src_arg, &c))
+        return -1;
+    if (!(path = ch_path(o->src_arg, NULL)))
         goto out;
     /* The topic is [A-Za-z0-9._:-] (checked), so it needs no escaping. */
     if (asprintf(&sql, "SELECT event FROM %s WHERE topic = '%s' AND created_at_us >= %lld "
@@ -649,13 +625,13 @@ static int source_clickhouse(struct replay *r)
         sql = NULL;
         goto out;
     }
-    rc = stream_run(r, "ClickHouse", url, sql, "application/json", on_ch_row);
+    rc = stream_run(r, c, "ClickHouse", path, sql, "application/json", on_ch_row);
 out:
     if (rc && !r->err[0])
         fail(r, "out of memory");
     free(sql);
-    free(url);
-    curl_easy_cleanup(c);
+    free(path);
+    mic_client_free(c);
     return rc;
 }
 
@@ -949,84 +925,56 @@ static json_t *republished(const struct replay *r, const struct event *ev)
     return o;
 }
 
-#define EVENTS_HEAD "{\"events\":["
-
+/* Publish the pending republications as one batch through libmic, which
+ * retries 429 (writer queue full), 503 and no answer with the same event
+ * ids: the broker's idempotency makes a retried event a duplicate. */
 static int broker_flush(struct replay *r)
 {
-    struct mic_buf reply = {0};
-    json_t *j = NULL, *results;
-    char msg[400], *url = NULL;
-    size_t n = strlen(r->o->sink_arg);
-    long status = 0;
-    int rc = -1;
+    struct mic_publish_result *res;
+    char msg[700];
+    int n = r->batch_n, rc = 0;
 
-    if (!r->batch_n)
+    if (!n)
         return 0;
-    while (n && r->o->sink_arg[n - 1] == '/')
-        n--;
-    if (buf_puts(&r->batch, "]}") ||
-        asprintf(&url, "%.*s/v1/events", (int)n, r->o->sink_arg) < 0) {
-        url = NULL;
-        fail(r, "out of memory");
-        goto out;
+    if (!(res = calloc((size_t)n, sizeof *res)))
+        return fail(r, "out of memory");
+    if (mic_publish_batch(r->out, r->events, (size_t)n, res)) {
+        rc = fail(r, "publishing a batch of %d events to the broker failed: %s", n,
+                  failure(r->out, msg, sizeof msg));
+    } else {
+        for (int i = 0; i < n; i++) {
+            if (res[i].duplicate)
+                r->duplicates++;
+            else
+                r->published++;
+        }
     }
-    /* 429 (writer queue full) and 503 are passing states: retry the same
-     * batch, which the broker's idempotency makes safe. */
-    for (int attempt = 0;; attempt++) {
-        reply.len = 0;
-        if (http_post(r, r->out, url, "application/json", r->batch.p, r->batch.len,
-                      &status, &reply))
-            goto out;
-        if ((status != 429 && status != 503) || attempt == 5)
-            break;
-        usleep(200000u << attempt);
-    }
-    if (status != 200 && status != 201) {
-        error_text(&reply, msg, sizeof msg);
-        fail(r, "the broker refused a batch of %d events with %ld: %s", r->batch_n, status, msg);
-        goto out;
-    }
-    j = reply.p ? json_loadb(reply.p, reply.len, 0, NULL) : NULL;
-    results = json_object_get(j, "results");
-    if (json_array_size(results) != (size_t)r->batch_n) {
-        fail(r, "the broker answered %ld without one result per event", status);
-        goto out;
-    }
-    for (size_t i = 0; i < json_array_size(results); i++) {
-        if (json_is_true(json_object_get(json_array_get(results, i), "duplicate")))
-            r->duplicates++;
-        else
-            r->published++;
+    free(res);
+    for (int i = 0; i < n; i++) {
+        json_decref(r->events[i]);
+        r->events[i] = NULL;
     }
     r->batch_n = 0;
-    r->batch.len = 0;
-    rc = buf_puts(&r->batch, EVENTS_HEAD) ? fail(r, "out of memory") : 0;
-out:
-    json_decref(j);
-    mic_buf_fini(&reply);
-    free(url);
+    r->events_bytes = 0;
     return rc;
 }
 
 static int broker_put(struct replay *r, const struct event *ev)
 {
     json_t *o = republished(r, ev);
-    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    int rc = 0;
+    size_t size = o ? json_dumpb(o, NULL, 0, JSON_COMPACT) : 0;
 
-    json_decref(o);
-    if (!text)
+    if (!size) {
+        json_decref(o);
         return fail(r, "cannot build the republication of event %s", ev->id);
-    if (r->batch_n && r->batch.len + strlen(text) + 3 > BATCH_BYTES)
-        rc = broker_flush(r);
-    if (!rc && ((r->batch_n && buf_puts(&r->batch, ",")) || buf_puts(&r->batch, text)))
-        rc = fail(r, "out of memory");
-    free(text);
-    if (rc)
-        return rc;
-    if (++r->batch_n == BATCH_EVENTS)
-        return broker_flush(r);
-    return 0;
+    }
+    if (r->batch_n && r->events_bytes + size + 1 > BATCH_BYTES && broker_flush(r)) {
+        json_decref(o);
+        return -1;
+    }
+    r->events[r->batch_n++] = o;
+    r->events_bytes += size + 1;
+    return r->batch_n == BATCH_EVENTS ? broker_flush(r) : 0;
 }
 
 /* ---- Sink: NDJSON file ----
@@ -1084,47 +1032,55 @@ static void file_close(struct replay *r)
 
 /* ---- Sink: ClickHouse ---- */
 
-static int ch_exec(struct replay *r, const char *url, const char *body, size_t len,
+/* POST 'body' (len bytes) to 'path' on the sink's ClickHouse; 'what'
+ * names the statement in the error.  Anything but a 200 is an error that
+ * quotes the first line of ClickHouse's answer. */
+static int ch_exec(struct replay *r, const char *path, const char *body, size_t len,
                    const char *what)
 {
-    struct mic_buf reply = {0};
-    long status = 0;
-    char msg[400];
+    struct mic_response resp;
+    char msg[700];
+    size_t n;
     int rc = 0;
 
-    if (http_post(r, r->out, url, "text/plain; charset=UTF-8", body, len, &status, &reply)) {
-        rc = -1;
-    } else if (status != 200) {
-        error_text(&reply, msg, sizeof msg);
-        rc = fail(r, "ClickHouse refused %s with %ld: %s", what, status, msg);
+    if (mic_request(r->out, 0, "POST", path, "text/plain; charset=UTF-8", body, len, NULL,
+                    &resp)) {
+        rc = fail(r, "ClickHouse: %s failed: %s", what, failure(r->out, msg, sizeof msg));
+    } else if (resp.status != 200) {
+        n = strcspn(resp.body, "\r\n");
+        rc = fail(r, "ClickHouse refused %s with %ld: %.*s", what, resp.status,
+                  (int)(n > 300 ? 300 : n), n ? resp.body : "(empty answer)");
     }
-    mic_buf_fini(&reply);
+    mic_response_fini(&resp);
     return rc;
 }
 
 static int ch_open(struct replay *r)
 {
-    char *url = ch_url(r->out, r->o->sink_arg, NULL), *ddl = NULL;
+    char *path, *ddl = NULL;
     int rc;
 
-    if (!url || asprintf(&ddl, "CREATE TABLE IF NOT EXISTS %s (topic String, "
-                         "event_id String, created_at_us UInt64, created_at DateTime, "
-                         "seq UInt64, event String) ENGINE = MergeTree "
-                         "PARTITION BY toYYYYMM(created_at) "
-                         "ORDER BY (topic, created_at_us, event_id)", r->o->table) < 0) {
-        free(url);
+    if (ch_connect(r, r->o->sink_arg, &r->out))
+        return -1;
+    if (!(path = ch_path(r->o->sink_arg, NULL)) ||
+        asprintf(&ddl, "CREATE TABLE IF NOT EXISTS %s (topic String, "
+                 "event_id String, created_at_us UInt64, created_at DateTime, "
+                 "seq UInt64, event String) ENGINE = MergeTree "
+                 "PARTITION BY toYYYYMM(created_at) "
+                 "ORDER BY (topic, created_at_us, event_id)", r->o->table) < 0) {
+        free(path);
         return fail(r, "out of memory");
     }
-    rc = ch_exec(r, url, ddl, strlen(ddl), "CREATE TABLE");
+    rc = ch_exec(r, path, ddl, strlen(ddl), "CREATE TABLE");
     free(ddl);
-    free(url);
+    free(path);
     if (rc)
         return rc;
     if (asprintf(&ddl, "INSERT INTO %s FORMAT JSONEachRow", r->o->table) < 0)
         return fail(r, "out of memory");
-    r->insert_url = ch_url(r->out, r->o->sink_arg, ddl);
+    r->insert_path = ch_path(r->o->sink_arg, ddl);
     free(ddl);
-    return r->insert_url ? 0 : fail(r, "out of memory");
+    return r->insert_path ? 0 : fail(r, "out of memory");
 }
 
 static int ch_flush(struct replay *r)
@@ -1133,7 +1089,7 @@ static int ch_flush(struct replay *r)
 
     if (!r->batch_n)
         return 0;
-    rc = ch_exec(r, r->insert_url, r->batch.p, r->batch.len, "an INSERT");
+    rc = ch_exec(r, r->insert_path, r->batch.p, r->batch.len, "an INSERT");
     if (rc)
         return rc;
     r->published += (uint64_t)r->batch_n;
@@ -1182,12 +1138,9 @@ static int sink_open(struct replay *r)
     case SINK_NATS:
         return nats_open(r);
     case SINK_BROKER:
+        return client_open(r, r->o->sink_arg, g_key, &r->out);
     case SINK_CLICKHOUSE:
-        if (!(r->out = curl_easy_init()))
-            return fail(r, "cannot initialise libcurl");
-        if (r->o->sink == SINK_CLICKHOUSE)
-            return ch_open(r);
-        return buf_puts(&r->batch, EVENTS_HEAD) ? fail(r, "out of memory") : 0;
+        return ch_open(r);
     case SINK_JSON:
         return file_open(r);
     case SINK_NONE:
@@ -1234,11 +1187,14 @@ static void sink_close(struct replay *r)
 {
     nats_close(r);
     file_close(r);
-    curl_easy_cleanup(r->out);
+    for (int i = 0; i < r->batch_n; i++)
+        json_decref(r->events[i]); /* NULL for ClickHouse rows */
+    r->batch_n = 0;
+    mic_client_free(r->out);
     r->out = NULL;
     mic_buf_fini(&r->batch);
-    free(r->insert_url);
-    r->insert_url = NULL;
+    free(r->insert_path);
+    r->insert_path = NULL;
 }
 
 /* ---- Options ---- */
@@ -1395,8 +1351,6 @@ static int opts_parse(struct opts *o, int argc, char **argv)
         return usage_error("give a source: --from-broker, --from-json or --from-clickhouse");
     if (!g_key && getenv("MIC_KEY") && *getenv("MIC_KEY"))
         g_key = getenv("MIC_KEY");
-    g_brokers[0] = o->src == SRC_BROKER ? o->src_arg : NULL;
-    g_brokers[1] = o->sink == SINK_BROKER ? o->sink_arg : NULL;
     if (!*o->src_arg || (o->sink && !*o->sink_arg))
         return usage_error("empty URL or file name");
     if (!o->topic || !name_ok(o->topic, TOPIC_MAX, 1))
@@ -1493,13 +1447,10 @@ int main(int argc, char **argv)
     memset(&r, 0, sizeof r);
     r.o = &o;
     r.tty = !o.quiet && isatty(STDERR_FILENO);
-    if (curl_global_init(CURL_GLOBAL_DEFAULT)) {
-        fprintf(stderr, PROG ": cannot initialise libcurl\n");
-        return EXIT_FAIL;
-    }
     if (!(r.sha = EVP_MD_CTX_new()) || !EVP_DigestInit_ex(r.sha, EVP_sha256(), NULL)) {
         fprintf(stderr, PROG ": cannot initialise SHA-256\n");
-        goto out_curl;
+        EVP_MD_CTX_free(r.sha);
+        return EXIT_FAIL;
     }
     if (!o.quiet)
         fprintf(stderr, PROG ": batch id %s\n", o.batch);
@@ -1547,7 +1498,5 @@ out_sink:
                 (unsigned long long)r.selected, o.batch);
     }
     EVP_MD_CTX_free(r.sha);
-out_curl:
-    curl_global_cleanup();
     return status;
 }

@@ -167,6 +167,16 @@ int mic_call(mic_client *c, size_t node, const char *method, const char *path,
 int mic_stream(mic_client *c, size_t node, const char *path, const char *accept,
                int (*fn)(const char *p, size_t n, void *arg), void *arg);
 
+/* mic_stream with any method and a request body: 'ctype', 'body' (len
+ * bytes, may be NULL) and the extra header lines 'headers' (may be NULL;
+ * an "Accept: ..." line among them is the Accept header) as for
+ * mic_request.  The 2xx body goes to 'fn' chunk by chunk and an error
+ * answer is reported as SERVER, as with mic_stream.  Never retries. */
+int mic_stream_request(mic_client *c, size_t node, const char *method, const char *path,
+                       const char *ctype, const void *body, size_t len,
+                       const char *const *headers,
+                       int (*fn)(const char *p, size_t n, void *arg), void *arg);
+
 /* Percent-encode 's' as one path segment into buf (cap bytes).  Returns buf,
  * or NULL when it does not fit. */
 char *mic_path_escape(const char *s, char *buf, size_t cap);
