@@ -148,9 +148,12 @@ install: build/micd build/mic build/mic-events-replay build/libmic.a build/libmi
 	install -m 644 client/mic.h '$(DESTDIR)$(PREFIX)/include/'
 	install -m 644 build/libmic.pc '$(DESTDIR)$(PREFIX)/lib/pkgconfig/'
 
-build/loadgen: bench/loadgen.c bench/peerlib.c bench/peerlib.h | build/rel
-	$(CC) $(WARN) -O2 $< bench/peerlib.c -o $@ -lpthread -lm -lssl -lcrypto
-build/workers: bench/workers.c build/libmic.a | build/rel
+# The bench clients: their measured requests go over their own HTTP/1.1
+# (OpenSSL for https), their side requests and the workers' libmic and loop
+# drivers through libmic (bench/README.md).
+build/loadgen: bench/loadgen.c bench/peerlib.c bench/peerlib.h client/mic.h build/libmic.a | build/rel
+	$(CC) $(WARN) -O2 -Iclient $(LIBMIC_CFLAGS) $< bench/peerlib.c build/libmic.a -o $@ -lm -lssl $(LIBMIC_LIBS)
+build/workers: bench/workers.c client/mic.h build/libmic.a | build/rel
 	$(CC) $(WARN) -O2 -Iclient $(LIBMIC_CFLAGS) $< build/libmic.a -o $@ -lssl $(LIBMIC_LIBS)
 
 # examples/ (README there): small programs on libmic, built against the
