@@ -410,6 +410,8 @@ out:
 
 static mic_worker *_Atomic loop_w;   /* set once started; read by the handler */
 static double loop_t0;
+static atomic_long handled;
+static _Atomic double loop_last;     /* when the --expect'th delivery was handled */
 
 /* The loop's handler: count and check the delivery, ack it.  Past
  * --max-seconds it stops the loop (the handler runs on the loop's threads,
@@ -421,6 +423,8 @@ static enum mic_verdict loop_handle(mic_job *job, const struct mic_leased *d, mi
 
     (void)job, (void)c, (void)arg;
     take((uint64_t)d->seq, d->aggregate_id, d->aggregate_version);
+    if (atomic_fetch_add(&handled, 1) + 1 == expect)
+        atomic_store(&loop_last, now_s());
     if (now_s() - loop_t0 >= max_seconds && (lw = atomic_load(&loop_w)))
         mic_worker_stop(lw);
     return MIC_DONE;
@@ -450,6 +454,9 @@ static int loop_run(void)
     atomic_store(&loop_w, lw);
     mic_worker_join(lw, &st);
     atomic_store(&acked, st.acked);
+    if (atomic_load(&loop_last) > 0)   /* the stop's own time, for the reader */
+        fprintf(stderr, "workers: loop: the last delivery was handled after %.3f s, the loop "
+                "ended after %.3f s\n", atomic_load(&loop_last) - loop_t0, now_s() - loop_t0);
     if (st.lease_lost || st.retried || st.dead_lettered || st.claim_failures)
         fprintf(stderr, "workers: loop: %ld lease(s) lost, %ld retried, %ld dead-lettered, "
                 "%ld claim failure(s)\n", st.lease_lost, st.retried, st.dead_lettered,
