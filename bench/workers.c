@@ -17,7 +17,10 @@
  *           settles each job when its handler returns).  It stops after
  *           --expect settled deliveries (max_deliveries) or --max-seconds.
  *           It does not say when a claim was sent, so claims, empty_claims
- *           and the claim latencies are null, and --rounds is refused.
+ *           and the claim latencies are null, and --rounds is refused.  On
+ *           stderr it says when the --expect'th delivery was handled and
+ *           when the loop ended (its stop has a cost of its own;
+ *           bench/workerloop.sh reads the line).
  *   raw     the bench's own HTTP/1.1 over one keep-alive socket per thread
  *           (OpenSSL for https://), the same claim and one ack per claim
  *           batch.  It is NOT a client of the repository: it is kept as the
