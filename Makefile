@@ -9,6 +9,7 @@
 #   make bench-peers  MIC and Redis, PostgreSQL, NATS, beanstalkd side by side -> bench/RESULTS.md
 #   make bench-hostile  publish/claim p99 with 2,000 idle and 300 slow connections -> bench/RESULTS.md
 #                 (RUNS=N runs per cell, default 3; BIG=1 adds the 10M backlog)
+#   make bench-workerloop  W3 drained by bench/workers' raw driver, by libmic and by its worker loop
 #   make deps     install the Debian packages (apt-get update only when something is missing)
 
 CC      ?= cc
@@ -44,7 +45,7 @@ UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
 KIT     := build/san/claimkit.o build/san/procfx.o build/san/jgen.o
 
-.PHONY: all examples install check-install run test check deps bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke peer-deps clean
+.PHONY: all examples install check-install run test check deps bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke bench-workerloop peer-deps clean
 all: build/micd build/mic-events-replay build/mic build/libmic.a build/libmic.so
 
 deps:
@@ -150,9 +151,12 @@ install: build/micd build/mic build/mic-events-replay build/libmic.a build/libmi
 	install -m 644 client/mic.h '$(DESTDIR)$(PREFIX)/include/'
 	install -m 644 build/libmic.pc '$(DESTDIR)$(PREFIX)/lib/pkgconfig/'
 
-build/loadgen: bench/loadgen.c bench/peerlib.c bench/peerlib.h | build/rel
-	$(CC) $(WARN) -O2 $< bench/peerlib.c -o $@ -lpthread -lm -lssl -lcrypto
-build/workers: bench/workers.c build/libmic.a | build/rel
+# The bench clients: their measured requests go over their own HTTP/1.1
+# (OpenSSL for https), their side requests and the workers' libmic and loop
+# drivers through libmic (bench/README.md).
+build/loadgen: bench/loadgen.c bench/peerlib.c bench/peerlib.h client/mic.h build/libmic.a | build/rel
+	$(CC) $(WARN) -O2 -Iclient $(LIBMIC_CFLAGS) $< bench/peerlib.c build/libmic.a -o $@ -lm -lssl $(LIBMIC_LIBS)
+build/workers: bench/workers.c client/mic.h build/libmic.a | build/rel
 	$(CC) $(WARN) -O2 -Iclient $(LIBMIC_CFLAGS) $< build/libmic.a -o $@ -lssl $(LIBMIC_LIBS)
 
 # examples/ (README there): small programs on libmic, built against the
@@ -198,6 +202,10 @@ check: check-install build/san/micd build/san/mic-events-replay build/san/mic $(
 	SMOKE=1 OUT=build/RESULTS-smoke.md bench/peers.py > build/bench-smoke.log 2>&1 || \
 	    { cat build/bench-smoke.log; echo "bench smoke: FAILED"; exit 1; }
 	@echo "bench smoke: MIC and 4 peers ran W1-W5, the scaling rows and the charts (build/RESULTS-smoke.md)"
+	@# W3 at 1,000 events through each driver of build/workers (make bench-workerloop)
+	SMOKE=1 OUT=build/workerloop-smoke.jsonl bench/workerloop.sh > build/workerloop-smoke.log 2>&1 || \
+	    { cat build/workerloop-smoke.log; echo "workerloop smoke: FAILED"; exit 1; }
+	@echo "workerloop smoke: raw, libmic and loop drivers drained W3 (build/workerloop-smoke.log)"
 
 test: deps peer-deps
 	$(MAKE) check
@@ -233,6 +241,11 @@ bench-pages: deps build/micd build/loadgen build/workers
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace > /dev/null; }
 	bench/pages.sh
 
+# What libmic and its worker loop cost on W3, against the raw driver, in one
+# run (bench/workerloop.sh; the table goes into bench/RESULTS.md by hand,
+# section "Worker loop overhead").  SMOKE=1: tiny (make check runs it).
+bench-workerloop: deps build/micd build/loadgen build/workers
+	bench/workerloop.sh
 
 build/peer_redis: bench/peer_redis.c bench/peerlib.c bench/peerlib.h | build/rel
 	$(CC) $(WARN) -O2 $(shell pkg-config --cflags hiredis) $< bench/peerlib.c -o $@ $(shell pkg-config --libs hiredis) -lpthread -lm

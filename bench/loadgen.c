@@ -6,8 +6,20 @@
  * read-until-close bodies), latency collection,
  * the GET /metrics snapshot before and after the run, and the one-line JSON
  * report on stdout. The JSON shape of a benchmark event is bench/peerlib.c's,
- * the one the peer drivers send.  It links nothing from server/ and talks
- * to the broker only over TCP, so it measures what a real client sees.
+ * the one the peer drivers send.  It talks to the broker only over TCP, so
+ * it measures what a real client sees.
+ *
+ * WHY NOT LIBMIC for the load.  libmic (client/mic.h) is the repository's
+ * HTTP/JSON client, and this file keeps its own HTTP/1.1 on purpose: what W1
+ * and W2 measure is many concurrent keep-alive connections per thread
+ * (--conns spread over --threads epoll loops, one request in flight on
+ * each) and each request's latency from its first byte written to its last
+ * byte read.  libmic's calls block, one request at a time per handle and
+ * thread (libcurl easy handles), so 32 connections would take 32 threads
+ * on a 2-core machine, and its per-request work (libcurl, building and
+ * parsing JSON with jansson) would be counted as the broker's latency.  The
+ * side requests outside the measured load (GET /metrics before and after
+ * the run) do go through libmic (metrics_fetch), over https too.
  *
  * DESIGN
  * N keep-alive connections are split across K threads. Each thread owns its
@@ -57,7 +69,8 @@
  *                      last byte read, nearest-rank; null when there are none
  *   events_per_commit  events / delta mic_writer_commits_total, and
  *   requests_per_commit  delta mic_writer_ops_total / delta commits, from
- *                      GET /metrics before and after; null when unavailable
+ *                      GET /metrics before and after (through libmic); null
+ *                      when unavailable
  *   status             final responses per HTTP status
  *   extras: commits, ops (the deltas), threads, payload_bytes, aggregates,
  *   target_events, proto_errors, timed_out (stopped by --max-seconds or a
@@ -68,6 +81,7 @@
 
 #define _GNU_SOURCE
 #include "peerlib.h"
+#include "mic.h"
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -110,9 +124,7 @@
 #define BACKOFF_MIN_MS   10
 #define BACKOFF_MAX_MS   500
 #define PROGRESS_S       5
-#define METRICS_STEP_S   1              /* socket timeout of one /metrics step */
 #define METRICS_BUDGET_S 3              /* whole /metrics fetch */
-#define METRICS_MAX      (64u << 20)
 #define SNIPPET          256            /* bytes of an error body kept for stderr */
 #define LOG_BUDGET       30             /* stderr lines about errors before we go quiet */
 
@@ -262,12 +274,11 @@ static int rbuf_room(struct rbuf *b)
     return 0;
 }
 
-/* Where a response body goes: at most 'limit' bytes are kept, the rest is
- * dropped. A growing sink reallocates (metrics); a fixed one does not. */
+/* Where a response body goes: at most 'limit' bytes (and 'cap', the size
+ * of 'buf') are kept, the rest is dropped. */
 struct sink {
     char *buf;
     size_t len, cap, limit;
-    bool grow;
 };
 
 static void sink_put(struct sink *s, const char *p, size_t n)
@@ -276,23 +287,8 @@ static void sink_put(struct sink *s, const char *p, size_t n)
         return;
     if (n > s->limit - s->len)
         n = s->limit - s->len;
-    if (s->len + n > s->cap) {
-        if (!s->grow) {
-            n = s->cap - s->len;
-        } else {
-            size_t nc = s->cap ? s->cap : 4096;
-            char *nb;
-
-            while (nc < s->len + n)
-                nc *= 2;
-            if (!(nb = realloc(s->buf, nc))) {
-                s->limit = s->len;
-                return;
-            }
-            s->buf = nb;
-            s->cap = nc;
-        }
-    }
+    if (s->len + n > s->cap)
+        n = s->cap - s->len;
     if (n == 0)
         return;
     memcpy(s->buf + s->len, p, n);
@@ -953,7 +949,7 @@ static void conn_read(struct conn *c)
     struct rbuf *b = &c->in;
 
     for (;;) {
-        size_t space, used;
+        size_t space, used = 0;  /* resp_feed leaves it unset on FEED_BAD */
         ssize_t n;
         int rc;
 
@@ -1244,104 +1240,50 @@ static void metrics_parse(const char *s, size_t n, struct metrics *m)
     }
 }
 
-/* Fetch GET /metrics on a fresh blocking connection (each socket call times
- * out after METRICS_STEP_S, the whole fetch after about METRICS_BUDGET_S)
- * and fill *m. Returns 0, or -1 with a message on
- * stderr; *m then reports nothing. */
-static int metrics_fetch(const struct run *r, struct metrics *m)
+/* Fetch GET /metrics through libmic on 'mc' (a blocking side request,
+ * outside the measured load) and fill *m.  Returns 0, or -1 with a message
+ * on stderr; *m then reports nothing. */
+static int metrics_fetch(mic_client *mc, struct metrics *m)
 {
-    struct timeval tv = { .tv_sec = METRICS_STEP_S, .tv_usec = 0 };
-    struct sink body = { .limit = METRICS_MAX, .grow = true };
-    struct resp rp = { .body = &body };
-    struct rbuf in;
-    uint64_t deadline = now_ns() + METRICS_BUDGET_S * NS_PER_S;
-    char req[1024], whybuf[32];
-    const char *why = "unexpected end of response";
-    int fd, len, rc = -1;
-    size_t off = 0;
+    static const char *const accept[] = {"Accept: text/plain", NULL};
+    struct mic_response rp;
+    char why[600];
+    int rc = -1;
 
     memset(m, 0, sizeof *m);
-    resp_reset(&rp);
-    len = snprintf(req, sizeof req,
-                   "GET /metrics HTTP/1.1\r\nHost: %s\r\n%sAccept: text/plain\r\n"
-                   "Connection: close\r\n\r\n", r->authority, r->auth);
-    if ((fd = socket(r->addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) {
-        why = strerror(errno);
-        goto fail;
-    }
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);  /* bounds connect too */
-    if (connect(fd, (const struct sockaddr *)&r->addr, r->addrlen)) {
-        why = errno == EINPROGRESS ? "connect timed out" : strerror(errno);
-        goto fail_fd;
-    }
-    while (off < (size_t)len) {
-        ssize_t n = send(fd, req + off, (size_t)len - off, MSG_NOSIGNAL);
-
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            why = n == 0 ? "send returned 0" :
-                  errno == EAGAIN || errno == EWOULDBLOCK ? "timed out" : strerror(errno);
-            goto fail_fd;
-        }
-        off += (size_t)n;
-    }
-    if (rbuf_init(&in, RBUF_INIT)) {
-        why = "out of memory";
-        goto fail_fd;
-    }
-    for (;;) {
-        size_t used;
-        ssize_t n;
-        int frc;
-
-        if (now_ns() > deadline) {
-            why = "timed out";
-            goto fail_in;
-        }
-        if (rbuf_room(&in)) {
-            why = "response head too large";
-            goto fail_in;
-        }
-        n = recv(fd, in.buf + in.len, in.cap - in.len, 0);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
-            continue;  /* the deadline above decides */
-        if (n < 0) {
-            why = strerror(errno);
-            goto fail_in;
-        }
-        if (n == 0) {
-            if (rp.phase != RP_BODY_EOF)
-                goto fail_in;
-            break;
-        }
-        in.len += (size_t)n;
-        frc = resp_feed(&rp, in.buf + in.pos, in.len - in.pos, &used);
-        in.pos += used;
-        if (frc == FEED_DONE)
-            break;
-        if (frc == FEED_BAD) {
-            why = "malformed response";
-            goto fail_in;
-        }
-    }
-    if (rp.status != 200) {
-        snprintf(whybuf, sizeof whybuf, "HTTP %d", rp.status);
-        why = whybuf;
-        goto fail_in;
-    }
-    metrics_parse(body.buf ? body.buf : "", body.len, m);
-    rc = 0;
-fail_in:
-    rbuf_fini(&in);
-fail_fd:
-    close(fd);
-fail:
-    free(body.buf);
+    if (mic_request(mc, 0, "GET", "/metrics", NULL, NULL, 0, accept, &rp))
+        mic_failure_text(mic_client_failure(mc), why, sizeof why);
+    else if (rp.status != 200)
+        snprintf(why, sizeof why, "HTTP %ld", rp.status);
+    else if ((metrics_parse(rp.body, rp.len, m), 1))
+        rc = 0;
+    mic_response_fini(&rp);
     if (rc)
         say("GET /metrics: %s (per-commit figures will be null)", why);
     return rc;
+}
+
+/* The handle metrics_fetch uses: the --url, --key and --cacert of the run,
+ * a METRICS_BUDGET_S limit.  Returns NULL (said on stderr) when it cannot
+ * be made. */
+static mic_client *metrics_client(const struct run *r)
+{
+    char base[sizeof r->authority + 16], why[600];
+    const char *urls[1] = {base};
+    struct mic_client_opts o = {.urls = urls, .nurls = 1, .key = r->opt.key,
+                                .cafile = r->opt.cacert, .connect_timeout_ms = 1000,
+                                .timeout_ms = METRICS_BUDGET_S * 1000,
+                                .user_agent = "mic-bench-loadgen"};
+    struct mic_failure f;
+    mic_client *mc;
+
+    snprintf(base, sizeof base, "%s://%s", r->tls ? "https" : "http", r->authority);
+    if (mic_client_new(&o, &mc, &f)) {
+        say("GET /metrics: %s (per-commit figures will be null)",
+            mic_failure_text(&f, why, sizeof why));
+        return NULL;
+    }
+    return mc;
 }
 
 /* ---- Command line ---- */
@@ -1367,7 +1309,7 @@ static void usage(FILE *f)
             "  --agg-offset K       number aggregates from K (default 0)\n"
             "  --key SECRET         API key sent as Authorization: Bearer (default $MIC_KEY)\n"
             "  --cacert FILE        PEM CA certificate(s) for an https:// URL (default: the\n"
-            "                       system's); with https the server's /metrics is not read\n"
+            "                       system's)\n"
             "\n"
             "Prints one JSON line on stdout. Exit 0 when every event was published\n"
             "without error, 1 otherwise, 2 on a bad argument.\n");
@@ -1831,6 +1773,7 @@ int main(int argc, char **argv)
     static struct run r;
     struct result res;
     struct sigaction sa;
+    mic_client *mc;
     int rc;
 
     rc = options_parse(&r.opt, argc, argv);
@@ -1856,13 +1799,17 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
 
     memset(&res, 0, sizeof res);
-    rc = r.tls ? -1 : metrics_fetch(&r, &res.before); /* plain HTTP only */
+    mc = metrics_client(&r);
+    rc = mc ? metrics_fetch(mc, &res.before) : -1;
     say("run %s: %" PRIu64 " events, batch %u, %u conns on %u threads to %s",
         r.runid, r.opt.events, r.opt.batch, r.opt.conns, r.opt.threads, r.authority);
-    if (load_run(&r, &res))
+    if (load_run(&r, &res)) {
+        mic_client_free(mc);
         return 1;
+    }
     if (rc == 0)  /* a delta needs both ends */
-        metrics_fetch(&r, &res.after);
+        metrics_fetch(mc, &res.after);
+    mic_client_free(mc);
     report(&r, &res);
     if (res.t.events_ok < r.opt.events)
         say("only %" PRIu64 " of %" PRIu64 " events were published%s", res.t.events_ok,

@@ -12,6 +12,8 @@
 #       100k ready ones, against an ordered group with 100k ready aggregates
 #       and none blocked, and against an ordered backlog of 1M events
 #       (100k aggregates x 10 versions).
+# build/workers runs its raw driver (--driver raw), as in bench/claims.sh:
+# the figures are micd's, not libmic's.
 set -eu
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
@@ -33,7 +35,7 @@ n=0
 while [ $n -lt "$RUNS" ]; do
     group "w4-$n" "[\"w4-$n\"]"
     fill "w4-$n" 50000 2000 $((n * 2000))
-    ./build/workers --url "$url" --group "w4-$n" --workers 8 --max 32 --expect 50000 \
+    ./build/workers --driver raw --url "$url" --group "w4-$n" --workers 8 --max 32 --expect 50000 \
         --verify-order 1 --max-seconds 300 | sed 's/^{/{"workload":"W4",/' >> "$OUT"
     n=$((n + 1))
 done
@@ -54,7 +56,7 @@ group deep '["od"]'
 fill od $((10 * N_AGG)) "$N_AGG" 4000000
 
 for g in clear blocked deep; do
-    ./build/workers --url "$url" --group "$g" --workers 1 --max 1 --rounds 2000 \
+    ./build/workers --driver raw --url "$url" --group "$g" --workers 1 --max 1 --rounds 2000 \
         | sed "s/^{/{\"workload\":\"claim-$g\",/" >> "$OUT"
 done
 blocked=$(curl -sf "$url/v1/groups/blocked/blocked?reason=lease&limit=1000" | python3 -c \

@@ -7,6 +7,8 @@
 #   W4  2000 aggregates x 25 versions in an ordered group, same workers
 # One micd (--durability fsync) on 127.0.0.1, ephemeral port, temporary
 # store; stopped by PID at the end.  Prints one JSON line per workload.
+# build/workers runs its raw driver (--driver raw: one ack per claim batch,
+# as the figures in bench/RESULTS.md were taken).
 set -eu
 cd "$(dirname "$0")/.."
 . bench/lib.sh
@@ -18,7 +20,7 @@ trace() { # workload group expect extra-worker-flags...
     spid=$!
     i=0
     while [ ! -s "$dir/$w.strace" ] && [ $i -lt 100 ]; do i=$((i + 1)); sleep 0.05; done
-    ./build/workers --url "$url" --group "$g" --workers 8 --max 32 --expect "$n" \
+    ./build/workers --driver raw --url "$url" --group "$g" --workers 8 --max 32 --expect "$n" \
         --max-seconds 600 "$@" > /dev/null
     kill "$spid"
     wait "$spid" 2> /dev/null || true
