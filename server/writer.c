@@ -800,5 +800,6 @@ void mic_writer_stats(mic_writer *w, struct mic_writer_stats *st)
 {
     pthread_mutex_lock(&w->lock);
     *st = w->st;
+    st->gathering = w->gathering;
     pthread_mutex_unlock(&w->lock);
 }

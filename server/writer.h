@@ -105,6 +105,8 @@ struct mic_writer_stats {
     int alive;
     int full;  /* the last batch met a full map that could not grow */
     int parked; /* ops waiting (long-polls) */
+    int gathering; /* 1 while the writer, its batch open, waits for more
+                    * ops until the sync stage is free (tests await it) */
 };
 
 /* Start the writer over 's' with 'hooks' (may be NULL).  Returns MIC_OK
