@@ -36,6 +36,8 @@ struct mic_client {
     char **urls;
     uint64_t *salt;          /* per node: hash of its URL (rendezvous) */
     CURL **easy;             /* per node, lazily made */
+    CURLM *multi;            /* drives every transfer (and keeps the
+                              * connections alive between them) */
     char *key, *cafile, *ua;
     char *auth;              /* "Authorization: Bearer KEY" or NULL */
     long connect_ms, timeout_ms, retry_max_ms;
@@ -232,6 +234,7 @@ void mic_client_free(mic_client *c)
         if (c->urls)
             free(c->urls[i]);
     }
+    curl_multi_cleanup(c->multi);   /* no easy handle is attached any more */
     free(c->easy);
     free(c->urls);
     free(c->salt);
@@ -390,6 +393,47 @@ static int on_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c2, cur
     return atomic_load(&((mic_client *)arg)->stop) ? 1 : 0;
 }
 
+/* Stop latency: a transfer waiting for its answer looks at the stop flag
+ * at least this often (libcurl's progress callback alone runs about once
+ * a second while nothing arrives). */
+#define STOP_POLL_MS 50
+
+/* Run the transfer of 'e' on the handle's multi handle, waking every
+ * STOP_POLL_MS to honour mic_client_stop.  Returns libcurl's result;
+ * CURLE_ABORTED_BY_CALLBACK when stopped. */
+static CURLcode drive(mic_client *c, CURL *e)
+{
+    CURLcode cc = CURLE_OK;
+    CURLMsg *m;
+    int running = 1, left;
+
+    if (!c->multi && !(c->multi = curl_multi_init()))
+        return CURLE_OUT_OF_MEMORY;
+    if (curl_multi_add_handle(c->multi, e) != CURLM_OK)
+        return CURLE_OUT_OF_MEMORY;
+    while (running) {
+        if (curl_multi_perform(c->multi, &running) != CURLM_OK) {
+            cc = CURLE_OUT_OF_MEMORY;
+            break;
+        }
+        if (!running)
+            break;
+        if (atomic_load(&c->stop)) {
+            cc = CURLE_ABORTED_BY_CALLBACK;
+            break;
+        }
+        if (curl_multi_poll(c->multi, NULL, 0, STOP_POLL_MS, NULL) != CURLM_OK) {
+            cc = CURLE_OUT_OF_MEMORY;
+            break;
+        }
+    }
+    while (cc == CURLE_OK && (m = curl_multi_info_read(c->multi, &left)))
+        if (m->msg == CURLMSG_DONE && m->easy_handle == e)
+            cc = m->data.result;
+    curl_multi_remove_handle(c->multi, e);
+    return cc;
+}
+
 /* The one place a request is made.  'extra_ms' lengthens the timeout (a
  * long-poll's wait).  'fn' streams a 2xx body. */
 static int perform(mic_client *c, size_t node, const char *method, const char *path,
@@ -457,7 +501,7 @@ static int perform(mic_client *c, size_t node, const char *method, const char *p
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, "");
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)0);
     }
-    cc = curl_easy_perform(e);
+    cc = drive(c, e);
     if (s.b.oom)
         goto oom;
     curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &r->status);
