@@ -612,6 +612,8 @@ int mic_delivery_grant(struct mic_wctx *w, struct mic_group *gr, int max, int64_
     int got, rc;
 
     *n = 0;
+    if (mic_group_held(gr))
+        return MIC_OK; /* a replay run not yet all in order */
     if (wlen > MIC_WORKER_MAX)
         wlen = MIC_WORKER_MAX;
     if ((rc = mic_store_ready_pop(w->txn, mic_group_id(gr), seqs, max, &got)))

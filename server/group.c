@@ -657,6 +657,11 @@ int mic_group_backfilling(const struct mic_group *gr)
     return gr->backfilling;
 }
 
+int mic_group_held(const struct mic_group *gr)
+{
+    return gr->cfg.replay_run && (gr->backfilling || gr->releasing);
+}
+
 int mic_groups_holders(mic_groups *g, const char *topic, size_t tlen,
                        struct mic_group *const **out, int *n)
 {
@@ -785,6 +790,8 @@ static int release_step(mic_groups *g, struct mic_wctx *w, const struct mic_grou
             if ((rc = set_backfill_state(w, gr, 0)))
                 return rc;
             gr->releasing = 0;
+            if (gr->cfg.replay_run) /* held until now (mic_group_held) */
+                mic_wctx_wake(w, gr->gid);
         }
         g->backfilling = 1;
         return MIC_OK; /* one chunk per batch */

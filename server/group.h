@@ -70,6 +70,12 @@ uint32_t mic_group_id(const struct mic_group *gr);
 const char *mic_group_name(const struct mic_group *gr);
 const struct mic_group_cfg *mic_group_config(const struct mic_group *gr);
 int mic_group_backfilling(const struct mic_group *gr);
+/* Nonzero while a replay run's group still adds its selection or releases
+ * its aggregates' heads: nothing of the run is handed out before all of
+ * it can go in (created_at, event_id) order (an event without an
+ * aggregate is ready as soon as it is added, its elders perhaps not yet).
+ * Its waiting claims are woken when the release ends. */
+int mic_group_held(const struct mic_group *gr);
 /* Nonzero if a live event 'r' belongs in 'gr' by its start (`start` at a
  * time takes events created at or after it). */
 int mic_group_takes(const struct mic_group *gr, const struct mic_rec *r);

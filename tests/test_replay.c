@@ -321,6 +321,64 @@ static void replay_order_across_aggregates(void **state)
     json_decref(c);
 }
 
+/* A run is handed out only once all of it can go in order.  2100 events
+ * of as many aggregates, published newest first (so the aggregates'
+ * ordinals, the order the release of heads walks, run against the run's
+ * order), and one event without an aggregate, the newest of all: it is
+ * ready the moment it is added, before any aggregate's head is released.
+ * A claim waiting from the start must still get the oldest event first.
+ * Before the fix, a claim that came between the fill and the end of the
+ * release got the event without an aggregate, or the oldest of the first
+ * 2000 heads released; --writer-delay-ms spreads the run's batches so the
+ * claim lands in that window. */
+static void replay_held_until_all_released(void **state)
+{
+    static const char *const args[] = {"--writer-delay-ms", "30", NULL};
+    struct srv s2;
+    struct resp r;
+    char *body = malloc(200 * 1000 + 64), when[32];
+    json_t *c, *d;
+    int n;
+
+    (void)state;
+    assert_non_null(body);
+    memset(&s2, 0, sizeof s2);
+    assert_int_equal(srv_start(&s2, args), 0);
+    for (int k = 0; k < 3; k++) {
+        n = sprintf(body, "{\"events\":[");
+        for (int i = k * 700; i < (k + 1) * 700; i++) {
+            /* event i: created 2100 - i seconds after 10:00 */
+            snprintf(when, sizeof when, "2026-03-03T%02d:%02d:%02dZ", 10 + (2100 - i) / 3600,
+                     (2100 - i) / 60 % 60, (2100 - i) % 60);
+            n += sprintf(body + n, "%s{\"event_id\":\"h-%d\",\"topic\":\"rh\",\"aggregate_type\":\"rh\","
+                         "\"aggregate_id\":\"%d\",\"created_at\":\"%s\"}", i % 700 ? "," : "", i, i, when);
+        }
+        sprintf(body + n, "]}");
+        json_decref(call(&s2, "POST", "/v1/events", body, 201));
+    }
+    json_decref(call(&s2, "POST", "/v1/events",
+                     "{\"event_id\":\"h-free\",\"topic\":\"rh\",\"created_at\":\"2026-03-03T12:00:00Z\"}", 201));
+    json_decref(call(&s2, "POST", "/v1/replays", "{\"topic\":\"rh\",\"run_id\":\"rh-1\"}", 201));
+    c = call(&s2, "POST", "/v1/groups/replay.rh-1/claim", "{\"max\":3,\"wait_s\":30}", 200);
+    assert_int_equal(json_array_size(json_object_get(c, "deliveries")), 3);
+    for (int i = 0; i < 3; i++) {
+        char want[16];
+
+        d = json_array_get(json_object_get(c, "deliveries"), (size_t)i);
+        snprintf(want, sizeof want, "h-%d", 2099 - i);   /* the oldest three */
+        assert_string_equal(json_string_value(json_object_get(json_object_get(d, "event"), "event_id")),
+                            want);
+    }
+    json_decref(c);
+    assert_int_equal(http_json(&s2, "GET", "/v1/replays/rh-1", NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(json_integer_value(json_object_get(r.json, "selected")), 2101);
+    resp_free(&r);
+    free(body);
+    assert_int_equal(srv_stop(&s2), 0);
+    srv_cleanup(&s2);
+}
+
 /* GET /v1/replays/{run_id}, with the invariant selected = dispatched +
  * pending + dlq checked; returns the answer. */
 static json_t *run_status(const char *run_id)
@@ -533,6 +591,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(range_bounds_and_ties),
+        cmocka_unit_test(replay_held_until_all_released),
         cmocka_unit_test(range_pages),
         cmocka_unit_test(range_ndjson),
         cmocka_unit_test(range_ndjson_large),
