@@ -714,6 +714,51 @@ static void retries_503_and_reset(void **state)
     json_decref(e);
 }
 
+struct bg_publish {
+    mic_client *c;
+    json_t *e;
+    int rc;
+    struct mic_publish_result r;
+};
+
+static void *bg_publish_main(void *arg)
+{
+    struct bg_publish *b = arg;
+
+    b->rc = mic_publish(b->c, b->e, &b->r);
+    return NULL;
+}
+
+static int two_accepts(void *arg)
+{
+    return atomic_load(&((struct stub *)arg)->accepts) >= 2;
+}
+
+/* mic_client_stop ends a publish that is retrying (between attempts or
+ * in one) with STOPPED. */
+static void stop_cuts_retries(void **state)
+{
+    struct stub st;
+    struct bg_publish b = {0};
+    pthread_t th;
+
+    (void)state;
+    stub_start(&st, 0, 1000000);
+    b.c = stub_client(&st, 1000000);
+    b.e = event("lm.stopretry", NULL, 0, 1);
+    assert_int_equal(pthread_create(&th, NULL, bg_publish_main, &b), 0);
+    assert_true(await(two_accepts, &st, WAIT_MS)); /* retrying */
+    mic_client_stop(b.c);
+    pthread_join(th, NULL);
+    assert_int_equal(b.rc, -1);
+    assert_int_equal(mic_client_failure(b.c)->kind, MIC_FAIL_STOPPED);
+    assert_int_equal(b.r.fail.kind, MIC_FAIL_STOPPED);
+    shutdown(st.fd, SHUT_RDWR); /* ends the stub's accept */
+    pthread_join(st.th, NULL);
+    mic_client_free(b.c);
+    json_decref(b.e);
+}
+
 static void connect_refused(void **state)
 {
     struct mic_client_opts o = {0};
@@ -740,21 +785,6 @@ static void connect_refused(void **state)
     assert_int_equal(r.fail.kind, MIC_FAIL_CONNECT);
     json_decref(e);
     mic_client_free(c);
-}
-
-struct bg_publish {
-    mic_client *c;
-    json_t *e;
-    int rc;
-    struct mic_publish_result r;
-};
-
-static void *bg_publish_main(void *arg)
-{
-    struct bg_publish *b = arg;
-
-    b->rc = mic_publish(b->c, b->e, &b->r);
-    return NULL;
 }
 
 /* The first attempt gets no answer (the stub resets it); micd then comes
@@ -1447,6 +1477,7 @@ static void tls_and_keys(void **state)
 
 struct wctx {
     atomic_int count[64];      /* handler calls per payload n */
+    atomic_int on_node[2];     /* handler calls per node */
     atomic_int calls, in_handler, release, saw_lost;
     atomic_int bad;            /* what the handler found wrong (no cmocka
                                 * assertion off the test's thread) */
@@ -1478,6 +1509,8 @@ static enum mic_verdict handler(mic_job *job, const struct mic_leased *d, mic_cl
     if (!c || mic_job_thread(job) < 0 || mic_job_thread(job) >= 3 || mic_job_lease_lost(job))
         atomic_fetch_add(&x->bad, 1);
     atomic_fetch_add(&x->calls, 1);
+    if (d->node >= 0 && d->node < 2)
+        atomic_fetch_add(&x->on_node[d->node], 1);
     if (n >= 0 && n < 64)
         atomic_fetch_add(&x->count[n], 1);
     if (!strcmp(d->topic, "lm.w.fail")) {
@@ -1523,6 +1556,7 @@ static mic_worker *worker_on(mic_client *c, const char *group, int threads, doub
 
 struct gstat {
     mic_client *c;
+    int node;
     const char *group, *key;
     json_int_t want;
 };
@@ -1531,14 +1565,21 @@ static int gstat_is(void *arg)
 {
     struct gstat *g = arg;
 
-    return stat_of(g->c, 0, 1, g->group, g->key) == g->want;
+    return stat_of(g->c, g->node, 1, g->group, g->key) == g->want;
+}
+
+/* Wait until the group's stat 'key' on 'node' (-1: merged) is 'want'. */
+static void await_gstat_on(mic_client *c, int node, const char *group, const char *key,
+                           json_int_t want)
+{
+    struct gstat g = {c, node, group, key, want};
+
+    assert_true(await(gstat_is, &g, WAIT_MS));
 }
 
 static void await_gstat(mic_client *c, const char *group, const char *key, json_int_t want)
 {
-    struct gstat g = {c, group, key, want};
-
-    assert_true(await(gstat_is, &g, WAIT_MS));
+    await_gstat_on(c, 0, group, key, want);
 }
 
 static void worker_exactly_once(void **state)
@@ -1704,6 +1745,52 @@ static void worker_fencing(void **state)
     mic_client_free(c);
 }
 
+/* One handler thread over two nodes visits both (long-polling only after
+ * a round found nothing) and handles every event once. */
+static void worker_two_nodes(void **state)
+{
+    struct srv s2;
+    const struct srv *v[2] = {&S, &s2};
+    static struct wctx x;
+    struct mic_worker_stats st;
+    struct mic_publish_result r[20];
+    json_t *ev[20];
+    int on[2] = {0, 0};
+    mic_client *c;
+    mic_worker *w;
+
+    (void)state;
+    memset(&x, 0, sizeof x);
+    memset(&s2, 0, sizeof s2);
+    assert_int_equal(srv_start(&s2, NULL), 0);
+    c = client_of(v, 2, 0);
+    make_group(c, "lm.w.two", "lm.w.two.g", NULL);
+    for (int i = 0; i < 20; i++) {
+        char agg[16];
+
+        snprintf(agg, sizeof agg, "w%d", i);
+        ev[i] = event("lm.w.two", agg, 1, i);
+    }
+    assert_int_equal(mic_publish_batch(c, ev, 20, r), 0);
+    for (int i = 0; i < 20; i++) {
+        on[r[i].node]++;
+        json_decref(ev[i]);
+    }
+    w = worker_on(c, "lm.w.two.g", 1, 30, &x);
+    await_gstat_on(c, -1, "lm.w.two.g", "dispatched", 20);
+    mic_worker_stop(w);
+    mic_worker_join(w, &st);
+    assert_int_equal(atomic_load(&x.bad), 0);
+    assert_int_equal(st.acked, 20);
+    assert_int_equal(atomic_load(&x.on_node[0]), on[0]);
+    assert_int_equal(atomic_load(&x.on_node[1]), on[1]);
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(atomic_load(&x.count[i]), 1);
+    mic_client_free(c);
+    assert_int_equal(srv_stop(&s2), 0);
+    srv_cleanup(&s2);
+}
+
 /* A stop while a claim of 5 is in hand: the handler in flight is acked,
  * the 4 others are given back at once (nack, retry_after_s 0). */
 static void worker_stop_gives_back(void **state)
@@ -1797,6 +1884,10 @@ static void worker_refused(void **state)
 
 struct cctx {
     int calls, fail, upcasts, from, to, saw_up;
+    /* consumer_fenced: the job in the handler, the wait for its fencing */
+    mic_job *_Atomic job;
+    atomic_int in_apply, fenced_seen;
+    mic_consumer *k;
 };
 
 static int apply(MDB_txn *txn, const struct mic_leased *d, json_t *ev, void *arg, char *err,
@@ -1808,6 +1899,11 @@ static int apply(MDB_txn *txn, const struct mic_leased *d, json_t *ev, void *arg
 
     x->calls++;
     x->saw_up = json_is_true(json_object_get(ev, "up"));
+    if (atomic_load(&x->job)) { /* hold the commit until the lease is lost */
+        atomic_store(&x->in_apply, 1);
+        atomic_store(&x->fenced_seen,
+                     await((int (*)(void *))mic_job_lease_lost, atomic_load(&x->job), WAIT_MS));
+    }
     assert_int_equal(mdb_dbi_open(txn, "proj", MDB_CREATE, &dbi), 0);
     assert_int_equal(mdb_put(txn, dbi, &k, &v, 0), 0);
     if (x->fail) {
@@ -1892,7 +1988,7 @@ static mic_consumer *consumer_open(char *base, char *path, size_t cap, enum mic_
 {
     struct mic_consumer_opts o = {.path = path, .max_dbs = 1, .kind = kind, .apply = apply,
                                   .upcast = upcast, .schema_version = schema, .arg = x,
-                                  .map_size = 16 << 20};
+                                  .map_size = 16 << 20, .gap_retry_s = 600};
     mic_consumer *k;
     char err[256];
 
@@ -1918,6 +2014,18 @@ static void consumer_rules(void **state)
     mic_consumer *k = consumer_open(base, path, sizeof path, MIC_PROJECTION, 2, &x);
 
     (void)state;
+    {   /* refusals: no apply; a directory that cannot be made */
+        struct mic_consumer_opts bad = {.path = path};
+        mic_consumer *none;
+        char err[256];
+
+        assert_int_equal(mic_consumer_open(&bad, &none, err, sizeof err), -1);
+        assert_null(none);
+        bad.apply = apply;
+        bad.path = "/nonexistent-mic-dir/state";
+        assert_int_equal(mic_consumer_open(&bad, &none, err, sizeof err), -1);
+        assert_non_null(strstr(err, "/nonexistent-mic-dir/state"));
+    }
     assert_int_equal(ckpt(k), 0);
     assert_int_equal(process(k, "e1", 1, 2, why, sizeof why), MIC_APPLIED);
     assert_int_equal(ckpt(k), 1);
@@ -2016,6 +2124,135 @@ static void consumer_replay_delivery(void **state)
     mic_client_free(c);
 }
 
+struct await_field {
+    mic_client *c;
+    const char *id, *group, *key, *has;
+};
+
+/* The event's delivery field w->key holds w->has. */
+static int field_has(void *arg)
+{
+    struct await_field *w = arg;
+    char *v = event_field(w->c, w->id, w->group, w->key);
+    int yes = v && strstr(v, w->has);
+
+    free(v);
+    return yes;
+}
+
+/* mic_consumer_handler in the worker loop: APPLIED acks; a GAP is nacked
+ * with its reason and the gap retry hint; a STALE one is dead-lettered
+ * (c3's checkpoint was moved over version 1 with mic_consumer_skip, so
+ * micd's c3 v1 comes in at the checkpoint under an unknown id). */
+static void consumer_in_worker(void **state)
+{
+    char base[] = "/tmp/mic-libmic-cons-XXXXXX", path[64], gap[129], stale[129];
+    struct cctx x = {0};
+    mic_client *c = client1(&S);
+    mic_consumer *k = consumer_open(base, path, sizeof path, MIC_PROJECTION, 1, &x);
+    struct mic_worker_opts o = {.group = "lm.cw.g", .threads = 1, .wait_s = 1,
+                                .handler = mic_consumer_handler, .arg = k};
+    struct mic_worker_stats st;
+    struct await_field gw = {c, gap, "lm.cw.g", "last_error", "gap"};
+    mic_worker *w;
+    uint64_t v;
+    char *s1;
+
+    (void)state;
+    assert_int_equal(mic_consumer_skip(k, "agg", "c3", 1), 0);
+    make_group(c, "lm.cw", "lm.cw.g", NULL);
+    publish_ok(c, event("lm.cw", "c1", 1, 1), NULL);
+    publish_ok(c, event("lm.cw", "c2", 2, 2), gap); /* micd's baseline, the consumer's gap */
+    publish_ok(c, event("lm.cw", "c3", 1, 3), stale);
+    assert_int_equal(mic_worker_start(c, &o, &w), 0);
+    await_gstat(c, "lm.cw.g", "dispatched", 1);
+    await_gstat(c, "lm.cw.g", "dlq", 1);
+    assert_true(await(field_has, &gw, WAIT_MS));
+    mic_worker_stop(w);
+    mic_worker_join(w, &st);
+    assert_int_equal(st.acked, 1);
+    assert_int_equal(st.dead_lettered, 1);
+    assert_true(st.retried >= 1);
+    s1 = event_field(c, stale, "lm.cw.g", "last_error");
+    assert_non_null(strstr(s1, "stale"));
+    free(s1);
+    s1 = event_field(c, gap, "lm.cw.g", "state");
+    assert_string_equal(s1, "pending"); /* parked for gap_retry_s */
+    free(s1);
+    s1 = event_field(c, gap, "lm.cw.g", "attempts");
+    assert_string_equal(s1, "1");
+    free(s1);
+    assert_int_equal(mic_consumer_checkpoint(k, "agg", "c1", &v), 0);
+    assert_int_equal(v, 1);
+    assert_int_equal(mic_consumer_checkpoint(k, "agg", "c2", &v), 0);
+    assert_int_equal(v, 0);
+    assert_int_equal(x.calls, 1);
+    consumer_close(k, base, path);
+    mic_client_free(c);
+}
+
+/* Runs mic_consumer_handler with the job where apply() can see it. */
+static enum mic_verdict fencing_handler(mic_job *job, const struct mic_leased *d, mic_client *c,
+                                        void *arg)
+{
+    struct cctx *x = arg;
+    enum mic_verdict v;
+
+    atomic_store(&x->job, job);
+    v = mic_consumer_handler(job, d, c, x->k);
+    atomic_store(&x->job, NULL);
+    return v;
+}
+
+/* The lease is lost while apply() runs (the group is deleted and made
+ * again, as in worker_fencing): the commit is skipped (FENCED), nothing is
+ * settled, and the delivery the test claims instead is applied. */
+static void consumer_fenced(void **state)
+{
+    char base[] = "/tmp/mic-libmic-cons-XXXXXX", path[64], why[256];
+    struct cctx x = {0};
+    mic_client *c = client1(&S);
+    struct mic_worker_opts o = {.group = "lm.cf.g", .threads = 1, .wait_s = 1,
+                                .lease_ttl_s = 3, .handler = fencing_handler, .arg = &x};
+    struct mic_worker_stats st;
+    struct mic_consumer_stats cs;
+    struct mic_claimed cl;
+    struct mic_leased *d;
+    enum mic_outcome out;
+    mic_worker *w;
+    uint64_t v;
+    int64_t seq;
+
+    (void)state;
+    x.k = consumer_open(base, path, sizeof path, MIC_PROJECTION, 1, &x);
+    make_group(c, "lm.cf", "lm.cf.g", NULL);
+    seq = publish_ok(c, event("lm.cf", "f1", 1, 1), NULL);
+    assert_int_equal(mic_worker_start(c, &o, &w), 0);
+    assert_true(await(flag_set, &x.in_apply, WAIT_MS));
+    assert_int_equal(mic_admin_group_delete(c, "lm.cf.g"), 0);
+    make_group(c, "lm.cf", "lm.cf.g", NULL);
+    d = claim_one(c, 0, "lm.cf.g", 60, 10, &cl);
+    assert_int_equal(d->seq, seq);
+    mic_worker_stop(w);
+    mic_worker_join(w, &st);
+    assert_int_equal(atomic_load(&x.fenced_seen), 1);
+    assert_true(st.lease_lost >= 1);
+    assert_int_equal(st.acked, 0);
+    mic_consumer_stats(x.k, &cs);
+    assert_int_equal(cs.fenced, 1);
+    assert_int_equal(cs.applied, 0);
+    assert_int_equal(mic_consumer_checkpoint(x.k, "agg", "f1", &v), 0);
+    assert_int_equal(v, 0);
+    assert_false(proj_has(x.k, d->event_id));
+    /* The test's own delivery: not processed before, so applied now. */
+    assert_int_equal(mic_consumer_process(x.k, d, NULL, &out, why, sizeof why), 0);
+    assert_int_equal(out, MIC_APPLIED);
+    assert_int_equal(settle1(c, "lm.cf.g", d, ACK, NULL, NULL), MIC_ITEM_ACKED);
+    mic_claimed_fini(&cl);
+    consumer_close(x.k, base, path);
+    mic_client_free(c);
+}
+
 /* ---- Main ---- */
 
 static int group_setup(void **state)
@@ -2038,6 +2275,7 @@ int main(void)
         cmocka_unit_test(publish_batch_partial),
         cmocka_unit_test(retries_under_429),
         cmocka_unit_test(retries_503_and_reset),
+        cmocka_unit_test(stop_cuts_retries),
         cmocka_unit_test(connect_refused),
         cmocka_unit_test(publish_while_server_comes_up),
         cmocka_unit_test(lost_answer_is_duplicate),
@@ -2054,11 +2292,14 @@ int main(void)
         cmocka_unit_test(worker_retry_and_dead),
         cmocka_unit_test(worker_extends_lease),
         cmocka_unit_test(worker_fencing),
+        cmocka_unit_test(worker_two_nodes),
         cmocka_unit_test(worker_stop_gives_back),
         cmocka_unit_test(worker_run_limits),
         cmocka_unit_test(worker_refused),
         cmocka_unit_test(consumer_rules),
         cmocka_unit_test(consumer_replay_delivery),
+        cmocka_unit_test(consumer_in_worker),
+        cmocka_unit_test(consumer_fenced),
     };
 
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
