@@ -564,6 +564,7 @@ static int call(mic_client *c, size_t node, const char *method, const char *path
     if (r.len && !r.json) {
         failf(c, MIC_FAIL_PROTO, (int)node, "%s %s answered %ld with a body that is not JSON",
               method, path, r.status);
+        c->fail.status = r.status;
         mic_response_fini(&r);
         return -1;
     }
@@ -662,8 +663,10 @@ static int post_events(mic_client *c, size_t node, const char *txt, json_t **out
         if (!rc && r.status >= 200 && r.status <= 299) {
             if (!r.json) {
                 mic_response_fini(&r);
-                return failf(c, MIC_FAIL_PROTO, (int)node, "publish answered %ld without JSON",
-                             r.status);
+                failf(c, MIC_FAIL_PROTO, (int)node, "publish answered %ld without JSON",
+                      r.status);
+                c->fail.status = r.status;
+                return -1;
             }
             *out = r.json;
             r.json = NULL;
