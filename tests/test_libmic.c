@@ -242,7 +242,9 @@ static void rm_lmdb_dir(const char *dir)
 
 struct stub {
     int fd, port;
-    int answer_503;        /* 1: read the request and answer 503; 0: reset */
+    const char *answer;    /* read the request and answer this status line,
+                            * headers and body ("" ends the headers); NULL:
+                            * reset the connection */
     int limit;             /* connections to take, then close the listener */
     atomic_int accepts;
     pthread_t th;
@@ -277,11 +279,16 @@ static void read_request(int fd)
 static void *stub_main(void *arg)
 {
     struct stub *s = arg;
-    static const char body[] = "{\"error\":{\"code\":\"not_ready\",\"message\":\"stub\"}}";
-    char ans[256];
-    int alen = snprintf(ans, sizeof ans, "HTTP/1.1 503 Service Unavailable\r\n"
-                        "Content-Type: application/json\r\nContent-Length: %zu\r\n"
-                        "Connection: close\r\n\r\n%s", sizeof body - 1, body);
+    char ans[512];
+    int alen = 0;
+
+    if (s->answer) {
+        const char *body = strstr(s->answer, "\n\n") + 2;
+
+        alen = snprintf(ans, sizeof ans, "HTTP/1.1 %.*sContent-Length: %zu\r\n"
+                        "Connection: close\r\n\r\n%s", (int)(body - 1 - s->answer),
+                        s->answer, strlen(body), body);
+    }
 
     while (atomic_load(&s->accepts) < s->limit) {
         int c = accept(s->fd, NULL, NULL);
@@ -289,7 +296,7 @@ static void *stub_main(void *arg)
         if (c < 0)
             break;
         atomic_fetch_add(&s->accepts, 1);
-        if (s->answer_503) {
+        if (s->answer) {
             read_request(c);
             if (write(c, ans, (size_t)alen) != alen)
                 break;
@@ -306,13 +313,13 @@ static void *stub_main(void *arg)
     return NULL;
 }
 
-static void stub_start(struct stub *s, int answer_503, int limit)
+static void stub_start(struct stub *s, const char *answer, int limit)
 {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t len = sizeof a;
 
     memset(s, 0, sizeof *s);
-    s->answer_503 = answer_503;
+    s->answer = answer;
     s->limit = limit;
     s->fd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(s->fd >= 0);
@@ -685,16 +692,18 @@ static void retries_under_429(void **state)
 }
 
 /* 503 and no answer are retried: 'retries' more attempts, then the last
- * failure (a stub listener counts the attempts). */
+ * failure; a 429's Retry-After is read; a 2xx that is not JSON is PROTO,
+ * not retried (a stub listener gives the answers and counts attempts). */
 static void retries_503_and_reset(void **state)
 {
     struct stub st;
     mic_client *c;
-    json_t *e;
+    json_t *e, *out = (json_t *)1;
     struct mic_publish_result r;
 
     (void)state;
-    stub_start(&st, 1, 3);
+    stub_start(&st, "503 Service Unavailable\r\nContent-Type: application/json\r\n\n"
+               "{\"error\":{\"code\":\"not_ready\",\"message\":\"stub\"}}", 3);
     c = stub_client(&st, 2);
     e = event("lm.stub", NULL, 0, 1);
     assert_int_equal(mic_publish(c, e, &r), -1);
@@ -703,13 +712,33 @@ static void retries_503_and_reset(void **state)
     assert_int_equal(atomic_load(&st.accepts), 3);
     mic_client_free(c);
 
-    stub_start(&st, 0, 4);
+    stub_start(&st, "429 Too Many Requests\r\nRetry-After: 7\r\n\n", 1);
+    c = stub_client(&st, -1);
+    assert_int_equal(mic_publish(c, e, &r), -1);
+    expect_fail(c, MIC_FAIL_SERVER, 429, "");
+    assert_int_equal(mic_client_failure(c)->retry_after_ms, 7000);
+    assert_string_equal(mic_client_failure(c)->message, "(no body)");
+    pthread_join(st.th, NULL);
+    mic_client_free(c);
+
+    stub_start(&st, "201 Created\r\nContent-Type: text/plain\r\n\nstored, honest", 2);
+    c = stub_client(&st, 3);
+    assert_int_equal(mic_publish(c, e, &r), -1);
+    expect_fail(c, MIC_FAIL_PROTO, 201, ""); /* an answer came: its status */
+    assert_int_equal(r.fail.status, 201);
+    assert_int_equal(atomic_load(&st.accepts), 1); /* not retried */
+    assert_int_equal(mic_call(c, 0, "GET", "/v1/stats", NULL, &out), -1);
+    expect_fail(c, MIC_FAIL_PROTO, 201, "");
+    assert_null(out);
+    pthread_join(st.th, NULL);
+    mic_client_free(c);
+
+    stub_start(&st, NULL, 4);
     c = stub_client(&st, 3);
     assert_int_equal(mic_publish(c, e, &r), -1);
     expect_fail(c, MIC_FAIL_CONNECT, 0, "");
     pthread_join(st.th, NULL);
     assert_int_equal(atomic_load(&st.accepts), 4);
-    /* A 4xx is not retried. */
     mic_client_free(c);
     json_decref(e);
 }
@@ -743,7 +772,7 @@ static void stop_cuts_retries(void **state)
     pthread_t th;
 
     (void)state;
-    stub_start(&st, 0, 1000000);
+    stub_start(&st, NULL, 1000000);
     b.c = stub_client(&st, 1000000);
     b.e = event("lm.stopretry", NULL, 0, 1);
     assert_int_equal(pthread_create(&th, NULL, bg_publish_main, &b), 0);
@@ -800,7 +829,7 @@ static void publish_while_server_comes_up(void **state)
     mic_client *c;
 
     (void)state;
-    stub_start(&st, 0, 1);
+    stub_start(&st, NULL, 1);
     b.c = stub_client(&st, 300);
     b.e = event("lm.up", NULL, 0, 1);
     assert_int_equal(pthread_create(&th, NULL, bg_publish_main, &b), 0);
