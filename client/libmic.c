@@ -1020,9 +1020,13 @@ static int settle(mic_client *c, enum verb verb, const char *group,
     }
     free(idx);
     for (size_t i = 0; i < n; i++)
-        if ((size_t)items[i]->node >= c->n && !failed++)
+        if ((size_t)items[i]->node >= c->n) {
             failf(c, MIC_FAIL_ARG, items[i]->node, "a delivery of node %d, not of this handle",
-                  items[i]->node), first = c->fail;
+                  items[i]->node);
+            res[i].fail = c->fail;
+            if (!failed++)
+                first = c->fail;
+        }
     c->fail = first;
     return failed ? -1 : 0;
 }
