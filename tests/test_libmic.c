@@ -499,7 +499,8 @@ static void publish_ids_duplicates_conflicts(void **state)
 }
 
 /* A batch over two nodes, one with nothing listening: the events routed
- * to the live node are stored, the others fail with CONNECT (PARTIAL). */
+ * to the live node are stored, the others fail with CONNECT (PARTIAL);
+ * the same for an ack of deliveries of both nodes. */
 static void publish_batch_partial(void **state)
 {
     struct srv dead;
@@ -537,6 +538,35 @@ static void publish_batch_partial(void **state)
     }
     assert_true(ok > 0 && down > 0);
     assert_int_equal(stat_of(n0, 0, 0, "lm.part", "events"), ok);
+
+    /* Settling items of both nodes: node 0's are answered, node 1's are
+     * UNKNOWN with its failure; an item of no node of the handle too. */
+    {
+        struct mic_claimed cl;
+        struct mic_leased *d, other, stray;
+        const struct mic_leased *items[3];
+        struct mic_item_result res[3];
+
+        make_group(n0, "lm.part", "lm.part.g", NULL);
+        d = claim_one(c, 0, "lm.part.g", 30, 0, &cl);
+        other = *d;
+        other.node = 1;
+        stray = *d;
+        stray.node = 7;
+        items[0] = &other;
+        items[1] = d;
+        items[2] = &stray;
+        assert_int_equal(mic_ack(c, "lm.part.g", items, 3, res), -1);
+        assert_int_equal(mic_client_failure(c)->kind, MIC_FAIL_CONNECT);
+        assert_int_equal(res[0].status, MIC_ITEM_UNKNOWN);
+        assert_int_equal(res[0].fail.kind, MIC_FAIL_CONNECT);
+        assert_int_equal(res[0].fail.node, 1);
+        assert_int_equal(res[1].status, MIC_ITEM_ACKED);
+        assert_int_equal(res[1].fail.kind, MIC_FAIL_NONE);
+        assert_int_equal(res[2].status, MIC_ITEM_UNKNOWN);
+        assert_int_equal(res[2].fail.kind, MIC_FAIL_ARG);
+        mic_claimed_fini(&cl);
+    }
     mic_client_free(c);
     mic_client_free(n0);
 }
