@@ -41,6 +41,7 @@
 #include <netinet/in.h>
 #include <openssl/sha.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -409,14 +410,40 @@ static void handle_args_and_routing(void **state)
     }
     for (int i = 0; i < 3; i++)
         assert_true(per[i] > 100); /* 200 each on average */
+    {   /* path segments and event ids */
+        char b[16], id1[33], id2[33];
+
+        assert_string_equal(mic_path_escape("a b/c:d", b, sizeof b), "a%20b%2Fc:d");
+        assert_non_null(mic_path_escape("abc", b, 4));
+        assert_null(mic_path_escape("abcd", b, 4));
+        assert_null(mic_path_escape("a/", b, 4));
+        assert_int_equal(mic_event_id_new(id1), 0);
+        assert_int_equal(mic_event_id_new(id2), 0);
+        assert_int_equal(strspn(id1, "0123456789abcdef"), 32);
+        assert_int_equal(strlen(id1), 32);
+        assert_string_not_equal(id1, id2);
+    }
     assert_true(moved > 60 && moved < 300); /* a quarter (150) on average */
     mic_client_free(d);
     mic_client_free(c3);
     mic_client_free(c4);
 
-    /* A dup talks to micd like its original. */
+    /* A dup talks to micd like its original; a node the handle does not
+     * have is an ARG failure. */
     c = client1(&S);
     assert_int_equal(mic_client_dup(c, &d), 0);
+    {
+        struct mic_response r;
+
+        assert_int_equal(mic_request(c, 1, "GET", "/healthz", NULL, NULL, 0, NULL, &r), -1);
+        expect_fail(c, MIC_FAIL_ARG, 0, NULL);
+        mic_response_fini(&r);
+        assert_int_equal(mic_request(c, 0, "GET", "/healthz", NULL, NULL, 0, NULL, &r), 0);
+        assert_int_equal(r.status, 200);
+        assert_true(r.request_id[0] != 0);
+        assert_non_null(strstr(r.content_type, "application/json"));
+        mic_response_fini(&r);
+    }
     mic_client_free(c);
     assert_string_equal(mic_client_url(d, 0), S.url);
     assert_int_equal(mic_call(d, 0, "GET", "/healthz", NULL, &h), 0);
@@ -481,6 +508,14 @@ static void publish_ids_duplicates_conflicts(void **state)
     assert_non_null(strstr(text, f->code));
     assert_non_null(strstr(text, "(field "));
     json_decref(bad);
+
+    /* Not an object, or an empty batch: ARG, nothing sent. */
+    bad = json_array();
+    assert_int_equal(mic_publish(c, bad, &r2), -1);
+    expect_fail(c, MIC_FAIL_ARG, 0, NULL);
+    json_decref(bad);
+    assert_int_equal(mic_publish_batch(c, batch, 0, rs), -1);
+    expect_fail(c, MIC_FAIL_ARG, 0, NULL);
 
     /* A batch: results in order, seqs increasing. */
     for (int i = 0; i < 5; i++)
@@ -1916,6 +1951,45 @@ static void worker_run_limits(void **state)
     mic_client_free(c);
 }
 
+/* stop_on_signals: SIGTERM stops the loop, and join puts the previous
+ * SIGTERM and SIGINT dispositions back.  (idle_exit_s is only the outer
+ * limit if the signal did nothing: the loop must end well before it.) */
+static void worker_signal_stop(void **state)
+{
+    mic_client *c = client1(&S);
+    static struct wctx x;
+    struct mic_worker_opts o = {.group = "lm.w.sig.g", .threads = 2, .wait_s = 10,
+                                .handler = handler, .arg = &x, .stop_on_signals = 1,
+                                .idle_exit_s = 50};
+    struct sigaction before_term, before_int, now;
+    struct parked p = {.s = &S};
+    struct mic_worker_stats st;
+    mic_worker *w;
+    int64_t t0;
+
+    (void)state;
+    memset(&x, 0, sizeof x);
+    make_group(c, "lm.w.sig", "lm.w.sig.g", NULL);
+    assert_int_equal(sigaction(SIGTERM, NULL, &before_term), 0);
+    assert_int_equal(sigaction(SIGINT, NULL, &before_int), 0);
+    p.more_than = metric(c, "mic_writer_parked ", NULL);
+    assert_int_equal(mic_worker_start(c, &o, &w), 0);
+    assert_true(await(parked_above, &p, WAIT_MS)); /* a long-poll in flight */
+    assert_int_equal(sigaction(SIGTERM, NULL, &now), 0);
+    assert_true(now.sa_handler != before_term.sa_handler);
+    t0 = mono_ms();
+    assert_int_equal(kill(getpid(), SIGTERM), 0);
+    mic_worker_join(w, &st);
+    assert_true(mono_ms() - t0 < 40000);
+    assert_int_equal(st.refused, 0);
+    assert_int_equal(st.claimed, 0);
+    assert_int_equal(sigaction(SIGTERM, NULL, &now), 0);
+    assert_true(now.sa_handler == before_term.sa_handler);
+    assert_int_equal(sigaction(SIGINT, NULL, &now), 0);
+    assert_true(now.sa_handler == before_int.sa_handler);
+    mic_client_free(c);
+}
+
 static void worker_refused(void **state)
 {
     mic_client *c = client1(&S);
@@ -2354,6 +2428,7 @@ int main(void)
         cmocka_unit_test(worker_two_nodes),
         cmocka_unit_test(worker_stop_gives_back),
         cmocka_unit_test(worker_run_limits),
+        cmocka_unit_test(worker_signal_stop),
         cmocka_unit_test(worker_refused),
         cmocka_unit_test(consumer_rules),
         cmocka_unit_test(consumer_replay_delivery),
