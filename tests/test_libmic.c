@@ -583,7 +583,7 @@ static void publish_batch_partial(void **state)
         struct mic_item_result res[3];
 
         make_group(n0, "lm.part", "lm.part.g", NULL);
-        d = claim_one(c, 0, "lm.part.g", 30, 0, &cl);
+        d = claim_one(c, 0, "lm.part.g", 30, 10, &cl);
         other = *d;
         other.node = 1;
         stray = *d;
@@ -615,12 +615,19 @@ struct pressure {
     char why[600];         /* the first failure */
 };
 
-/* Publish events (retries on) until told to stop, at least 5. */
+/* Publish events until told to stop, at least 5, retrying 429s after 5 ms
+ * (not micd's Retry-After of 1 s: the pressure stays on). */
 static void *press(void *arg)
 {
     struct pressure *p = arg;
-    const struct srv *v[1] = {p->s};
-    mic_client *c = client_of(v, 1, 1000);
+    const char *urls[1] = {p->s->url};
+    struct mic_client_opts o = {.urls = urls, .nurls = 1, .retries = 1000, .retry_max_ms = 5};
+    mic_client *c;
+
+    if (mic_client_new(&o, &c, NULL)) {
+        p->failed++;
+        return NULL;
+    }
 
     while (p->published < 5 || !atomic_load(p->stop)) {
         json_t *e = event("lm.r429", NULL, 0, p->published);
@@ -1085,13 +1092,16 @@ static void ack_nack_extend(void **state)
         assert_string_equal(jstr(dlv(out, 0), "last_error"), "later");
         json_decref(out);
     }
-    /* retry_after_s 0: claimable at once, attempt 2; dead_letter: DLQ. */
+    /* retry_after_s 0: claimable again (the claim long-polls: micd may
+     * make it ready on the writer's next turn), attempt 2; dead_letter:
+     * DLQ.  The same for the successor a dead-lettered head releases and a
+     * requeued delivery below, and for a group that backfills. */
     publish_ok(c, event("lm.settle", NULL, 0, 3), id);
     d = claim_one(c, 0, "lm.settle.g", 30, 0, &cl);
     assert_string_equal(d->event_id, id);
     assert_int_equal(settle1(c, "lm.settle.g", d, NACK, &now, NULL), MIC_ITEM_RETRYING);
     mic_claimed_fini(&cl);
-    d = claim_one(c, 0, "lm.settle.g", 30, 0, &cl);
+    d = claim_one(c, 0, "lm.settle.g", 30, 10, &cl);
     assert_string_equal(d->event_id, id);
     assert_int_equal(d->attempt, 2);
     assert_int_equal(settle1(c, "lm.settle.g", d, NACK, &dead, NULL), MIC_ITEM_DEAD_LETTERED);
@@ -1299,7 +1309,7 @@ static void admin_blocked_dlq_gaps(void **state)
     /* Both to the DLQ (release policy: the head's DLQ frees the next). */
     assert_int_equal(settle1(c, "lm.blk.g", d, NACK, &dead, NULL), MIC_ITEM_DEAD_LETTERED);
     mic_claimed_fini(&cl);
-    d = claim_one(c, 0, "lm.blk.g", 30, 0, &cl);
+    d = claim_one(c, 0, "lm.blk.g", 30, 10, &cl);
     assert_int_equal(d->seq, s2);
     assert_int_equal(settle1(c, "lm.blk.g", d, NACK, &dead, NULL), MIC_ITEM_DEAD_LETTERED);
     mic_claimed_fini(&cl);
@@ -1329,7 +1339,7 @@ static void admin_blocked_dlq_gaps(void **state)
     expect_result(out, 1, s1, "not_in_dlq");
     json_decref(out);
     json_decref(body);
-    d = claim_one(c, 0, "lm.blk.g", 30, 0, &cl); /* the requeued one */
+    d = claim_one(c, 0, "lm.blk.g", 30, 10, &cl); /* the requeued one */
     assert_int_equal(d->seq, s1);
     assert_int_equal(settle1(c, "lm.blk.g", d, ACK, NULL, NULL), MIC_ITEM_ACKED);
     mic_claimed_fini(&cl);
@@ -2234,7 +2244,7 @@ static void consumer_replay_delivery(void **state)
     assert_int_equal(mic_admin_replay_create(c, 0, body, &ans), 0);
     json_decref(ans);
     json_decref(body);
-    d = claim_one(c, 0, "replay.lm-crep", 30, 0, &cl);
+    d = claim_one(c, 0, "replay.lm-crep", 30, 20, &cl); /* once the run's group is filled */
     assert_non_null(d->replay);
     assert_int_equal(d->effects_forbidden, 1);
     assert_int_equal(d->aggregate_version, 1);
