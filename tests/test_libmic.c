@@ -98,6 +98,18 @@ static json_t *event(const char *topic, const char *agg, json_int_t ver, json_in
     return e;
 }
 
+/* n events of 'topic' on the aggregates agg/PREFIX0.. (version 1 each,
+ * payload n = i) into ev[] (the caller decrefs them). */
+static void events_over_aggregates(json_t **ev, int n, const char *topic, const char *prefix)
+{
+    for (int i = 0; i < n; i++) {
+        char agg[32];
+
+        snprintf(agg, sizeof agg, "%s%d", prefix, i);
+        ev[i] = event(topic, agg, 1, i);
+    }
+}
+
 /* Publish 'e' (stolen); asserts it is stored; returns its seq. */
 static int64_t publish_ok(mic_client *c, json_t *e, char *id_out)
 {
@@ -212,6 +224,17 @@ static char *event_field(mic_client *c, const char *id, const char *group, const
         assert_true(asprintf(&s, "%lld", (long long)json_integer_value(json_object_get(d, key))) > 0);
     json_decref(ev);
     return s;
+}
+
+/* Assert that event_field(...) is 'want'. */
+static void expect_field(mic_client *c, const char *id, const char *group, const char *key,
+                         const char *want)
+{
+    char *v = event_field(c, id, group, key);
+
+    assert_non_null(v);
+    assert_string_equal(v, want);
+    free(v);
 }
 
 /* A free TCP port on 127.0.0.1 (bound, then released). */
@@ -549,12 +572,7 @@ static void publish_batch_partial(void **state)
     memset(&dead, 0, sizeof dead);
     snprintf(dead.url, sizeof dead.url, "http://127.0.0.1:%d", free_port());
     c = client_of(v, 2, -1);
-    for (int i = 0; i < 12; i++) {
-        char agg[16];
-
-        snprintf(agg, sizeof agg, "p%d", i);
-        ev[i] = event("lm.part", agg, 1, i);
-    }
+    events_over_aggregates(ev, 12, "lm.part", "p");
     assert_int_equal(mic_publish_batch(c, ev, 12, r), -1);
     expect_fail(c, MIC_FAIL_PARTIAL, 0, NULL);
     for (int i = 0; i < 12; i++) {
@@ -1034,7 +1052,7 @@ static void ack_nack_extend(void **state)
     struct mic_settle_opts now = {.error = "now", .retry_after_s = 0};
     struct mic_settle_opts dead = {.error = "dead", .retry_after_s = -1, .dead_letter = 1};
     struct mic_settle_opts ext = {.lease_ttl_s = 600};
-    char t[32], id[129], *err;
+    char t[32], id[129];
     json_t *dlq;
 
     (void)state;
@@ -1074,12 +1092,8 @@ static void ack_nack_extend(void **state)
     /* nack: retrying with not_before; its error shows in the lookup. */
     assert_int_equal(settle1(c, "lm.settle.g", d, NACK, &later, t), MIC_ITEM_RETRYING);
     assert_true(t[0] != 0);
-    err = event_field(c, id, "lm.settle.g", "last_error");
-    assert_string_equal(err, "later");
-    free(err);
-    err = event_field(c, id, "lm.settle.g", "not_before");
-    assert_string_equal(err, t);
-    free(err);
+    expect_field(c, id, "lm.settle.g", "last_error", "later");
+    expect_field(c, id, "lm.settle.g", "not_before", t);
     mic_claimed_fini(&cl);
     assert_int_equal(mic_claim(c, 0, "lm.settle.g", NULL, &cl), 0);
     assert_int_equal(cl.n, 0); /* not before a minute */
@@ -1186,12 +1200,7 @@ static void admin_two_nodes(void **state)
     json_decref(out);
 
     /* A batch split over the nodes; stats per node and merged. */
-    for (int i = 0; i < 20; i++) {
-        char agg[16];
-
-        snprintf(agg, sizeof agg, "t%d", i);
-        ev[i] = event("lm.two", agg, 1, i);
-    }
+    events_over_aggregates(ev, 20, "lm.two", "t");
     assert_int_equal(mic_publish_batch(c, ev, 20, r), 0);
     for (int i = 0; i < 20; i++) {
         assert_int_equal(r[i].ok, 1);
@@ -1686,18 +1695,28 @@ static void await_gstat(mic_client *c, const char *group, const char *key, json_
     await_gstat_on(c, 0, group, key, want);
 }
 
-static void worker_exactly_once(void **state)
+/* A handler context made fresh, topic and group 'topic'/'group', and n
+ * events published (payload n = 0..n-1); returns a handle on S. */
+static mic_client *worker_fixture(struct wctx *x, const char *topic, const char *group, int n)
 {
     mic_client *c = client1(&S);
+
+    memset(x, 0, sizeof *x);
+    make_group(c, topic, group, NULL);
+    for (int i = 0; i < n; i++)
+        publish_ok(c, event(topic, NULL, 0, i), NULL);
+    return c;
+}
+
+static void worker_exactly_once(void **state)
+{
+    mic_client *c;
     static struct wctx x;
     struct mic_worker_stats st;
     mic_worker *w;
 
     (void)state;
-    memset(&x, 0, sizeof x);
-    make_group(c, "lm.w.once", "lm.w.once.g", NULL);
-    for (int i = 0; i < 40; i++)
-        publish_ok(c, event("lm.w.once", NULL, 0, i), NULL);
+    c = worker_fixture(&x, "lm.w.once", "lm.w.once.g", 40);
     w = worker_on(c, "lm.w.once.g", 3, 30, &x);
     await_gstat(c, "lm.w.once.g", "dispatched", 40);
     mic_worker_stop(w);
@@ -1720,7 +1739,7 @@ static void worker_retry_and_dead(void **state)
     static struct wctx x;
     struct mic_worker_stats st;
     mic_worker *w;
-    char id0[129], id1[129], *s;
+    char id0[129], id1[129];
 
     (void)state;
     memset(&x, 0, sizeof x);
@@ -1739,18 +1758,10 @@ static void worker_retry_and_dead(void **state)
     assert_int_equal(st.retried, 1);
     assert_int_equal(st.dead_lettered, 2);
     assert_int_equal(st.acked, 0);
-    s = event_field(c, id0, "lm.w.fail.g", "last_error");
-    assert_string_equal(s, "boom");
-    free(s);
-    s = event_field(c, id0, "lm.w.fail.g", "attempts");
-    assert_string_equal(s, "2");
-    free(s);
-    s = event_field(c, id1, "lm.w.fail.g", "last_error");
-    assert_string_equal(s, "dead 1");
-    free(s);
-    s = event_field(c, id1, "lm.w.fail.g", "state");
-    assert_string_equal(s, "dlq");
-    free(s);
+    expect_field(c, id0, "lm.w.fail.g", "last_error", "boom");
+    expect_field(c, id0, "lm.w.fail.g", "attempts", "2");
+    expect_field(c, id1, "lm.w.fail.g", "last_error", "dead 1");
+    expect_field(c, id1, "lm.w.fail.g", "state", "dlq");
     mic_client_free(c);
 }
 
@@ -1775,17 +1786,16 @@ static int lease_moved(void *arg)
 
 static void worker_extends_lease(void **state)
 {
-    mic_client *c = client1(&S);
+    mic_client *c;
     static struct wctx x;
     struct mic_worker_stats st;
     struct mic_claimed cl;
     mic_worker *w;
     char id[129], *s;
-    struct later_than lt = {.c = c, .id = id, .group = "lm.w.ext.g"};
+    struct later_than lt = {.id = id, .group = "lm.w.ext.g"};
 
     (void)state;
-    memset(&x, 0, sizeof x);
-    make_group(c, "lm.w.ext", "lm.w.ext.g", NULL);
+    c = lt.c = worker_fixture(&x, "lm.w.ext", "lm.w.ext.g", 0);
     publish_ok(c, event("lm.w.ext", NULL, 0, 0), id);
     w = worker_on(c, "lm.w.ext.g", 1, 2, &x);
     assert_true(await(flag_set, &x.in_handler, WAIT_MS));
@@ -1808,9 +1818,7 @@ static void worker_extends_lease(void **state)
     assert_int_equal(st.acked, 1);
     assert_int_equal(st.lease_lost, 0);
     assert_int_equal(atomic_load(&x.calls), 1);
-    s = event_field(c, id, "lm.w.ext.g", "attempts");
-    assert_string_equal(s, "1");
-    free(s);
+    expect_field(c, id, "lm.w.ext.g", "attempts", "1");
     mic_client_free(c);
 }
 
@@ -1820,7 +1828,7 @@ static void worker_extends_lease(void **state)
  * settles nothing for it. */
 static void worker_fencing(void **state)
 {
-    mic_client *c = client1(&S);
+    mic_client *c;
     static struct wctx x;
     struct mic_worker_stats st;
     struct mic_claimed cl;
@@ -1828,9 +1836,7 @@ static void worker_fencing(void **state)
     mic_worker *w;
 
     (void)state;
-    memset(&x, 0, sizeof x);
-    make_group(c, "lm.w.fence", "lm.w.fence.g", NULL);
-    publish_ok(c, event("lm.w.fence", NULL, 0, 0), NULL);
+    c = worker_fixture(&x, "lm.w.fence", "lm.w.fence.g", 1);
     w = worker_on(c, "lm.w.fence.g", 1, 3, &x);
     assert_true(await(flag_set, &x.in_handler, WAIT_MS));
     assert_int_equal(mic_admin_group_delete(c, "lm.w.fence.g"), 0);
@@ -1869,12 +1875,7 @@ static void worker_two_nodes(void **state)
     assert_int_equal(srv_start(&s2, NULL), 0);
     c = client_of(v, 2, 0);
     make_group(c, "lm.w.two", "lm.w.two.g", NULL);
-    for (int i = 0; i < 20; i++) {
-        char agg[16];
-
-        snprintf(agg, sizeof agg, "w%d", i);
-        ev[i] = event("lm.w.two", agg, 1, i);
-    }
+    events_over_aggregates(ev, 20, "lm.w.two", "w");
     assert_int_equal(mic_publish_batch(c, ev, 20, r), 0);
     for (int i = 0; i < 20; i++) {
         on[r[i].node]++;
@@ -1899,7 +1900,7 @@ static void worker_two_nodes(void **state)
  * the 4 others are given back at once (nack, retry_after_s 0). */
 static void worker_stop_gives_back(void **state)
 {
-    mic_client *c = client1(&S);
+    mic_client *c;
     static struct wctx x;
     struct mic_worker_opts o = {.group = "lm.w.stop.g", .threads = 1, .max = 5, .wait_s = 1,
                                 .handler = handler, .arg = &x};
@@ -1907,13 +1908,9 @@ static void worker_stop_gives_back(void **state)
     struct mic_claim_opts co = {.max = 10};
     struct mic_claimed cl;
     mic_worker *w;
-    char *err;
 
     (void)state;
-    memset(&x, 0, sizeof x);
-    make_group(c, "lm.w.stop", "lm.w.stop.g", NULL);
-    for (int i = 0; i < 5; i++)
-        publish_ok(c, event("lm.w.stop", NULL, 0, i), NULL);
+    c = worker_fixture(&x, "lm.w.stop", "lm.w.stop.g", 5);
     assert_int_equal(mic_worker_start(c, &o, &w), 0);
     atomic_store(&x.w, w);
     mic_worker_join(w, &st);
@@ -1926,9 +1923,7 @@ static void worker_stop_gives_back(void **state)
     assert_int_equal(cl.n, 4);
     for (size_t i = 0; i < cl.n; i++) {
         assert_int_equal(cl.v[i].attempt, 2);
-        err = event_field(c, cl.v[i].event_id, "lm.w.stop.g", "last_error");
-        assert_string_equal(err, "worker stopping");
-        free(err);
+        expect_field(c, cl.v[i].event_id, "lm.w.stop.g", "last_error", "worker stopping");
     }
     mic_claimed_fini(&cl);
     mic_client_free(c);
@@ -1937,17 +1932,14 @@ static void worker_stop_gives_back(void **state)
 /* mic_worker_run stops by itself after max_deliveries, or when idle. */
 static void worker_run_limits(void **state)
 {
-    mic_client *c = client1(&S);
+    mic_client *c;
     static struct wctx x;
     struct mic_worker_opts o = {.group = "lm.w.lim.g", .threads = 1, .wait_s = 0.2,
                                 .handler = handler, .arg = &x, .max_deliveries = 2};
     struct mic_worker_stats st;
 
     (void)state;
-    memset(&x, 0, sizeof x);
-    make_group(c, "lm.w.lim", "lm.w.lim.g", NULL);
-    for (int i = 0; i < 3; i++)
-        publish_ok(c, event("lm.w.lim", NULL, 0, i), NULL);
+    c = worker_fixture(&x, "lm.w.lim", "lm.w.lim.g", 3);
     assert_int_equal(mic_worker_run(c, &o, &st), 0);
     assert_int_equal(st.acked, 2);
     assert_int_equal(st.refused, 0);
@@ -1966,7 +1958,7 @@ static void worker_run_limits(void **state)
  * limit if the signal did nothing: the loop must end well before it.) */
 static void worker_signal_stop(void **state)
 {
-    mic_client *c = client1(&S);
+    mic_client *c;
     static struct wctx x;
     struct mic_worker_opts o = {.group = "lm.w.sig.g", .threads = 2, .wait_s = 10,
                                 .handler = handler, .arg = &x, .stop_on_signals = 1,
@@ -1978,8 +1970,7 @@ static void worker_signal_stop(void **state)
     int64_t t0;
 
     (void)state;
-    memset(&x, 0, sizeof x);
-    make_group(c, "lm.w.sig", "lm.w.sig.g", NULL);
+    c = worker_fixture(&x, "lm.w.sig", "lm.w.sig.g", 0);
     assert_int_equal(sigaction(SIGTERM, NULL, &before_term), 0);
     assert_int_equal(sigaction(SIGINT, NULL, &before_int), 0);
     p.more_than = metric(c, "mic_writer_parked ", NULL);
@@ -2319,12 +2310,8 @@ static void consumer_in_worker(void **state)
     s1 = event_field(c, stale, "lm.cw.g", "last_error");
     assert_non_null(strstr(s1, "stale"));
     free(s1);
-    s1 = event_field(c, gap, "lm.cw.g", "state");
-    assert_string_equal(s1, "pending"); /* parked for gap_retry_s */
-    free(s1);
-    s1 = event_field(c, gap, "lm.cw.g", "attempts");
-    assert_string_equal(s1, "1");
-    free(s1);
+    expect_field(c, gap, "lm.cw.g", "state", "pending"); /* parked for gap_retry_s */
+    expect_field(c, gap, "lm.cw.g", "attempts", "1");
     assert_int_equal(mic_consumer_checkpoint(k, "agg", "c1", &v), 0);
     assert_int_equal(v, 1);
     assert_int_equal(mic_consumer_checkpoint(k, "agg", "c2", &v), 0);
