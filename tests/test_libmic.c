@@ -267,7 +267,9 @@ static void rm_lmdb_dir(const char *dir)
 struct stub {
     int fd, port;
     const char *answer;    /* read the request and answer this status line,
-                            * headers and body ("" ends the headers); NULL:
+                            * headers and body (an empty line ends the
+                            * headers); "": never answer (hold the
+                            * connection until the client closes it); NULL:
                             * reset the connection */
     int limit;             /* connections to take, then close the listener */
     atomic_int accepts;
@@ -306,7 +308,7 @@ static void *stub_main(void *arg)
     char ans[512];
     int alen = 0;
 
-    if (s->answer) {
+    if (s->answer && *s->answer) {
         const char *body = strstr(s->answer, "\n\n") + 2;
 
         alen = snprintf(ans, sizeof ans, "HTTP/1.1 %.*sContent-Length: %zu\r\n"
@@ -320,7 +322,13 @@ static void *stub_main(void *arg)
         if (c < 0)
             break;
         atomic_fetch_add(&s->accepts, 1);
-        if (s->answer) {
+        if (s->answer && !*s->answer) {
+            char b;
+
+            read_request(c);
+            while (read(c, &b, 1) > 0)
+                ;
+        } else if (s->answer) {
             read_request(c);
             if (write(c, ans, (size_t)alen) != alen)
                 break;
@@ -878,6 +886,41 @@ static void stop_cuts_retries(void **state)
     json_decref(b.e);
 }
 
+/* timeout_ms ends a request that gets no answer (CONNECT, "timed out");
+ * a long-poll claim gets its wait_s on top (checked from below only: a
+ * timer never fires early). */
+static void timeouts(void **state)
+{
+    struct stub st;
+    struct mic_client_opts o = {0};
+    char url[64];
+    const char *urls[1] = {url};
+    struct mic_claim_opts co = {.wait_s = 1};
+    struct mic_claimed cl;
+    mic_client *c;
+    json_t *out;
+    int64_t t0;
+
+    (void)state;
+    stub_start(&st, "", 2);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", st.port);
+    o.urls = urls;
+    o.nurls = 1;
+    o.timeout_ms = 300;
+    o.retries = -1;
+    assert_int_equal(mic_client_new(&o, &c, NULL), 0);
+    assert_int_equal(mic_call(c, 0, "GET", "/v1/stats", NULL, &out), -1);
+    expect_fail(c, MIC_FAIL_CONNECT, 0, NULL);
+    assert_non_null(strcasestr(mic_client_failure(c)->message, "timed out"));
+    t0 = mono_ms();
+    assert_int_equal(mic_claim(c, 0, "g", &co, &cl), -1);
+    assert_true(mono_ms() - t0 >= 1300); /* 300 ms + the 1 s wait (libmic adds 1 s) */
+    expect_fail(c, MIC_FAIL_CONNECT, 0, NULL);
+    mic_claimed_fini(&cl);
+    mic_client_free(c);
+    pthread_join(st.th, NULL);
+}
+
 static void connect_refused(void **state)
 {
     struct mic_client_opts o = {0};
@@ -1213,6 +1256,21 @@ static void admin_two_nodes(void **state)
     assert_int_equal(stat_of(c, 1, 0, "lm.two", "events"), on[1]);
     assert_int_equal(stat_of(c, -1, 0, "lm.two", "events"), 20);
     assert_int_equal(stat_of(c, -1, 1, "lm.two.g", "pending"), 20);
+    {   /* ages: the merged one is the older node's (read after both) */
+        double age[2];
+
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(mic_admin_stats(c, i, &one), 0);
+            age[i] = json_number_value(json_object_get(
+                named(json_object_get(one, "groups"), "group", "lm.two.g"), "oldest_unhandled_age_s"));
+            json_decref(one);
+        }
+        assert_int_equal(mic_admin_stats(c, -1, &one), 0);
+        assert_true(json_number_value(json_object_get(
+                        named(json_object_get(one, "groups"), "group", "lm.two.g"),
+                        "oldest_unhandled_age_s")) >= (age[0] > age[1] ? age[0] : age[1]));
+        json_decref(one);
+    }
     assert_int_equal(mic_admin_stats(c, -1, &out), 0);
     assert_int_equal(jint(out, "nodes"), 2);
     json_decref(out);
@@ -1309,6 +1367,8 @@ static void admin_blocked_dlq_gaps(void **state)
         assert_string_equal(jstr(a, "reason"), "lease");
         assert_int_equal(jint(a, "head_seq"), s1);
         assert_int_equal(jint(a, "waiting"), 1);
+        if (node < 0)
+            assert_int_equal(jint(a, "node"), 0);
         json_decref(out);
     }
     assert_int_equal(mic_admin_blocked(c, 0, "lm.blk.g", "gap", &out), 0);
@@ -2406,6 +2466,7 @@ int main(void)
         cmocka_unit_test(retries_under_429),
         cmocka_unit_test(retries_503_and_reset),
         cmocka_unit_test(stop_cuts_retries),
+        cmocka_unit_test(timeouts),
         cmocka_unit_test(connect_refused),
         cmocka_unit_test(publish_while_server_comes_up),
         cmocka_unit_test(lost_answer_is_duplicate),
