@@ -608,6 +608,7 @@ static int call(mic_client *c, size_t node, const char *method, const char *path
     if (r.len && !r.json) {
         failf(c, MIC_FAIL_PROTO, (int)node, "%s %s answered %ld with a body that is not JSON",
               method, path, r.status);
+        c->fail.status = r.status;
         mic_response_fini(&r);
         return -1;
     }
@@ -714,8 +715,10 @@ static int post_events(mic_client *c, size_t node, const char *txt, json_t **out
         if (!rc && r.status >= 200 && r.status <= 299) {
             if (!r.json) {
                 mic_response_fini(&r);
-                return failf(c, MIC_FAIL_PROTO, (int)node, "publish answered %ld without JSON",
-                             r.status);
+                failf(c, MIC_FAIL_PROTO, (int)node, "publish answered %ld without JSON",
+                      r.status);
+                c->fail.status = r.status;
+                return -1;
             }
             *out = r.json;
             r.json = NULL;
@@ -1069,9 +1072,13 @@ static int settle(mic_client *c, enum verb verb, const char *group,
     }
     free(idx);
     for (size_t i = 0; i < n; i++)
-        if ((size_t)items[i]->node >= c->n && !failed++)
+        if ((size_t)items[i]->node >= c->n) {
             failf(c, MIC_FAIL_ARG, items[i]->node, "a delivery of node %d, not of this handle",
-                  items[i]->node), first = c->fail;
+                  items[i]->node);
+            res[i].fail = c->fail;
+            if (!failed++)
+                first = c->fail;
+        }
     c->fail = first;
     return failed ? -1 : 0;
 }

@@ -244,8 +244,8 @@ int mic_consumer_process(mic_consumer *k, const struct mic_leased *d, const mic_
         atomic_fetch_add(&k->refused, 1);
         snprintf(why, cap, "replay run %s forbids effects: this consumer executes external "
                  "effects and takes no such delivery (event %s)",
-                 json_string_value(json_object_get(d->replay, "run_id"))
-                     ? json_string_value(json_object_get(d->replay, "run_id")) : "?",
+                 json_string_value(json_object_get(d->replay, "batch_id"))
+                     ? json_string_value(json_object_get(d->replay, "batch_id")) : "?",
                  d->event_id);
         return 0;
     }
