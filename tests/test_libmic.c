@@ -1806,6 +1806,36 @@ static void worker_exactly_once(void **state)
     mic_client_free(c);
 }
 
+/* The successes of a claim are acked together: 20 events waiting, one
+ * thread claiming up to 20, a handler that returns at once -- far fewer ack
+ * requests than deliveries (one per delivery was the loop's first cut). */
+static void worker_acks_a_claim_together(void **state)
+{
+    mic_client *c;
+    static struct wctx x;
+    struct mic_worker_stats st;
+    struct mic_worker_opts o = {.group = "lm.w.acks.g", .threads = 1, .max = 20, .wait_s = 1,
+                                .worker = "lmw", .handler = handler, .arg = &x};
+    const char *route = "route=\"/v1/groups/{group}/ack\"";
+    long before, after;
+    mic_worker *w;
+
+    (void)state;
+    c = worker_fixture(&x, "lm.w.acks", "lm.w.acks.g", 20);
+    before = metric(c, "mic_http_requests_total{", route);
+    assert_true(before >= 0);
+    assert_int_equal(mic_worker_start(c, &o, &w), 0);
+    await_gstat(c, "lm.w.acks.g", "dispatched", 20);
+    mic_worker_stop(w);
+    mic_worker_join(w, &st);
+    after = metric(c, "mic_http_requests_total{", route);
+    assert_int_equal(st.acked, 20);
+    assert_int_equal(atomic_load(&x.calls), 20);
+    assert_true(after - before >= 1);
+    assert_true(after - before < 20);
+    mic_client_free(c);
+}
+
 static void worker_retry_and_dead(void **state)
 {
     mic_client *c = client1(&S);
@@ -2287,6 +2317,70 @@ static void consumer_rules(void **state)
     consumer_close(k, base, path);
 }
 
+/* The store's format key (proto/consumer-store.md): written at the first
+ * open, kept by a reopen, and a store of another format is refused with a
+ * reason naming the directory, its state untouched. */
+static void consumer_store_format(void **state)
+{
+    char base[] = "/tmp/mic-libmic-cons-XXXXXX", path[64], why[512], err[512];
+    struct cctx x = {0};
+    struct mic_consumer_opts o = {.max_dbs = 1, .apply = apply, .map_size = 16 << 20};
+    mic_consumer *k = consumer_open(base, path, sizeof path, MIC_PROJECTION, 2, &x), *again;
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi main;
+    MDB_val key = {10, (void *)"mic.format"}, val;
+    uint32_t f;
+
+    (void)state;
+    assert_int_equal(process(k, "f1", 1, 2, why, sizeof why), MIC_APPLIED);
+    assert_int_equal(mdb_txn_begin(mic_consumer_env(k), NULL, MDB_RDONLY, &txn), 0);
+    assert_int_equal(mdb_dbi_open(txn, NULL, 0, &main), 0);
+    assert_int_equal(mdb_get(txn, main, &key, &val), 0);
+    assert_int_equal(val.mv_size, sizeof f);
+    memcpy(&f, val.mv_data, sizeof f);
+    assert_int_equal(f, 1);
+    mdb_txn_abort(txn);
+    mic_consumer_close(k);
+
+    /* Reopened: the same store, its checkpoint kept. */
+    o.path = path;
+    assert_int_equal(mic_consumer_open(&o, &again, err, sizeof err), 0);
+    assert_int_equal(ckpt(again), 1);
+    mic_consumer_close(again);
+
+    /* Another format (as a future libmic would write it): refused. */
+    assert_int_equal(mdb_env_create(&env), 0);
+    assert_int_equal(mdb_env_set_maxdbs(env, 4), 0);
+    assert_int_equal(mdb_env_open(env, path, 0, 0600), 0);
+    assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+    assert_int_equal(mdb_dbi_open(txn, NULL, 0, &main), 0);
+    f = 2;
+    val.mv_data = &f;
+    val.mv_size = sizeof f;
+    assert_int_equal(mdb_put(txn, main, &key, &val, 0), 0);
+    assert_int_equal(mdb_txn_commit(txn), 0);
+    mdb_env_close(env);
+    assert_int_equal(mic_consumer_open(&o, &again, err, sizeof err), -1);
+    assert_null(again);
+    assert_non_null(strstr(err, path));
+    assert_non_null(strstr(err, "format"));
+
+    /* Put back, it opens again with its state. */
+    assert_int_equal(mdb_env_create(&env), 0);
+    assert_int_equal(mdb_env_set_maxdbs(env, 4), 0);
+    assert_int_equal(mdb_env_open(env, path, 0, 0600), 0);
+    assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+    assert_int_equal(mdb_dbi_open(txn, NULL, 0, &main), 0);
+    f = 1;
+    assert_int_equal(mdb_put(txn, main, &key, &val, 0), 0);
+    assert_int_equal(mdb_txn_commit(txn), 0);
+    mdb_env_close(env);
+    assert_int_equal(mic_consumer_open(&o, &again, err, sizeof err), 0);
+    assert_int_equal(ckpt(again), 1);
+    consumer_close(again, base, path);
+}
+
 /* A real replay delivery (effects forbid) from micd: an effects executor
  * refuses it, a projection applies it. */
 static void consumer_replay_delivery(void **state)
@@ -2492,6 +2586,7 @@ int main(void)
         cmocka_unit_test(stop_cuts_long_poll),
         cmocka_unit_test(tls_and_keys),
         cmocka_unit_test(worker_exactly_once),
+        cmocka_unit_test(worker_acks_a_claim_together),
         cmocka_unit_test(worker_retry_and_dead),
         cmocka_unit_test(worker_extends_lease),
         cmocka_unit_test(worker_fencing),
@@ -2501,6 +2596,7 @@ int main(void)
         cmocka_unit_test(worker_signal_stop),
         cmocka_unit_test(worker_refused),
         cmocka_unit_test(consumer_rules),
+        cmocka_unit_test(consumer_store_format),
         cmocka_unit_test(consumer_replay_delivery),
         cmocka_unit_test(consumer_in_worker),
         cmocka_unit_test(consumer_fenced),
