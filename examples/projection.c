@@ -58,9 +58,8 @@
 
 struct args {
     struct ex_conn conn;
-    const char *group, *state;
-    int threads, max;
-    double wait_s, idle_exit_s;
+    struct ex_loop loop;
+    const char *state;
 };
 
 /* The projection's databases, opened once before the loop starts. */
@@ -76,75 +75,45 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: projection --group G --state DIR [--url URL]... [--key SECRET]\n"
-            "                  [--threads T] [--max M] [--wait S] [--idle-exit S]\n"
+            "                  [--threads T] [--max M] [--lease-ttl S] [--wait S] [--idle-exit S]\n"
             "  --group G        the group to build from (ordered, or replay.<run_id>)\n"
             "  --state DIR      the projection's LMDB directory (created if missing)\n"
             "  --url URL        a micd node (repeat for several; default $MIC_URL or %s)\n"
-            "  --key SECRET     API key (default $MIC_KEY)\n"
-            "  --threads T      handler threads (default 4)\n"
-            "  --max M          deliveries per claim (default 10)\n"
-            "  --wait S         long-poll wait in seconds (default 20)\n"
-            "  --idle-exit S    stop when no delivery came for S seconds (default: never)\n",
+            "  --key SECRET     API key (default $MIC_KEY)\n" EX_LOOP_USAGE,
             DEFAULT_URL);
 }
 
 static int parse(int argc, char **argv, struct args *a)
 {
     static const struct option opts[] = {
-        EX_CONN_OPTIONS,
-        {"group", required_argument, NULL, 'g'},   {"state", required_argument, NULL, 's'},
-        {"threads", required_argument, NULL, 't'}, {"max", required_argument, NULL, 'm'},
-        {"wait", required_argument, NULL, 'w'},    {"idle-exit", required_argument, NULL, 'i'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+        EX_CONN_OPTIONS, EX_LOOP_OPTIONS, {"state", required_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
     };
     int ch, taken;
-    double v;
 
-    *a = (struct args){.threads = 4, .max = 10, .wait_s = 20};
+    *a = (struct args){.loop = EX_LOOP_DEFAULTS};
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        if ((taken = ex_conn_option(&a->conn, ch, optarg, "projection")) < 0)
+        if ((taken = ex_conn_option(&a->conn, ch, optarg, "projection")) < 0 ||
+            (!taken && (taken = ex_loop_option(&a->loop, ch, optarg, "projection")) < 0))
             return EXIT_USAGE;
         if (taken)
             continue;
-        switch (ch) {
-        case 'g':
-            a->group = optarg;
-            break;
-        case 's':
+        if (ch == 's') {
             a->state = optarg;
-            break;
-        case 't':
-        case 'm':
-            if ((v = ex_number(optarg, 1, ch == 't' ? 256 : 1000)) < 0 || v != (int)v) {
-                fprintf(stderr, "projection: --%s takes an integer from 1 to %d\n",
-                        ch == 't' ? "threads" : "max", ch == 't' ? 256 : 1000);
-                return EXIT_USAGE;
-            }
-            *(ch == 't' ? &a->threads : &a->max) = (int)v;
-            break;
-        case 'w':
-        case 'i':
-            /* --wait 0 would be libmic's default (20), so it starts above 0. */
-            if ((v = ex_number(optarg, ch == 'w' ? 0.001 : 0, ch == 'w' ? 60 : 43200)) < 0) {
-                fprintf(stderr, "projection: bad value for --%s: %s\n",
-                        ch == 'w' ? "wait" : "idle-exit", optarg);
-                return EXIT_USAGE;
-            }
-            *(ch == 'w' ? &a->wait_s : &a->idle_exit_s) = v;
-            break;
-        case 'h':
+            continue;
+        }
+        if (ch == 'h') {
             usage(stdout);
             exit(0);
-        default:
-            usage(stderr);
-            return EXIT_USAGE;
         }
+        usage(stderr);
+        return EXIT_USAGE;
     }
     if (optind < argc) {
         fprintf(stderr, "projection: unexpected argument %s\n", argv[optind]);
         return EXIT_USAGE;
     }
-    if (!a->group || !a->state) {
+    if (!a->loop.group || !a->state) {
         fprintf(stderr, "projection: give --group and --state\n");
         return EXIT_USAGE;
     }
@@ -296,16 +265,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "projection: %s\n", why);
         goto out;
     }
-    wo.group = a.group;
-    wo.threads = a.threads;
-    wo.max = a.max;
-    /* The idle time is looked at when a claim comes back empty. */
-    wo.wait_s = a.idle_exit_s > 0 && a.idle_exit_s < a.wait_s ? a.idle_exit_s : a.wait_s;
-    wo.worker = "projection";
+    ex_loop_opts(&a.loop, "projection", &wo);
     wo.handler = mic_consumer_handler;
     wo.arg = k;
-    wo.stop_on_signals = 1;
-    wo.idle_exit_s = a.idle_exit_s;
     if (mic_worker_run(c, &wo, &st)) {
         if (st.refused)
             fprintf(stderr, "projection: claims refused: %s\n",

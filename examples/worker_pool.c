@@ -37,13 +37,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define THREADS_MAX 256
 
 struct args {
     struct ex_conn conn;
-    const char *group;
-    int threads, max;
-    double lease_ttl_s, wait_s, idle_exit_s;
+    struct ex_loop loop;
 };
 
 /* What one handler thread did; padded so threads do not share a line. */
@@ -59,67 +56,32 @@ static void usage(FILE *f)
             "                   [--max M] [--lease-ttl S] [--wait S] [--idle-exit S]\n"
             "  --group G        the consumer group to work for (required)\n"
             "  --url URL        a micd node (repeat for several; default $MIC_URL or %s)\n"
-            "  --key SECRET     API key (default $MIC_KEY)\n"
-            "  --threads T      handler threads (default 4, at most %d)\n"
-            "  --max M          deliveries per claim (default 10)\n"
-            "  --lease-ttl S    lease of a claim in seconds (default 30)\n"
-            "  --wait S         long-poll wait in seconds (default 20)\n"
-            "  --idle-exit S    stop when no delivery came for S seconds (default: never)\n",
-            DEFAULT_URL, THREADS_MAX);
+            "  --key SECRET     API key (default $MIC_KEY)\n" EX_LOOP_USAGE,
+            DEFAULT_URL);
 }
 
 static int parse(int argc, char **argv, struct args *a)
 {
     static const struct option opts[] = {
-        EX_CONN_OPTIONS,
-        {"group", required_argument, NULL, 'g'},     {"threads", required_argument, NULL, 't'},
-        {"max", required_argument, NULL, 'm'},       {"lease-ttl", required_argument, NULL, 'l'},
-        {"wait", required_argument, NULL, 'w'},      {"idle-exit", required_argument, NULL, 'i'},
-        {"help", no_argument, NULL, 'h'},            {NULL, 0, NULL, 0},
+        EX_CONN_OPTIONS, EX_LOOP_OPTIONS, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0},
     };
     int ch, taken;
-    double v;
 
-    *a = (struct args){.threads = 4, .max = 10, .lease_ttl_s = 30, .wait_s = 20};
+    *a = (struct args){.loop = EX_LOOP_DEFAULTS};
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        if ((taken = ex_conn_option(&a->conn, ch, optarg, "worker_pool")) < 0)
+        if ((taken = ex_conn_option(&a->conn, ch, optarg, "worker_pool")) < 0 ||
+            (!taken && (taken = ex_loop_option(&a->loop, ch, optarg, "worker_pool")) < 0))
             return EXIT_USAGE;
         if (taken)
             continue;
-        switch (ch) {
-        case 'g':
-            a->group = optarg;
-            break;
-        case 't':
-        case 'm':
-            if ((v = ex_number(optarg, 1, ch == 't' ? THREADS_MAX : 1000)) < 0 || v != (int)v) {
-                fprintf(stderr, "worker_pool: --%s takes an integer from 1 to %d\n",
-                        ch == 't' ? "threads" : "max", ch == 't' ? THREADS_MAX : 1000);
-                return EXIT_USAGE;
-            }
-            *(ch == 't' ? &a->threads : &a->max) = (int)v;
-            break;
-        case 'l':
-        case 'w':
-        case 'i':
-            /* --wait 0 would be libmic's default (20), so it starts above 0. */
-            if ((v = ex_number(optarg, ch == 'l' ? 1 : ch == 'w' ? 0.001 : 0,
-                            ch == 'w' ? 60 : 43200)) < 0) {
-                fprintf(stderr, "worker_pool: bad value for --%s: %s\n",
-                        ch == 'l' ? "lease-ttl" : ch == 'w' ? "wait" : "idle-exit", optarg);
-                return EXIT_USAGE;
-            }
-            *(ch == 'l' ? &a->lease_ttl_s : ch == 'w' ? &a->wait_s : &a->idle_exit_s) = v;
-            break;
-        case 'h':
+        if (ch == 'h') {
             usage(stdout);
             exit(0);
-        default:
-            usage(stderr);
-            return EXIT_USAGE;
         }
+        usage(stderr);
+        return EXIT_USAGE;
     }
-    if (optind < argc || !a->group) {
+    if (optind < argc || !a->loop.group) {
         fprintf(stderr, optind < argc ? "worker_pool: unexpected argument %s\n"
                                       : "worker_pool: give --group%s\n",
                 optind < argc ? argv[optind] : "");
@@ -159,22 +121,14 @@ int main(int argc, char **argv)
         return rc;
     if (ex_client(&a.conn, "worker_pool", &c))
         return EXIT_USAGE;
-    if (!(t = calloc((size_t)a.threads, sizeof *t))) {
+    if (!(t = calloc((size_t)a.loop.threads, sizeof *t))) {
         fprintf(stderr, "worker_pool: out of memory\n");
         mic_client_free(c);
         return EXIT_FAIL;
     }
-    wo.group = a.group;
-    wo.threads = a.threads;
-    wo.max = a.max;
-    wo.lease_ttl_s = a.lease_ttl_s;
-    /* The idle time is looked at when a claim comes back empty. */
-    wo.wait_s = a.idle_exit_s > 0 && a.idle_exit_s < a.wait_s ? a.idle_exit_s : a.wait_s;
-    wo.worker = "worker_pool";
+    ex_loop_opts(&a.loop, "worker_pool", &wo);
     wo.handler = handle;
     wo.arg = t;
-    wo.stop_on_signals = 1;
-    wo.idle_exit_s = a.idle_exit_s;
     if (mic_worker_run(c, &wo, &st) && !st.refused) {
         fprintf(stderr, "worker_pool: the worker loop could not start\n");
         rc = EXIT_FAIL;
@@ -188,7 +142,7 @@ int main(int argc, char **argv)
                "\"lease_lost\":%ld,\"extends\":%ld,\"claim_failures\":%ld,\"handled\":[",
                st.claimed, st.acked, st.retried, st.dead_lettered, st.lease_lost, st.extends,
                st.claim_failures);
-        for (int i = 0; i < a.threads; i++)
+        for (int i = 0; i < a.loop.threads; i++)
             printf("%s%ld", i ? "," : "", t[i].handled);
         printf("]}\n");
     }
