@@ -164,12 +164,15 @@ build/workers: bench/workers.c client/mic.h build/libmic.a | build/rel
 # for tests/test_examples.c.
 EXAMPLES := $(patsubst examples/%.c,%,$(wildcard examples/*.c))
 examples: $(EXAMPLES:%=build/examples/%)
+# (order_service.c talks to PostgreSQL through libpq: every example links it.)
+EXAMPLE_CFLAGS = $(LIBMIC_CFLAGS) $(shell pkg-config --cflags libpq 2>/dev/null)
+EXAMPLE_LIBS = $(LIBMIC_LIBS) $(shell pkg-config --libs libpq 2>/dev/null)
 build/examples/%: examples/%.c examples/example.h client/mic.h build/libmic.a
 	@mkdir -p build/examples
-	$(CC) $(WARN) -O2 -Iclient $(LIBMIC_CFLAGS) $< build/libmic.a -o $@ $(LIBMIC_LIBS)
+	$(CC) $(WARN) -O2 -Iclient $(EXAMPLE_CFLAGS) $< build/libmic.a -o $@ $(EXAMPLE_LIBS)
 build/san/examples/%: examples/%.c examples/example.h client/mic.h build/san/libmic.a
 	@mkdir -p build/san/examples
-	$(CC) $(WARN) -O1 $(SAN) -Iclient $(LIBMIC_CFLAGS) $< build/san/libmic.a -o $@ $(LIBMIC_LIBS)
+	$(CC) $(WARN) -O1 $(SAN) -Iclient $(EXAMPLE_CFLAGS) $< build/san/libmic.a -o $@ $(EXAMPLE_LIBS)
 build/rangeread: bench/rangeread.c client/mic.h build/libmic.a | build/rel
 	$(CC) $(WARN) -O2 -Iclient $(LIBMIC_CFLAGS) $< build/libmic.a -o $@ $(LIBMIC_LIBS)
 build/bench_parse: bench/bench_parse.c $(REL_OBJ) $(LMDB_A)
