@@ -14,7 +14,9 @@
 
 CC      ?= cc
 PKGS    := libmicrohttpd lmdb jansson yajl openssl
-TPKGS   := cmocka libnats
+# libpq: tests/pgfx.c runs a real PostgreSQL; libpq-dev and postgresql come
+# with PEER_DEBS, which make test installs (peer-deps) before make check.
+TPKGS   := cmocka libnats libpq
 RPKGS   := jansson libcrypto libnats
 DEBS    := build-essential pkg-config libmicrohttpd-dev liblmdb-dev lmdb-utils \
            libjansson-dev libyajl-dev libssl-dev libcmocka-dev libcurl4-openssl-dev curl \
@@ -43,7 +45,7 @@ REL_OBJ := $(SRV_SRC:server/%.c=build/rel/%.o)
 SAN_OBJ := $(SRV_SRC:server/%.c=build/san/%.o)
 UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
-KIT     := build/san/claimkit.o build/san/procfx.o build/san/jgen.o
+KIT     := build/san/claimkit.o build/san/procfx.o build/san/jgen.o build/san/pgfx.o
 
 .PHONY: all examples install check-install run test check deps bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke bench-workerloop peer-deps clean
 all: build/micd build/mic-events-replay build/mic build/libmic.a build/libmic.so
@@ -82,9 +84,11 @@ build/san/procfx.o: tests/procfx.c tests/procfx.h server/*.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
 build/san/jgen.o: tests/jgen.c tests/jgen.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
+build/san/pgfx.o: tests/pgfx.c tests/pgfx.h | build/san
+	$(CC) $(WARN) -O1 $(SAN) $(TCFLAGS) -c $< -o $@
 # Test binaries link micd's objects (unit tests) and libmic (the harness's
 # HTTP, and the libmic tests).
-build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) $(KIT) tests/harness.h tests/claimkit.h tests/procfx.h tests/jgen.h $(LMDB_A) build/san/libmic.a
+build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) $(KIT) tests/harness.h tests/claimkit.h tests/procfx.h tests/jgen.h tests/pgfx.h $(LMDB_A) build/san/libmic.a
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -Iclient $< $(SAN_OBJ) $(HARNESS) $(KIT) build/san/libmic.a -o $@ $(PKGLIBS) $(TLIBS) $(LIBMIC_LIBS)
 
 # libmic (client/mic.h): the one HTTP/JSON client.  build/libmic.a and

@@ -113,17 +113,22 @@ CREATE TABLE IF NOT EXISTS mic_outbox_versions (
     PRIMARY KEY (aggregate_type, aggregate_id)
 );
 
--- A UUIDv7 (RFC 9562) as text: 48 bits of Unix time in milliseconds, then
--- the version (7), then random bits with the RFC's variant, so ids of
--- events appended later sort later.
+-- A UUIDv7 (RFC 9562) as text: 48 bits of Unix time in milliseconds, the
+-- version (7), 12 bits of the microseconds within that millisecond (the
+-- RFC's method 3, section 6.2), then random bits with the RFC's variant.
+-- So ids made in different microseconds sort in the order they were made
+-- (clock_timestamp(), which moves within a transaction), also within one
+-- millisecond; two made in one microsecond are in random order.
 CREATE OR REPLACE FUNCTION mic_outbox_uuidv7() RETURNS text
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    b  bytea  := uuid_send(gen_random_uuid());   -- version 4: variant bits set
-    ms bigint := floor(extract(epoch FROM clock_timestamp()) * 1000);
+    b   bytea  := uuid_send(gen_random_uuid());   -- version 4: variant bits set
+    us  bigint := floor(extract(epoch FROM clock_timestamp()) * 1000000);
+    sub int    := (us % 1000) * 4096 / 1000;      -- the microseconds, as 12 bits
 BEGIN
-    b := overlay(b PLACING substring(int8send(ms) FROM 3 FOR 6) FROM 1 FOR 6);
-    b := set_byte(b, 6, (get_byte(b, 6) & 15) | 112);   -- version nibble 7
+    b := overlay(b PLACING substring(int8send(us / 1000) FROM 3 FOR 6) FROM 1 FOR 6);
+    b := set_byte(b, 6, 112 | (sub >> 8));        -- version nibble 7, then sub
+    b := set_byte(b, 7, sub & 255);
     RETURN encode(b, 'hex')::uuid::text;
 END $$;
 
