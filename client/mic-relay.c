@@ -66,7 +66,9 @@
  * Wake-ups: LISTEN mic_outbox (the trigger's channel, whatever --table is)
  * on a second connection; the loop poll()s its socket and a self-pipe for
  * signals, with --poll-ms as the timeout (the polling fallback).  A claim
- * that came back full is followed by another at once.
+ * that came back full is followed by another at once, and so is any
+ * non-empty claim in ordered mode (the heads it finished may have released
+ * their successors); an empty claim waits.
  *
  * Failures: PostgreSQL or micd unreachable is logged and retried with a
  * pause (0.5 s doubling to 30 s, reset by a success), connections are
@@ -81,10 +83,14 @@
  *
  * Logs: one JSON line per batch and per error on stderr; never a payload,
  * a header value or the key.  Metrics (--metrics-listen): libmicrohttpd on
- * its own thread serves GET /metrics from counters the loop keeps; the two
- * gauges read the table at most once a second, after a batch or a wake-up
- * (oldest live created_at and the dlq count), and the age is computed at
- * scrape time from that created_at.
+ * its own thread serves GET /metrics from figures the loop keeps.  The two
+ * gauges come from one query the loop runs (never the metrics thread):
+ * before each wait, and while busy at most once a second; it reads the
+ * oldest live created_at (the partial claim index: cost grows with the
+ * backlog) and counts the dlq rows (no index on status alone: a scan of the
+ * table).  The age is computed at scrape time from that created_at, so it
+ * keeps growing while the loop is away; the dlq count may be --poll-ms
+ * old when idle.
  *
  * Exit status: 0 stopped by a signal, 1 could not start (metrics address,
  * libmic handle, memory) or rows left unfinalized at stop, 2 usage error.
@@ -369,12 +375,25 @@ static void pause_after_failure(struct relay *r)
 
 /* ---- PostgreSQL ---- */
 
+/* libpq's notices (and the FATAL of a server shutting down) as log lines,
+ * so that stderr stays JSON lines. */
+static void on_notice(void *arg, const char *msg)
+{
+    char e[ERR_MAX];
+
+    (void)arg;
+    logj("warn", "PostgreSQL says", "{s:s}", "error", pg_text(msg, e, sizeof e));
+}
+
 static PGconn *pg_connect(const char *conninfo)
 {
     const char *const keys[] = {"dbname", "fallback_application_name", NULL};
     const char *const vals[] = {conninfo, PROG, NULL};
+    PGconn *c = PQconnectdbParams(keys, vals, 1);
 
-    return PQconnectdbParams(keys, vals, 1);
+    if (c)
+        PQsetNoticeProcessor(c, on_notice, NULL);
+    return c;
 }
 
 /* Make r->db usable: connect, or PQreset a broken connection.  Returns 0,
@@ -451,14 +470,20 @@ static char *table_sql(PGconn *db, const char *name)
 }
 
 /* The claim.  %1$s the table; the ordered clause is added with
- * --preserve-aggregate-order.  $1 lease seconds, $2 limit. */
+ * --preserve-aggregate-order.  $1 lease seconds, $2 limit.  Claimable:
+ * pending with not_before NULL or passed, or processing with an expired
+ * lease; written as three ANDed terms (not an OR of two) so that the
+ * planner walks the partial index mic_outbox_claim_idx (priority DESC, id)
+ * in order and stops at the limit; the ordered clause's NOT EXISTS is an
+ * index-only probe of mic_outbox_aggregate_idx (checked with EXPLAIN on
+ * PostgreSQL 15). */
 #define CLAIM_SQL \
     "UPDATE %1$s AS o SET status = 'processing', lease_token = (SELECT gen_random_uuid())," \
     " lease_expires_at = now() + make_interval(secs => $1::int), attempts = o.attempts + 1" \
     " WHERE o.id IN (SELECT c.id FROM %1$s AS c" \
     " WHERE c.status IN ('pending', 'processing')" \
-    " AND ((c.status = 'pending' AND (c.not_before IS NULL OR c.not_before <= now()))" \
-    " OR (c.status = 'processing' AND c.lease_expires_at <= now()))" \
+    " AND (c.status = 'processing' OR c.not_before IS NULL OR c.not_before <= now())" \
+    " AND (c.status = 'pending' OR c.lease_expires_at <= now())" \
     "%2$s" \
     " ORDER BY c.priority DESC, c.id LIMIT $2::int FOR UPDATE SKIP LOCKED)" \
     " RETURNING o.id, o.lease_token, o.event_id, o.topic, o.aggregate_type, o.aggregate_id," \
@@ -863,6 +888,8 @@ static int finalize_retried(struct relay *r, const struct batch *b, struct tally
 
 /* ---- Metrics ---- */
 
+/* Read the gauges' figures from the table: before each wait ('force'),
+ * and while busy at most once a second. */
 static void gauges_refresh(struct relay *r, int force)
 {
     int64_t now = mic_mono_ms();
@@ -1040,6 +1067,7 @@ static int run(struct relay *r)
 
     r->pause_ms = PAUSE_MIN_MS;
     while (!g_stop && !stop_failed) {
+        int idle;
         long n;
 
         if (db_ready(r) || sql_build(r)) {
@@ -1053,9 +1081,12 @@ static int run(struct relay *r)
             continue;
         }
         r->pause_ms = PAUSE_MIN_MS;
+        /* A full claim may have left rows behind; in ordered mode a
+         * finished head may have made its successor claimable. */
+        idle = n < r->o.batch && !(r->o.ordered && n > 0);
         if (!db_ready(r))
-            gauges_refresh(r, n > 0);
-        if (n < r->o.batch)
+            gauges_refresh(r, idle);
+        if (idle)
             wait_for(r, r->o.poll_ms, 1);
     }
     logj("info", "stopped", NULL);
