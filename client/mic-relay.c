@@ -154,30 +154,31 @@ struct setting {
 
 static const struct setting settings[] = {
     {"pg", O_STR, "CONNINFO", NULL, 0, 0, F(pg),
-     "libpq connection string of the application's database (required)"},
+     "libpq connection string of the application's database\n"
+     "(required)"},
     {"to", O_LIST, "URL", NULL, 0, 0, F(to),
-     "micd base URL (http:// or https://); repeat for several nodes, libmic routes\n"
-     "each event by its aggregate (required)"},
+     "micd base URL, http:// or https:// (required); repeat it for\n"
+     "several nodes: libmic routes each event by its aggregate"},
     {"key", O_STR, "SECRET", NULL, 0, 0, F(key),
      "API key sent to micd (default: $MIC_KEY)"},
     {"cacert", O_STR, "FILE", NULL, 0, 0, F(cacert),
      "PEM CA certificate(s) for https:// nodes (default: the system's)"},
     {"table", O_STR, "NAME", "mic_outbox", 0, 0, F(table),
-     "outbox table, NAME or SCHEMA.NAME (quoted as identifiers)"},
+     "outbox table, NAME or SCHEMA.NAME (each quoted as an identifier)"},
     {"batch", O_INT, "N", "100", 1, 1000, F(batch),
      "most rows claimed and published at once"},
     {"lease-ttl", O_INT, "S", "30", 1, 86400, F(lease_ttl),
-     "seconds a claim holds its rows; an expired lease is claimable again"},
+     "seconds a claim holds its rows (then they are claimable again)"},
     {"max-attempts", O_INT, "N", "10", 1, 1000000, F(max_attempts),
-     "claims of a row after which a failed publish moves it to dlq"},
+     "a row whose publish fails after this many claims goes to dlq"},
     {"preserve-aggregate-order", O_FLAG, NULL, NULL, 0, 0, F(ordered),
      "claim only the oldest pending or processing row of each aggregate"},
     {"delete-dispatched", O_FLAG, NULL, NULL, 0, 0, F(delete_dispatched),
      "delete published rows instead of marking them dispatched"},
     {"poll-ms", O_INT, "MS", "1000", 10, 3600000, F(poll_ms),
-     "longest wait for a NOTIFY before the table is polled"},
+     "longest wait for a NOTIFY before polling the table"},
     {"metrics-listen", O_STR, "HOST:PORT", NULL, 0, 0, F(metrics_listen),
-     "serve Prometheus text on GET /metrics there (port 0: any; logged)"},
+     "serve GET /metrics (Prometheus text) there; port 0: any (logged)"},
 };
 
 #define NSETTINGS (sizeof settings / sizeof settings[0])
@@ -1109,11 +1110,13 @@ static void usage(FILE *f)
         char left[64];
         const char *h = s->help;
 
+        char extra[96] = "";
+        size_t n = 0;
+
         snprintf(left, sizeof left, "--%s%s%s", s->name, s->arg ? " " : "", s->arg ? s->arg : "");
         fprintf(f, "  %-28s ", left);
         while (*h) {
-            size_t n = strcspn(h, "\n");
-
+            n = strcspn(h, "\n");
             fprintf(f, "%.*s", (int)n, h);
             h += n;
             if (*h) {
@@ -1121,10 +1124,15 @@ static void usage(FILE *f)
                 h++;
             }
         }
-        if (s->def)
-            fprintf(f, " (default %s)", s->def);
         if (s->type == O_INT)
-            fprintf(f, " [%ld..%ld]", s->min, s->max);
+            snprintf(extra, sizeof extra, "(default %s; %ld..%ld)", s->def, s->min, s->max);
+        else if (s->def)
+            snprintf(extra, sizeof extra, "(default %s)", s->def);
+        /* the default on the same line when it fits in 100 columns */
+        if (*extra && 31 + n + 1 + strlen(extra) <= 100)
+            fprintf(f, " %s", extra);
+        else if (*extra)
+            fprintf(f, "\n  %-28s %s", "", extra);
         fputc('\n', f);
     }
     fputs("  --help                       this text\n"
@@ -1139,16 +1147,23 @@ static void usage(FILE *f)
           f);
 }
 
-__attribute__((format(printf, 1, 2)))
-static int usage_error(const char *fmt, ...)
+/* Print "mic-relay: WHAT[ ARG] (see --help)" on stderr; returns
+ * EXIT_USAGE.  'arg' may be NULL. */
+static int usage_error(const char *what, const char *arg)
 {
-    va_list ap;
+    fprintf(stderr, "%s: %s%s%s (see --help)\n", PROG, what, arg ? " " : "", arg ? arg : "");
+    return EXIT_USAGE;
+}
 
-    fputs(PROG ": ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputs(" (see --help)\n", stderr);
+/* A bad value of setting 's': "--NAME VALUE: WHY" (the bounds for an
+ * integer). */
+static int setting_error(const struct setting *s, const char *v, const char *why)
+{
+    if (s->type == O_INT)
+        fprintf(stderr, "%s: --%s %s: want an integer in %ld..%ld (see --help)\n", PROG, s->name,
+                v, s->min, s->max);
+    else
+        fprintf(stderr, "%s: --%s '%s': %s (see --help)\n", PROG, s->name, v, why);
     return EXIT_USAGE;
 }
 
@@ -1161,21 +1176,21 @@ static int setting_set(struct opts *o, const struct setting *s, const char *v)
     switch (s->type) {
     case O_STR:
         if (!*v)
-            return usage_error("--%s: empty value", s->name);
+            return setting_error(s, v, "empty value");
         *(const char **)p = v;
         return 0;
     case O_LIST:
         if (!*v)
-            return usage_error("--%s: empty value", s->name);
+            return setting_error(s, v, "empty value");
         if (o->nto >= MIC_NODES_MAX)
-            return usage_error("--%s: at most %d", s->name, MIC_NODES_MAX);
+            return setting_error(s, v, "too many nodes (MIC_NODES_MAX)");
         o->to[o->nto++] = v;
         return 0;
     case O_INT:
         errno = 0;
         n = strtol(v, &end, 10);
         if (errno || end == v || *end || n < s->min || n > s->max)
-            return usage_error("--%s %s: want an integer in %ld..%ld", s->name, v, s->min, s->max);
+            return setting_error(s, v, NULL);
         *(long *)p = n;
         return 0;
     case O_FLAG:
@@ -1209,27 +1224,27 @@ static int opts_parse(struct opts *o, int argc, char **argv)
             return -1;
         }
         if (c < 256 || c >= 256 + (int)NSETTINGS)
-            return usage_error("unknown or incomplete option %s",
+            return usage_error("unknown or incomplete option",
                                optind > 0 && optind <= argc ? argv[optind - 1] : "?");
         if (setting_set(o, &settings[c - 256], optarg))
             return EXIT_USAGE;
     }
     if (optind < argc)
-        return usage_error("unexpected argument %s", argv[optind]);
+        return usage_error("unexpected argument", argv[optind]);
     if (!o->pg)
-        return usage_error("--pg CONNINFO is required");
+        return usage_error("--pg CONNINFO is required", NULL);
     if (!o->nto)
-        return usage_error("--to URL is required");
+        return usage_error("--to URL is required", NULL);
     if (!o->key && getenv("MIC_KEY") && *getenv("MIC_KEY"))
         o->key = getenv("MIC_KEY");
     if (o->table[0] == '.' || o->table[strlen(o->table) - 1] == '.' ||
         strchr(strchr(o->table, '.') ? strchr(o->table, '.') + 1 : "", '.'))
-        return usage_error("--table must be NAME or SCHEMA.NAME");
+        return usage_error("--table must be NAME or SCHEMA.NAME", NULL);
     if (o->metrics_listen) {
         const char *colon = strrchr(o->metrics_listen, ':');
 
         if (!colon || colon == o->metrics_listen || !colon[1])
-            return usage_error("--metrics-listen must be HOST:PORT");
+            return usage_error("--metrics-listen must be HOST:PORT", NULL);
     }
     return 0;
 }
