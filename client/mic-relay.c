@@ -90,7 +90,10 @@
  * backlog) and counts the dlq rows (no index on status alone: a scan of the
  * table).  The age is computed at scrape time from that created_at, so it
  * keeps growing while the loop is away; the dlq count may be --poll-ms
- * old when idle.
+ * old when idle.  mic_relay_published_total counts rows micd accepted
+ * (stored or duplicate), mic_relay_publish_failures_total rows whose
+ * publish in a claim ended in retry or dlq (a row's JSON that cannot be
+ * read included).
  *
  * Exit status: 0 stopped by a signal, 1 could not start (metrics address,
  * libmic handle, memory) or rows left unfinalized at stop, 2 usage error.
@@ -682,6 +685,8 @@ static int claim(struct relay *r, struct batch *b)
         return 0;
     if (!(b->rows = calloc((size_t)n, sizeof *b->rows))) {
         log_error("claim failed", "out of memory");
+        PQclear(b->res);
+        b->res = NULL;
         return -1;   /* the rows' lease expires; they are claimed again */
     }
     b->n = (size_t)n;
@@ -721,12 +726,15 @@ static long field_event(const char *field)
     return end != field + 7 && *end == ']' && k >= 0 ? k : -1;
 }
 
-/* Apply the results of one publish of the rows act[0..m) (res[] parallel).
- * Returns 1 when some rows stay to be published again at once, else 0;
- * *singles is set when a refusal named no event. */
+/* Apply the results of one publish of the rows act[0..m) (res[] parallel;
+ * with *singles set, each row was published alone).  Returns 1 when some
+ * rows stay to be published again at once, else 0; sets *singles when a
+ * refusal of several rows named none of them. */
 static int results_apply(struct row *const *act, size_t m, struct mic_publish_result *res,
                          int *singles)
 {
+    int alone = *singles;
+
     int again = 0;
 
     for (size_t i = 0; i < m; i++) {
@@ -752,15 +760,16 @@ static int results_apply(struct row *const *act, size_t m, struct mic_publish_re
             continue;
         }
         /* The node's part: the rows this round sent to that node, in
-         * order; the refusal names its k-th event, or none. */
-        for (size_t j = 0; j < m; j++)
+         * order (all failed together); the refusal names its k-th event,
+         * or none. */
+        for (size_t j = 0; j < m && !alone; j++)
             if (!res[j].ok && res[j].node == res[i].node) {
                 if (j < i)
                     pos++;
                 part++;
             }
         k = field_event(f->field);
-        if (part == 1) {
+        if (alone || part == 1) {
             row->v = V_DLQ;
         } else if (k >= 0 && (size_t)k < part) {
             if ((size_t)k == pos)
@@ -940,7 +949,8 @@ static enum MHD_Result metrics_answer(void *cls, struct MHD_Connection *conn, co
             " row (0 when none).\n"
             "# TYPE mic_relay_oldest_pending_age_seconds gauge\n"
             "mic_relay_oldest_pending_age_seconds %.6f\n"
-            "# HELP mic_relay_published_total Rows micd stored or answered as duplicates.\n"
+            "# HELP mic_relay_published_total Row publishes micd stored or answered as"
+            " duplicates.\n"
             "# TYPE mic_relay_published_total counter\n"
             "mic_relay_published_total %lld\n"
             "# HELP mic_relay_publish_failures_total Row publishes that failed (to be retried"
@@ -1008,7 +1018,7 @@ static long step(struct relay *r, int *stop_failed)
     struct batch b;
     struct tally t = {0};
     int64_t t0 = mic_mono_ms();
-    long dups = 0, failed = 0, n;
+    long dups = 0, failed = 0, ok = 0, n;
 
     if (claim(r, &b))
         return -1;
@@ -1029,17 +1039,18 @@ static long step(struct relay *r, int *stop_failed)
         if (b.rows[i].v == V_DLQ)
             logj("warn", "refused for good", "{s:I, s:s, s:s}", "id", (json_int_t)b.rows[i].id,
                  "event_id", PQgetvalue(b.res, b.rows[i].at, C_EVENT_ID), "error", b.rows[i].err);
+        ok += b.rows[i].v == V_OK;
         dups += b.rows[i].v == V_OK && b.rows[i].duplicate;
         failed += b.rows[i].v == V_RETRY;
         if (b.rows[i].v == V_RETRY || b.rows[i].v == V_DLQ)
             atomic_fetch_add(&m_failures, 1);
     }
+    atomic_fetch_add(&m_published, ok);
     if (finalize_retried(r, &b, &t)) {
         *stop_failed = 1;
         batch_fini(&b);
         return -1;
     }
-    atomic_fetch_add(&m_published, t.done);
     logj("info", g_stop && t.released ? "released" : "published",
          "{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "rows", (json_int_t)b.n, "duplicates",
          (json_int_t)dups, "dlq", (json_int_t)t.dlq, "retry", (json_int_t)t.retry, "released",
