@@ -574,7 +574,8 @@ out:
     return rc;
 }
 
-/* A statement failed: log it, and forget a connection that broke. */
+/* A statement failed: log it (a connection that broke is PQreset by the
+ * next db_ready). */
 static void db_failed(struct relay *r, const char *msg, PGresult *res)
 {
     char e[ERR_MAX];
