@@ -1,6 +1,6 @@
 # MIC - build, run and test.
 #
-#   make          build build/micd, build/mic and build/mic-events-replay (optimised)
+#   make          build build/micd, build/mic, build/mic-events-replay and build/mic-relay (optimised)
 #   make run      install what is missing, build, start micd on 127.0.0.1:8080, store in ./var
 #   make test     install what is missing, build with ASan+UBSan, run every test and the
 #                 peer benchmark at tiny sizes (SMOKE=1)
@@ -19,7 +19,7 @@ PKGS    := libmicrohttpd lmdb jansson yajl openssl
 TPKGS   := cmocka libnats libpq
 RPKGS   := jansson libcrypto libnats
 DEBS    := build-essential pkg-config libmicrohttpd-dev liblmdb-dev lmdb-utils \
-           libjansson-dev libyajl-dev libssl-dev libcmocka-dev libcurl4-openssl-dev curl \
+           libjansson-dev libyajl-dev libssl-dev libcmocka-dev libcurl4-openssl-dev curl libpq-dev \
            procps libnats-dev nats-server clickhouse-server clickhouse-client \
            prometheus python3 openssl libpq-dev
 WARN    := -std=c11 -Wall -Wextra -Werror -Wformat=2 -g
@@ -48,7 +48,7 @@ HARNESS := build/san/harness.o
 KIT     := build/san/claimkit.o build/san/procfx.o build/san/jgen.o build/san/pgfx.o
 
 .PHONY: all examples install check-install run test check deps bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke bench-workerloop peer-deps clean
-all: build/micd build/mic-events-replay build/mic build/libmic.a build/libmic.so
+all: build/micd build/mic-events-replay build/mic build/mic-relay build/libmic.a build/libmic.so
 
 deps:
 	@missing=""; for p in $(DEBS); do \
@@ -141,13 +141,22 @@ build/mic: client/mic.c client/mic.h $(CLI_REL) | build/rel
 build/san/mic: client/mic.c client/mic.h $(CLI_SAN) | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(RCFLAGS) -Iserver -Iclient $< $(filter %.o,$(CLI_SAN)) build/san/libmic.a -o $@ $(CLI_LIBS)
 
+# mic-relay (DESIGN section 14): libmic, libpq and libmicrohttpd (its /metrics).
+RELAY_PKGS := libpq libmicrohttpd jansson
+RELAY_CFLAGS = $(shell pkg-config --cflags $(RELAY_PKGS) 2>/dev/null)
+RELAY_LIBS = $(shell pkg-config --libs $(RELAY_PKGS) 2>/dev/null)
+build/mic-relay: client/mic-relay.c client/mic.h server/clock.h build/libmic.a | build/rel
+	$(CC) $(WARN) -O2 $(RELAY_CFLAGS) -Iserver -Iclient $< build/libmic.a -o $@ $(RELAY_LIBS) $(LIBMIC_LIBS)
+build/san/mic-relay: client/mic-relay.c client/mic.h server/clock.h build/san/libmic.a | build/san
+	$(CC) $(WARN) -O1 $(SAN) $(RELAY_CFLAGS) -Iserver -Iclient $< build/san/libmic.a -o $@ $(RELAY_LIBS) $(LIBMIC_LIBS)
+
 # make install PREFIX=DIR: the binaries, libmic (static and shared), its
 # header and pkg-config file.
 PREFIX ?= /usr/local
-install: build/micd build/mic build/mic-events-replay build/libmic.a build/libmic.so
+install: build/micd build/mic build/mic-events-replay build/mic-relay build/libmic.a build/libmic.so
 	rm -f build/libmic.pc && $(MAKE) --no-print-directory build/libmic.pc PREFIX='$(PREFIX)'
 	install -d '$(DESTDIR)$(PREFIX)/bin' '$(DESTDIR)$(PREFIX)/lib/pkgconfig' '$(DESTDIR)$(PREFIX)/include'
-	install -m 755 build/micd build/mic build/mic-events-replay '$(DESTDIR)$(PREFIX)/bin/'
+	install -m 755 build/micd build/mic build/mic-events-replay build/mic-relay '$(DESTDIR)$(PREFIX)/bin/'
 	install -m 644 build/libmic.a '$(DESTDIR)$(PREFIX)/lib/'
 	install -m 755 build/libmic.so '$(DESTDIR)$(PREFIX)/lib/libmic.so.$(LIBMIC_VERSION)'
 	ln -sf libmic.so.$(LIBMIC_VERSION) '$(DESTDIR)$(PREFIX)/lib/libmic.so.1'
@@ -198,7 +207,7 @@ check-install: all build/libmic.pc
 	LD_LIBRARY_PATH="$(CURDIR)/build/prefix/lib" ldd build/prefix/producer | grep -q 'build/prefix/lib/libmic.so.1'
 	@echo "check-install: libmic installed, found by pkg-config, linked and run"
 
-check: check-install build/san/micd build/san/mic-events-replay build/san/mic $(UNIT) \
+check: check-install build/san/micd build/san/mic-events-replay build/san/mic build/san/mic-relay $(UNIT) \
        $(EXAMPLES:%=build/san/examples/%) $(EXAMPLES:%=build/examples/%) \
        build/micd build/loadgen build/workers build/rangeread $(PEER_DRIVERS)
 	tests/check-layers.sh
