@@ -50,6 +50,11 @@
  * libmic's batch size, so each node gets one part: its k-th event is the
  * k-th row, in claim order, that libmic routed to that node.)
  *
+ * Versions: whatever the mode, a row with an aggregate_version is
+ * claimable only when no lower version of its aggregate is 'pending' or
+ * 'processing' (VERSIONED_SQL): micd refuses for good a version below the
+ * first one it saw of an aggregate, so versions are published in order.
+ *
  * --preserve-aggregate-order: a row is claimable only when no older
  * (created_at, id) row of its aggregate is 'pending' or 'processing' (the
  * seed's rule; a row without an aggregate heads itself).  So only heads are
@@ -111,6 +116,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
+#include <time.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -139,6 +145,7 @@ struct opts {
     const char *key, *cacert, *table, *metrics_listen;
     long batch, lease_ttl, max_attempts, poll_ms;
     long ordered, delete_dispatched;
+    long test_hold_ms, test_crash_after_publish;   /* testing only */
 };
 
 enum otype { O_STR, O_LIST, O_INT, O_FLAG };
@@ -182,6 +189,11 @@ static const struct setting settings[] = {
      "longest wait for a NOTIFY before polling the table"},
     {"metrics-listen", O_STR, "HOST:PORT", NULL, 0, 0, F(metrics_listen),
      "serve GET /metrics (Prometheus text) there; port 0: any (logged)"},
+    {"test-hold-ms", O_INT, "MS", "0", 0, 600000, F(test_hold_ms),
+     "testing only: wait this long between a claim and its publish"},
+    {"test-crash-after-publish", O_FLAG, NULL, NULL, 0, 0, F(test_crash_after_publish),
+     "testing only: SIGKILL itself right after micd answered a batch,\n"
+     "before marking its rows (the seed's relay crash)"},
 };
 
 #define NSETTINGS (sizeof settings / sizeof settings[0])
@@ -501,6 +513,18 @@ static char *table_sql(PGconn *db, const char *name)
     " AND h.status IN ('pending', 'processing')" \
     " AND (h.created_at, h.id) < (c.created_at, c.id)))"
 
+/* Without --preserve-aggregate-order, a versioned row still waits for the
+ * lower versions of its aggregate that are not yet published: micd takes
+ * the first version it sees of an aggregate as its baseline and refuses a
+ * lower one for good (409 version_below_baseline, DESIGN section 12), so a
+ * version overtaken by its successor -- by another relay's batch, or by a
+ * retry's backoff -- would be lost to the dlq. */
+#define VERSIONED_SQL \
+    " AND (c.aggregate_version IS NULL OR NOT EXISTS (SELECT 1 FROM %1$s AS h" \
+    " WHERE h.aggregate_type = c.aggregate_type AND h.aggregate_id = c.aggregate_id" \
+    " AND h.status IN ('pending', 'processing')" \
+    " AND h.aggregate_version < c.aggregate_version))"
+
 enum { C_ID, C_TOKEN, C_EVENT_ID, C_TOPIC, C_AGG_TYPE, C_AGG_ID, C_AGG_VERSION, C_SCHEMA,
        C_EVENT_TYPE, C_CORRELATION, C_PRIORITY, C_HEADERS, C_PAYLOAD, C_CREATED, C_NCOLS };
 
@@ -552,7 +576,7 @@ static int sql_build(struct relay *r)
         return 0;
     if (!(t = table_sql(r->db, r->o.table)))
         return -1;
-    if (asprintf(&ord, r->o.ordered ? ORDERED_SQL : "%1$.0s", t) < 0) {
+    if (asprintf(&ord, r->o.ordered ? ORDERED_SQL : VERSIONED_SQL, t) < 0) {
         ord = NULL;
         goto out;
     }
@@ -1027,6 +1051,11 @@ static long step(struct relay *r, int *stop_failed)
         batch_fini(&b);
         return 0;
     }
+    if (r->o.test_hold_ms > 0 && !g_stop) {
+        struct timespec ts = {r->o.test_hold_ms / 1000, (r->o.test_hold_ms % 1000) * 1000000L};
+
+        nanosleep(&ts, NULL);   /* a signal ends it early */
+    }
     if (g_stop) {
         for (size_t i = 0; i < b.n; i++)
             b.rows[i].v = V_RELEASE;
@@ -1047,6 +1076,8 @@ static long step(struct relay *r, int *stop_failed)
             atomic_fetch_add(&m_failures, 1);
     }
     atomic_fetch_add(&m_published, ok);
+    if (r->o.test_crash_after_publish && ok)
+        raise(SIGKILL);   /* micd has them; the rows still say processing */
     if (finalize_retried(r, &b, &t)) {
         *stop_failed = 1;
         batch_fini(&b);
