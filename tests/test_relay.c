@@ -12,9 +12,11 @@
  *                               published, none twice (micd counts no
  *                               duplicate) while every relay lives;
  *   ordered_four_relays         --preserve-aggregate-order, four relays,
- *                               200 aggregates: each aggregate's events
- *                               reach micd in version order (micd's seq,
- *                               its arrival order, rises with the version);
+ *                               200 aggregates (unversioned: the order is
+ *                               the rows' (created_at, id)): each aggregate's
+ *                               events reach micd in order (micd's seq, its
+ *                               arrival order) and come out of an ordered
+ *                               group in that order;
  *   poison_row_to_dlq           a row micd refuses (422) goes to dlq after
  *                               one attempt with micd's error in
  *                               last_error, and the rows behind it flow;
@@ -33,6 +35,8 @@
  *   lease_taken_over            a relay SIGSTOPped past its lease: another
  *                               takes the rows over, and the stale one's late
  *                               marking changes nothing;
+ *   max_attempts_to_dlq         a publish that keeps failing ends in dlq
+ *                               after --max-attempts, the failure kept;
  *   order_service_end_to_end    examples/order_service (some transactions
  *                               rolled back), the relay, examples/worker_pool
  *                               on an ordered group: exactly the committed
@@ -405,26 +409,37 @@ static void relays_claim_disjoint_sets(void **state)
     disjoint("rl.four", 4, 2000);
 }
 
+/* Rows of aggregates without versions (inserted directly: created_at one
+ * ms apart), so the order is (created_at, id) and only
+ * --preserve-aggregate-order keeps it across four relays. */
 static void ordered_four_relays(void **state)
 {
-    static const char *const ordered[] = {"--preserve-aggregate-order", "--batch", "50", NULL};
+    static const char *const ordered[] = {"--preserve-aggregate-order", "--batch", "3", NULL};
+    char last[200][40];
+    long handled = 0;
 
     (void)state;
     outbox_empty();
     topic_put("rl.ord");
-    sql("SELECT mic_outbox_append('rl.ord', 'rl.ord', 'k' || (g % 200), 'x', "
-        "jsonb_build_object('i', g)) FROM generate_series(1, 1000) g");
+    json_decref(call(&S, "PUT", "/v1/groups/rl.ord.g", "{\"topics\":[\"rl.ord\"],\"ordered\":true}",
+                     201));
+    /* an aggregate's five rows are consecutive: unordered relays with
+     * small batches would publish them side by side */
+    sql("INSERT INTO mic_outbox (event_id, topic, aggregate_type, aggregate_id, event_type, "
+        "payload, created_at) SELECT 'ord-' || g, 'rl.ord', 'rl.ord', 'k' || ((g - 1) / 5), 'x', "
+        "jsonb_build_object('i', g), timestamptz '2026-12-01 00:00:00+00' + g * interval '1 ms' "
+        "FROM generate_series(1, 1000) g");
     for (int i = 0; i < 4; i++)
         relay_start(i, S.url, ordered);
     await_rows("dispatched", 1000);
     for (int i = 0; i < 4; i++)
         relay_stop(i);
     assert_int_equal(topic_stat("rl.ord", "events"), 1000);
-    /* Arrival order (seq) rises with the version in every aggregate. */
+    /* Arrival order (micd's seq) is the aggregate's order in every one. */
     for (int a = 0; a < 200; a++) {
         char path[64];
         json_t *r, *e;
-        json_int_t last_v = 0, last_seq = 0;
+        json_int_t last_seq = 0;
         size_t i;
 
         snprintf(path, sizeof path, "/v1/aggregates/rl.ord/k%d", a);
@@ -432,15 +447,34 @@ static void ordered_four_relays(void **state)
         assert_int_equal(json_array_size(json_object_get(r, "events")), 5);
         json_array_foreach(json_object_get(r, "events"), i, e) {
             json_t *ev = json_object_get(e, "event") ? json_object_get(e, "event") : e;
-            json_int_t v = jint(ev, "aggregate_version"), seq = jint(ev, "seq");
+            json_int_t seq = jint(ev, "seq");
 
-            assert_int_equal(v, last_v + 1);
             assert_true(seq > last_seq);
-            last_v = v;
             last_seq = seq;
         }
         json_decref(r);
     }
+    /* And through an ordered group, each aggregate comes in that order. */
+    memset(last, 0, sizeof last);
+    for (int round = 0; handled < 1000; round++) {
+        json_t *c = call(&S, "POST", "/v1/groups/rl.ord.g/claim", "{\"max\":300,\"wait_s\":1}", 200);
+        json_t *d;
+        size_t i;
+
+        assert_true(round < 200);
+        json_array_foreach(json_object_get(c, "deliveries"), i, d) {
+            json_t *ev = json_object_get(d, "event");
+            int a = atoi(jstr(ev, "aggregate_id") + 1);
+
+            assert_true(a >= 0 && a < 200);
+            assert_true(strcmp(jstr(ev, "created_at"), last[a]) > 0);
+            snprintf(last[a], sizeof last[a], "%s", jstr(ev, "created_at"));
+            handled++;
+        }
+        json_decref(settle(&S, "rl.ord.g", "ack", items_of(c), NULL));
+        json_decref(c);
+    }
+    assert_int_equal(handled, 1000);
 }
 
 static void poison_row_to_dlq(void **state)
@@ -622,6 +656,24 @@ static void order_service_end_to_end(void **state)
                      0);
 }
 
+/* A publish that keeps failing (no micd at that address) ends in dlq after
+ * --max-attempts claims, with the failure in last_error. */
+static void max_attempts_to_dlq(void **state)
+{
+    static const char *const two[] = {"--max-attempts", "2", NULL};
+
+    (void)state;
+    outbox_empty();
+    sql("SELECT mic_outbox_append('rl.none', NULL, NULL, 'x', '{}', event_id => 'rl-none-1')");
+    relay_start(0, "http://127.0.0.1:1", two);
+    await_rows("dlq", 1);
+    relay_stop(0);
+    assert_int_equal(sql_long("SELECT attempts FROM mic_outbox WHERE event_id = 'rl-none-1'"), 2);
+    assert_int_equal(sql_long("SELECT count(*) FROM mic_outbox WHERE event_id = 'rl-none-1' "
+                              "AND last_error LIKE '%cannot reach%'"),
+                     1);
+}
+
 /* Some row has failed an attempt against the missing micd. */
 static int attempted(void *arg)
 {
@@ -668,6 +720,7 @@ int main(void)
         cmocka_unit_test_teardown(crash_after_ack, test_teardown),
         cmocka_unit_test_teardown(lease_taken_over, test_teardown),
         cmocka_unit_test_teardown(order_service_end_to_end, test_teardown),
+        cmocka_unit_test_teardown(max_attempts_to_dlq, test_teardown),
     };
 
     if (getenv("TEST_FILTER"))
