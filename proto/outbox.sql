@@ -31,6 +31,9 @@
 -- SERIALIZABLE a second writer of the same aggregate gets a serialization
 -- failure and must retry its transaction, as with any row both update.
 
+-- The IF NOT EXISTS clauses below would each say NOTICE ... skipping.
+SET client_min_messages = warning;
+
 CREATE TABLE IF NOT EXISTS mic_outbox (
     id                bigserial PRIMARY KEY,
     event_id          text NOT NULL UNIQUE,
