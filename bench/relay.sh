@@ -23,21 +23,23 @@
 #              events and no duplicate on the run's topic.
 # The drivers take turns within a run (RUNS runs, the order rotating).
 # Then the lag, for 1 and 4 relays: build/outbox_poller --produce appends
-# RATE rows/s for LAG_SECONDS s (each row its own committed transaction, on 4
-# connections) while the relays run; per event, lag = micd's received_at -
+# RATE rows/s for LAG_SECONDS s (each row its own committed transaction, on
+# PRODUCERS connections, default 8) while the relays run; per event, lag = micd's received_at -
 # its created_at (the row's, kept by the relay), read back from micd's
 # NDJSON range read.  Prints a Markdown table.
 #   SMOKE=1   2,000 rows, 1 run, a 2 s lag run; exits 1 on any problem
 #   ROWS=N RUNS=N RATE=N LAG_SECONDS=N DRIVERS="poller1 ... relay4o"
+#   LAG_RELAYS="1 4" (empty: no lag runs)
 # Raw lines (one JSON line per run) go to $OUT (default build/last-relay.jsonl).
 set -eu
 cd "$(dirname "$0")/.."
 if [ "${SMOKE:-0}" = 1 ]; then
     ROWS=${ROWS:-2000} RUNS=${RUNS:-1} RATE=${RATE:-500} LAG_SECONDS=${LAG_SECONDS:-2}
 else
-    ROWS=${ROWS:-50000} RUNS=${RUNS:-3} RATE=${RATE:-2000} LAG_SECONDS=${LAG_SECONDS:-10}
+    ROWS=${ROWS:-50000} RUNS=${RUNS:-3} RATE=${RATE:-1000} LAG_SECONDS=${LAG_SECONDS:-10}
 fi
 DRIVERS=${DRIVERS:-poller1 poller2 poller4 relay1 relay2 relay4 relay4o}
+PRODUCERS=${PRODUCERS:-8}
 OUT=${OUT:-build/last-relay.jsonl}
 mkdir -p "$(dirname "$OUT")"
 : > "$OUT"
@@ -129,15 +131,39 @@ t = [t for t in json.load(sys.stdin)["topics"] if t["topic"] == sys.argv[1]]
 print(*(t and (t[0]["events"], t[0]["duplicates"]) or (0, 0)))' "$1"
 }
 
-# drive RUN DRIVER: one timed run, one JSON line into $OUT.
+# cpu_snap FILE: "pid ticks" (utime + stime) of micd, the relays and every
+# PostgreSQL process, into FILE; cpu_json BEFORE AFTER: their CPU seconds
+# between the two snapshots (a process absent from BEFORE counts whole),
+# as JSON members.  pg_wal_syncs: WAL fsyncs so far (pg_stat_wal).
+cpu_snap() {
+    pm=$(head -1 "$pgdir/data/postmaster.pid")
+    { echo "micd $pid"; for r in $relays; do echo "relay $r"; done
+      echo "pg $pm"; for c in $(ps -o pid= --ppid "$pm"); do echo "pg $c"; done; } |
+    while read -r who p; do
+        t=$(awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null) && echo "$who $p $t"
+    done > "$1"
+}
+cpu_json() {
+    awk -v hz="$(getconf CLK_TCK)" 'NR == FNR { b[$2] = $3; next }
+        { s[$1] += $3 - b[$2] }
+        END { printf "\"micd_cpu_s\":%.2f,\"relay_cpu_s\":%.2f,\"pg_cpu_s\":%.2f,",
+              s["micd"] / hz, s["relay"] / hz, s["pg"] / hz }' "$1" "$2"
+}
+pg_wal_syncs() { sql -c "SELECT wal_sync FROM pg_stat_wal"; }
+
+# drive RUN DRIVER: one timed run, one JSON line into $OUT, with the CPU
+# seconds of micd, the relays and PostgreSQL and the WAL fsyncs it took.
 drive() {
     name="rb-$1-$2"
     fill "$name"
     case $2 in
     poller*)
+        # (its backends are gone when it has finished: no CPU figures)
+        w0=$(pg_wal_syncs)
         ./build/outbox_poller --pg "$pg" --workers "${2#poller}" --expect "$ROWS" \
             --max-seconds 300 > "$dir/r.json" || { cat "$dir/r.json" >&2; exit 1; }
-        sed "s/^{/{\"run\":$1,\"driver\":\"$2\",\"events\":null,\"duplicates\":null,/" "$dir/r.json" >> "$OUT"
+        prof="\"wal_syncs\":$(($(pg_wal_syncs) - w0)),"
+        sed "s/^{/{\"run\":$1,\"driver\":\"$2\",\"events\":null,\"duplicates\":null,$prof/" "$dir/r.json" >> "$OUT"
         return ;;
     relay*o) k=${2#relay}; k=${k%o}; set -- "$1" "$2" --preserve-aggregate-order ;;
     relay*) k=${2#relay}; set -- "$1" "$2" ;;
@@ -154,11 +180,15 @@ drive() {
     done
     run=$1 driver=$2
     shift 2
+    w0=$(pg_wal_syncs)
+    cpu_snap "$dir/cpu0"
     start_relays "$k" "$@"
     wait "$waiter" || { echo "$driver: rows left:" >&2; cat "$dir/r.json" >&2; tail -3 "$dir"/relay-*.log >&2; exit 1; }
+    cpu_snap "$dir/cpu1"
     stop_relays
+    prof="$(cpu_json "$dir/cpu0" "$dir/cpu1")\"wal_syncs\":$(($(pg_wal_syncs) - w0)),"
     set -- $(topic_stats "$name")
-    sed "s/^{/{\"run\":$run,\"driver\":\"$driver\",\"events\":$1,\"duplicates\":$2,/" "$dir/r.json" >> "$OUT"
+    sed "s/^{/{\"run\":$run,\"driver\":\"$driver\",\"events\":$1,\"duplicates\":$2,$prof/" "$dir/r.json" >> "$OUT"
 }
 
 n=0
@@ -183,7 +213,7 @@ lag() {
     name="lag-$1"
     sql -c "TRUNCATE mic_outbox, mic_outbox_versions RESTART IDENTITY" -c "CHECKPOINT" > /dev/null
     start_relays "$1"
-    ./build/outbox_poller --pg "$pg" --produce "$RATE" --seconds "$LAG_SECONDS" --workers 4 \
+    ./build/outbox_poller --pg "$pg" --produce "$RATE" --seconds "$LAG_SECONDS" --workers "$PRODUCERS" \
         --topic "$name" --aggregate-type "$name" --max-seconds $((LAG_SECONDS * 3)) > "$dir/p.json" ||
         { echo "producer failed:" >&2; cat "$dir/p.json" >&2; exit 1; }
     ./build/outbox_poller --pg "$pg" --wait $((RATE * LAG_SECONDS)) --max-seconds 120 > /dev/null ||
@@ -201,17 +231,19 @@ p = json.loads(sys.argv[3])
 q = lambda f: lags[min(len(lags) - 1, int(f * len(lags)))] if lags else None
 print(json.dumps({"driver": "lag", "relays": int(sys.argv[2]), "events": len(lags),
                   "appended": p["appended"], "append_rows_per_s": p["rows_per_s"],
-                  "p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": lags[-1] if lags else None}))
+                  "p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": lags[-1] if lags else None,
+                  "producer_most_behind_ms": p["most_behind_ms"]}))
 PY
     tail -1 "$OUT" >&2
 }
-lag 1
-lag 4
+for k in ${LAG_RELAYS-1 4}; do
+    lag "$k"
+done
 
-python3 - "$OUT" "$ROWS" "$RUNS" "$RATE" "$LAG_SECONDS" <<'PY'
+python3 - "$OUT" "$ROWS" "$RUNS" "$RATE" "$LAG_SECONDS" "$PRODUCERS" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-n, runs, rate, secs = map(int, sys.argv[2:6])
+n, runs, rate, secs, producers = map(int, sys.argv[2:7])
 label = {"poller1": "poller, 1 worker (marks only)", "poller2": "poller, 2 workers",
          "poller4": "poller, 4 workers", "relay1": "mic-relay x1", "relay2": "mic-relay x2",
          "relay4": "mic-relay x4", "relay4o": "mic-relay x4, --preserve-aggregate-order"}
@@ -221,10 +253,13 @@ for r in runs_:
     if r["driver"] not in drivers:
         drivers.append(r["driver"])
 print("%d rows a run (mic_outbox_append, 1,000 aggregates), batches of 100; %d run(s), "
-      "drivers in turn; median (min-max)." % (n, runs))
+      "drivers in turn; median (min-max).  CPU from /proc/PID/stat over the run (the "
+      "PostgreSQL column: every process of the server, the waiter's backend included), "
+      "cores busy = their sum / wall time; WAL fsyncs from pg_stat_wal." % (n, runs))
 print()
-print("| driver | rows/s | / poller x1 | events in micd / duplicates |")
-print("|---|---|---|---|")
+print("| driver | rows/s | / poller x1 | events in micd / duplicates "
+      "| CPU ms per 1,000 rows: relays / micd / PostgreSQL | cores busy | WAL fsyncs per 1,000 rows |")
+print("|---|---|---|---|---|---|---|")
 med = {}
 problems = []
 for d in drivers:
@@ -233,21 +268,31 @@ for d in drivers:
     med[d] = statistics.median(v)
     ev = "-" if rs[0]["events"] is None else "%s / %d" % (
         "/".join(str(r["events"]) for r in rs), sum(r["duplicates"] for r in rs))
-    print("| %s | %.0f (%.0f-%.0f) | %s | %s |" % (label.get(d, d), med[d], v[0], v[-1],
-          "%.2fx" % (med[d] / med["poller1"]) if "poller1" in med else "-", ev))
+    m = lambda f: "%.0f" % statistics.median(r[f] * 1000 / r["rows"] * 1000 for r in rs)
+    cpu, busy = "-", "-"
+    if "relay_cpu_s" in rs[0]:
+        cpu = " / ".join(map(m, ("relay_cpu_s", "micd_cpu_s", "pg_cpu_s")))
+        busy = "%.2f" % statistics.median(
+            (r["relay_cpu_s"] + r["micd_cpu_s"] + r["pg_cpu_s"]) / r["seconds"] for r in rs)
+    print("| %s | %.0f (%.0f-%.0f) | %s | %s | %s | %s | %.1f |" % (
+          label.get(d, d), med[d], v[0], v[-1],
+          "%.2fx" % (med[d] / med["poller1"]) if "poller1" in med else "-", ev, cpu, busy,
+          statistics.median(r["wal_syncs"] * 1000.0 / r["rows"] for r in rs)))
     for r in rs:
         if r["rows"] != n or (r["events"] is not None and (r["events"] != n or r["duplicates"])):
             problems.append(r)
 print()
 print("Lag, commit -> stored in micd (received_at - created_at per event), %d rows/s "
-      "appended for %d s, each its own transaction on 4 connections:" % (rate, secs))
+      "asked for %d s, each its own transaction on %d connections:" % (rate, secs, producers))
 print()
-print("| relays | events | appended rows/s (achieved) | lag p50 ms | lag p99 ms | max ms |")
-print("|---|---|---|---|---|---|")
+print("| relays | events | appended rows/s (achieved) | producer most behind its schedule, ms "
+      "| lag p50 ms | lag p99 ms | max ms |")
+print("|---|---|---|---|---|---|---|")
 for r in rows:
     if r["driver"] == "lag":
-        print("| %d | %d | %.0f | %.1f | %.1f | %.1f |" % (r["relays"], r["events"],
-              r["append_rows_per_s"], r["p50_ms"], r["p99_ms"], r["max_ms"]))
+        print("| %d | %d | %.0f | %.0f | %.1f | %.1f | %.1f |" % (r["relays"], r["events"],
+              r["append_rows_per_s"], r["producer_most_behind_ms"], r["p50_ms"], r["p99_ms"],
+              r["max_ms"]))
         if r["events"] != r["appended"]:
             problems.append(r)
 if problems:
