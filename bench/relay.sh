@@ -36,7 +36,7 @@ cd "$(dirname "$0")/.."
 if [ "${SMOKE:-0}" = 1 ]; then
     ROWS=${ROWS:-2000} RUNS=${RUNS:-1} RATE=${RATE:-500} LAG_SECONDS=${LAG_SECONDS:-2}
 else
-    ROWS=${ROWS:-50000} RUNS=${RUNS:-3} RATE=${RATE:-1000} LAG_SECONDS=${LAG_SECONDS:-10}
+    ROWS=${ROWS:-50000} RUNS=${RUNS:-3} RATE=${RATE:-500} LAG_SECONDS=${LAG_SECONDS:-10}
 fi
 DRIVERS=${DRIVERS:-poller1 poller2 poller4 relay1 relay2 relay4 relay4o}
 PRODUCERS=${PRODUCERS:-8}
