@@ -193,15 +193,7 @@ drive() {
 
 n=0
 while [ "$n" -lt "$RUNS" ]; do
-    set -- $DRIVERS
-    k=0
-    while [ "$k" -lt $((n % $#)) ]; do
-        d=$1
-        shift
-        set -- "$@" "$d"
-        k=$((k + 1))
-    done
-    for d in "$@"; do
+    for d in $(rotated "$n" $DRIVERS); do
         drive "$n" "$d"
         tail -1 "$OUT" >&2
     done
