@@ -23,10 +23,12 @@
 #              events and no duplicate on the run's topic.
 # The drivers take turns within a run (RUNS runs, the order rotating).
 # Then the lag, for 1 and 4 relays: build/outbox_poller --produce appends
-# RATE rows/s for LAG_SECONDS s (each row its own committed transaction, on
-# PRODUCERS connections, default 8) while the relays run; per event, lag = micd's received_at -
-# its created_at (the row's, kept by the relay), read back from micd's
-# NDJSON range read.  Prints a Markdown table.
+# RATE rows/s (default 500) for LAG_SECONDS s (default 10), each row its own
+# committed transaction, on PRODUCERS connections (default 8), while the
+# relays run; per event, lag = micd's received_at - its created_at (the
+# row's, kept by the relay), read back from micd's NDJSON range read.
+# Relay runs also record the CPU of the relays, micd and PostgreSQL and the
+# WAL fsyncs.  Prints Markdown tables.
 #   SMOKE=1   2,000 rows, 1 run, a 2 s lag run; exits 1 on any problem
 #   ROWS=N RUNS=N RATE=N LAG_SECONDS=N DRIVERS="poller1 ... relay4o"
 #   LAG_RELAYS="1 4" (empty: no lag runs)
