@@ -10,6 +10,7 @@
 #   make bench-hostile  publish/claim p99 with 2,000 idle and 300 slow connections -> bench/RESULTS.md
 #                 (RUNS=N runs per cell, default 3; BIG=1 adds the 10M backlog)
 #   make bench-workerloop  W3 drained by bench/workers' raw driver, by libmic and by its worker loop
+#   make bench-relay  the outbox: rows/s through 1, 2, 4 mic-relays vs a marking-only poller, relay lag
 #   make deps     install the Debian packages (apt-get update only when something is missing)
 
 CC      ?= cc
@@ -47,7 +48,7 @@ UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
 KIT     := build/san/claimkit.o build/san/procfx.o build/san/jgen.o build/san/pgfx.o
 
-.PHONY: all examples install check-install run test check deps bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke bench-workerloop peer-deps clean
+.PHONY: all examples install check-install run test check deps bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke bench-workerloop bench-relay peer-deps clean
 all: build/micd build/mic-events-replay build/mic build/mic-relay build/libmic.a build/libmic.so
 
 deps:
@@ -171,6 +172,9 @@ build/loadgen: bench/loadgen.c bench/peerlib.c bench/peerlib.h client/mic.h buil
 	$(CC) $(WARN) -O2 -Iclient $(LIBMIC_CFLAGS) $< bench/peerlib.c build/libmic.a -o $@ -lm -lssl $(LIBMIC_LIBS)
 build/workers: bench/workers.c client/mic.h build/libmic.a | build/rel
 	$(CC) $(WARN) -O2 -Iclient $(LIBMIC_CFLAGS) $< build/libmic.a -o $@ -lssl $(LIBMIC_LIBS)
+# The outbox relay bench's database side (bench/relay.sh): libpq only.
+build/outbox_poller: bench/outbox_poller.c | build/rel
+	$(CC) $(WARN) -O2 $(shell pkg-config --cflags libpq) $< -o $@ $(shell pkg-config --libs libpq) -lpthread
 
 # examples/ (README there): small programs on libmic, built against the
 # release library as a user would (make examples) and with the sanitizers
@@ -209,7 +213,8 @@ check-install: all build/libmic.pc
 
 check: check-install build/san/micd build/san/mic-events-replay build/san/mic build/san/mic-relay $(UNIT) \
        $(EXAMPLES:%=build/san/examples/%) $(EXAMPLES:%=build/examples/%) \
-       build/micd build/loadgen build/workers build/rangeread $(PEER_DRIVERS)
+       build/micd build/loadgen build/workers build/rangeread $(PEER_DRIVERS) \
+       build/mic-relay build/outbox_poller
 	tests/check-layers.sh
 	MICD=build/san/micd MIC_REPLAY=build/san/mic-events-replay MIC_CLI=build/san/mic \
 	    tests/run.sh $(UNIT)
@@ -222,6 +227,10 @@ check: check-install build/san/micd build/san/mic-events-replay build/san/mic bu
 	SMOKE=1 OUT=build/workerloop-smoke.jsonl bench/workerloop.sh > build/workerloop-smoke.log 2>&1 || \
 	    { cat build/workerloop-smoke.log; echo "workerloop smoke: FAILED"; exit 1; }
 	@echo "workerloop smoke: raw, libmic and loop drivers drained W3 (build/workerloop-smoke.log)"
+	@# the outbox relay bench at 2,000 rows, about 10 s (make bench-relay)
+	SMOKE=1 OUT=build/relay-smoke.jsonl bench/relay.sh > build/relay-smoke.log 2>&1 || \
+	    { cat build/relay-smoke.log; echo "relay smoke: FAILED"; exit 1; }
+	@echo "relay smoke: pollers and mic-relays drained the outbox into micd, lag measured (build/relay-smoke.log)"
 
 test: deps peer-deps
 	$(MAKE) check
@@ -262,6 +271,14 @@ bench-pages: deps build/micd build/loadgen build/workers
 # section "Worker loop overhead").  SMOKE=1: tiny (make check runs it).
 bench-workerloop: deps build/micd build/loadgen build/workers
 	bench/workerloop.sh
+
+# The transactional outbox end to end (bench/relay.sh; issue 15): rows/s
+# from mic_outbox_append commits to events in micd with 1, 2 and 4
+# mic-relays, against a SKIP LOCKED poller that only marks rows, and the
+# relay lag (the table goes into bench/RESULTS.md by hand, between the
+# <!-- relay --> markers, which bench/peers.py keeps).
+bench-relay: build/micd build/mic-relay build/outbox_poller
+	bench/relay.sh
 
 build/peer_redis: bench/peer_redis.c bench/peerlib.c bench/peerlib.h | build/rel
 	$(CC) $(WARN) -O2 $(shell pkg-config --cflags hiredis) $< bench/peerlib.c -o $@ $(shell pkg-config --libs hiredis) -lpthread -lm

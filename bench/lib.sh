@@ -23,3 +23,17 @@ stop_micd() {
     wait "$pid" 2>/dev/null || true
     rm -rf "$dir"
 }
+
+# rotated N WORD...: the words rotated left by N modulo their number (the
+# drivers' order in run N, so that no driver always comes first).
+rotated() {
+    _r=$(($1 % ($# - 1)))
+    shift
+    while [ "$_r" -gt 0 ]; do
+        _w=$1
+        shift
+        set -- "$@" "$_w"
+        _r=$((_r - 1))
+    done
+    echo "$@"
+}

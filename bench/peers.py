@@ -711,12 +711,13 @@ def write(results, systems, problems, workloads, scale_rows=()):
                 r["fdatasyncs_per_commit"]))
     if problems:
         lines += ["", "Problems (nothing is left out silently):", ""] + ["* " + p for p in problems]
-    # make bench-hostile's section (bench/hostile.py) and the worker loop's
-    # (make bench-workerloop) outlive this rewrite.
+    # make bench-hostile's section (bench/hostile.py), the worker loop's
+    # (make bench-workerloop) and the outbox relay's (make bench-relay)
+    # outlive this rewrite.
     kept = ""
     if os.path.exists(OUT):
         old = open(OUT).read()
-        for name in ("hostile", "workerloop"):
+        for name in ("hostile", "workerloop", "relay"):
             a, b = old.find("<!-- %s -->" % name), old.find("<!-- /%s -->" % name)
             if a >= 0 and b > a:
                 kept += "\n" + old[a:b + len("<!-- /%s -->" % name)] + "\n"

@@ -56,15 +56,7 @@ drain() {
 n=0
 while [ "$n" -lt "$RUNS" ]; do
     # this run's order: the driver list rotated by n
-    set -- $DRIVERS
-    k=0
-    while [ "$k" -lt $((n % $#)) ]; do
-        d=$1
-        shift
-        set -- "$@" "$d"
-        k=$((k + 1))
-    done
-    for d in "$@"; do
+    for d in $(rotated "$n" $DRIVERS); do
         drain "$n" "$d"
     done
     n=$((n + 1))
