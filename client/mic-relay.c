@@ -71,9 +71,9 @@
  * Wake-ups: LISTEN mic_outbox (the trigger's channel, whatever --table is)
  * on a second connection; the loop poll()s its socket and a self-pipe for
  * signals, with --poll-ms as the timeout (the polling fallback).  A claim
- * that came back full is followed by another at once, and so is any
- * non-empty claim in ordered mode (the heads it finished may have released
- * their successors); an empty claim waits.
+ * that found rows is followed by another at once (the rows it finished may
+ * have released their successors: heads in ordered mode, lower versions in
+ * any mode); only an empty claim waits.
  *
  * Failures: PostgreSQL or micd unreachable is logged and retried with a
  * pause (0.5 s doubling to 30 s, reset by a success), connections are
@@ -1125,9 +1125,11 @@ static int run(struct relay *r)
             continue;
         }
         r->pause_ms = PAUSE_MIN_MS;
-        /* A full claim may have left rows behind; in ordered mode a
-         * finished head may have made its successor claimable. */
-        idle = n < r->o.batch && !(r->o.ordered && n > 0);
+        /* Claim again at once after any row: a full claim may have left
+         * rows behind, and a row just finished may have made its
+         * successor claimable (a head in ordered mode; the next version
+         * in any mode, see VERSIONED_SQL).  Only an empty claim waits. */
+        idle = n == 0;
         if (!db_ready(r))
             gauges_refresh(r, idle);
         if (idle)

@@ -35,6 +35,9 @@
  *   lease_taken_over            a relay SIGSTOPped past its lease: another
  *                               takes the rows over, and the stale one's late
  *                               marking changes nothing;
+ *   versions_of_one_aggregate_flow  sixty versions of one aggregate flow one
+ *                               claim after the other, without waiting for
+ *                               a NOTIFY between them;
  *   max_attempts_to_dlq         a publish that keeps failing ends in dlq
  *                               after --max-attempts, the failure kept;
  *   order_service_end_to_end    examples/order_service (some transactions
@@ -674,6 +677,26 @@ static void max_attempts_to_dlq(void **state)
                      1);
 }
 
+/* Sixty versions of one aggregate, appended at once: each waits for the
+ * one before it (VERSIONED_SQL), so each claim finds one row; the relay
+ * claims again at once after a non-empty claim instead of waiting for a
+ * NOTIFY that will not come (--poll-ms 60000 here: a wait per row would
+ * take an hour). */
+static void versions_of_one_aggregate_flow(void **state)
+{
+    static const char *const slow_poll[] = {"--poll-ms", "60000", NULL};
+
+    (void)state;
+    outbox_empty();
+    topic_put("rl.one");
+    sql("SELECT mic_outbox_append('rl.one', 'rl.one', 'only', 'x', jsonb_build_object('i', g)) "
+        "FROM generate_series(1, 60) g");
+    relay_start(0, S.url, slow_poll);
+    await_rows("dispatched", 60);
+    relay_stop(0);
+    assert_int_equal(topic_stat("rl.one", "events"), 60);
+}
+
 /* Some row has failed an attempt against the missing micd. */
 static int attempted(void *arg)
 {
@@ -721,6 +744,7 @@ int main(void)
         cmocka_unit_test_teardown(lease_taken_over, test_teardown),
         cmocka_unit_test_teardown(order_service_end_to_end, test_teardown),
         cmocka_unit_test_teardown(max_attempts_to_dlq, test_teardown),
+        cmocka_unit_test_teardown(versions_of_one_aggregate_flow, test_teardown),
     };
 
     if (getenv("TEST_FILTER"))
