@@ -2317,6 +2317,25 @@ static void consumer_rules(void **state)
     consumer_close(k, base, path);
 }
 
+/* Write 'f' as the consumer store's format key in 'path' (closed), as a
+ * libmic of another format would. */
+static void format_put(const char *path, uint32_t f)
+{
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi main;
+    MDB_val key = {10, (void *)"mic.format"}, val = {sizeof f, &f};
+
+    assert_int_equal(mdb_env_create(&env), 0);
+    assert_int_equal(mdb_env_set_maxdbs(env, 4), 0);
+    assert_int_equal(mdb_env_open(env, path, 0, 0600), 0);
+    assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+    assert_int_equal(mdb_dbi_open(txn, NULL, 0, &main), 0);
+    assert_int_equal(mdb_put(txn, main, &key, &val, 0), 0);
+    assert_int_equal(mdb_txn_commit(txn), 0);
+    mdb_env_close(env);
+}
+
 /* The store's format key (proto/consumer-store.md): written at the first
  * open, kept by a reopen, and a store of another format is refused with a
  * reason naming the directory, its state untouched. */
@@ -2326,7 +2345,6 @@ static void consumer_store_format(void **state)
     struct cctx x = {0};
     struct mic_consumer_opts o = {.max_dbs = 1, .apply = apply, .map_size = 16 << 20};
     mic_consumer *k = consumer_open(base, path, sizeof path, MIC_PROJECTION, 2, &x), *again;
-    MDB_env *env;
     MDB_txn *txn;
     MDB_dbi main;
     MDB_val key = {10, (void *)"mic.format"}, val;
@@ -2350,32 +2368,14 @@ static void consumer_store_format(void **state)
     mic_consumer_close(again);
 
     /* Another format (as a future libmic would write it): refused. */
-    assert_int_equal(mdb_env_create(&env), 0);
-    assert_int_equal(mdb_env_set_maxdbs(env, 4), 0);
-    assert_int_equal(mdb_env_open(env, path, 0, 0600), 0);
-    assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
-    assert_int_equal(mdb_dbi_open(txn, NULL, 0, &main), 0);
-    f = 2;
-    val.mv_data = &f;
-    val.mv_size = sizeof f;
-    assert_int_equal(mdb_put(txn, main, &key, &val, 0), 0);
-    assert_int_equal(mdb_txn_commit(txn), 0);
-    mdb_env_close(env);
+    format_put(path, 2);
     assert_int_equal(mic_consumer_open(&o, &again, err, sizeof err), -1);
     assert_null(again);
     assert_non_null(strstr(err, path));
     assert_non_null(strstr(err, "format"));
 
     /* Put back, it opens again with its state. */
-    assert_int_equal(mdb_env_create(&env), 0);
-    assert_int_equal(mdb_env_set_maxdbs(env, 4), 0);
-    assert_int_equal(mdb_env_open(env, path, 0, 0600), 0);
-    assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
-    assert_int_equal(mdb_dbi_open(txn, NULL, 0, &main), 0);
-    f = 1;
-    assert_int_equal(mdb_put(txn, main, &key, &val, 0), 0);
-    assert_int_equal(mdb_txn_commit(txn), 0);
-    mdb_env_close(env);
+    format_put(path, 1);
     assert_int_equal(mic_consumer_open(&o, &again, err, sizeof err), 0);
     assert_int_equal(ckpt(again), 1);
     consumer_close(again, base, path);
