@@ -125,3 +125,15 @@ void expect_result(json_t *r, size_t i, json_int_t seq, const char *status)
                 status, jstr(it, "status"));
     assert_string_equal(jstr(it, "status"), status);
 }
+
+json_t *stats_of(const struct srv *s, const char *list, const char *key, const char *name)
+{
+    json_t *st = call(s, "GET", "/v1/stats", NULL, 200), *it, *found = NULL;
+    size_t i;
+
+    json_array_foreach(json_object_get(st, list), i, it)
+        if (!strcmp(jstr(it, key), name))
+            found = json_incref(it);
+    json_decref(st);
+    return found;
+}

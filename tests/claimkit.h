@@ -28,5 +28,8 @@ json_t *settle(const struct srv *s, const char *group, const char *verb,
  * 'status'. */
 json_t *result(json_t *r, size_t i);
 void expect_result(json_t *r, size_t i, json_int_t seq, const char *status);
+/* The entry of 'name' in the "groups" (key "group") or "topics" (key
+ * "topic") of GET /v1/stats on 's' (a new reference), or NULL. */
+json_t *stats_of(const struct srv *s, const char *list, const char *key, const char *name);
 
 #endif

@@ -236,20 +236,6 @@ static void put(const struct srv *s, const char *kind, const char *name, const c
     json_decref(call(s, "PUT", path, body, 201));
 }
 
-/* The entry of 'name' in the "groups" (key "group") or "topics" (key
- * "topic") of GET /v1/stats on 's' (a new reference), or NULL. */
-static json_t *stats_of(const struct srv *s, const char *list, const char *key, const char *name)
-{
-    json_t *st = call(s, "GET", "/v1/stats", NULL, 200), *it, *found = NULL;
-    size_t i;
-
-    json_array_foreach(json_object_get(st, list), i, it)
-        if (!strcmp(jstr(it, key), name))
-            found = json_incref(it);
-    json_decref(st);
-    return found;
-}
-
 /* Produce N events of TOPIC on 'urls' (the --url arguments, NULL-ended):
  * asserts that every one was stored now. */
 static void produce(const char *const *urls)

@@ -290,14 +290,10 @@ static void ack_old_lease(const char *event_id, const char *status)
 /* The stats entry of 'group', member 'k'. */
 static json_int_t gstat(const char *group, const char *k)
 {
-    json_t *st = call(&S, "GET", "/v1/stats", NULL, 200), *g;
-    json_int_t v = -1;
-    size_t i;
+    json_t *g = stats_of(&S, "groups", "group", group);
+    json_int_t v = g ? jint(g, k) : -1;
 
-    json_array_foreach(json_object_get(st, "groups"), i, g)
-        if (!strcmp(jstr(g, "group"), group))
-            v = jint(g, k);
-    json_decref(st);
+    json_decref(g);
     if (v < 0)
         fprintf(stderr, "no stats of %s.%s\n", group, k);
     assert_true(v >= 0);

@@ -208,17 +208,13 @@ static void topic_put(const char *topic)
     json_decref(call(&S, "PUT", path, "{}", 201));
 }
 
-/* Member 'k' of the entry of 'topic' in GET /v1/stats. */
+/* Member 'k' of the entry of 'topic' in GET /v1/stats, -1 when none. */
 static json_int_t topic_stat(const char *topic, const char *k)
 {
-    json_t *st = call(&S, "GET", "/v1/stats", NULL, 200), *it;
-    json_int_t v = -1;
-    size_t i;
+    json_t *t = stats_of(&S, "topics", "topic", topic);
+    json_int_t v = t ? jint(t, k) : -1;
 
-    json_array_foreach(json_object_get(st, "topics"), i, it)
-        if (!strcmp(jstr(it, "topic"), topic))
-            v = jint(it, k);
-    json_decref(st);
+    json_decref(t);
     return v;
 }
 
