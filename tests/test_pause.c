@@ -519,6 +519,53 @@ static void step_forward_keeps_leases_and_retries(void **state)
     faked_stop(&s, &f);
 }
 
+/* ---- (v) the wall clock set back while micd was down ---- */
+
+static void restart_after_step_back(void **state)
+{
+    struct srv s;
+    struct faked f;
+    json_t *c, *d;
+    char tok[80];
+    json_int_t seq;
+    int64_t la, r0_at, r1_at, t0;
+
+    (void)state;
+    faked_start(&s, &f);
+    setup_topic_group(&s, "/v1/groups/g", GROUP_BODY);
+    r0_at = publish(&s, "{\"event_id\":\"r0\",\"topic\":\"t\"}");
+    c = claim(&s, "g", "{\"max\":1,\"lease_ttl_s\":3}");
+    assert_int_equal(json_array_size(dlvs(c)), 1);
+    seq = jint(dlv(c, 0), "seq");
+    snprintf(tok, sizeof tok, "%s", jstr(dlv(c, 0), "lease_token"));
+    la = time_of(dlv(c, 0), "lease_expires_at");
+    json_decref(c);
+    assert_int_equal(srv_stop(&s), 0);
+
+    /* Back up an hour behind: micd goes on from where the store says it
+     * was, not from the wall clock. */
+    faked_run(&s, &f, -3600);
+    t0 = mono_ms();
+    assert_true(metric(&s, "mic_clock_offset_seconds") > 3500);
+    r1_at = publish(&s, "{\"event_id\":\"r1\",\"topic\":\"t\"}");
+    assert_true(r1_at >= r0_at);
+    assert_true(r1_at - r0_at < 60 * SEC);
+    expect_sane_ages(&s, "g", 2);
+    assert_true(range_lists(&s, "r1"));
+    /* The stored lease ends within its 3 s (some of which passed before
+     * the restart), not an hour later. */
+    d = claim_until(&s, "g", seq, "30", 30000);
+    assert_non_null(d);
+    assert_true(mono_ms() - t0 < 30000);
+    assert_true(time_of(d, "lease_expires_at") - 30 * SEC >= la);
+    assert_string_equal(settle1(&s, "g", "ack", seq, tok, NULL, NULL), "lease_lost");
+    assert_string_equal(settle1(&s, "g", "ack", seq, jstr(d, "lease_token"), NULL, NULL),
+                        "acked");
+    json_decref(d);
+    expect_drained(&s, "g", 2);
+    faked_stop(&s, &f);
+}
+
 /* ---- (iv) steps back and forth: no double lease, nothing stuck ---- */
 
 #define NEV 40
@@ -658,6 +705,7 @@ int main(void)
         cmocka_unit_test(step_back_keeps_leases_and_ages),
         cmocka_unit_test(step_forward_keeps_leases_and_retries),
         cmocka_unit_test(steps_drain_without_double_leases),
+        cmocka_unit_test(restart_after_step_back),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
