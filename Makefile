@@ -22,7 +22,7 @@ RPKGS   := jansson libcrypto libnats
 DEBS    := build-essential pkg-config e2fsprogs mount util-linux libmicrohttpd-dev liblmdb-dev lmdb-utils \
            libjansson-dev libyajl-dev libssl-dev libcmocka-dev libcurl4-openssl-dev curl libpq-dev \
            procps libnats-dev nats-server clickhouse-server clickhouse-client \
-           prometheus python3 openssl libpq-dev
+           prometheus python3 openssl libpq-dev faketime
 WARN    := -std=c11 -Wall -Wextra -Werror -Wformat=2 -g
 SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 PKGCFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)

@@ -1,49 +1,193 @@
-/* clock.c - the injectable wall clock, the monotonic clock and RFC 3339
- * parsing and formatting (UTC, microseconds).  Civil-date arithmetic uses
- * Howard Hinnant's days-from-civil algorithm, so no timezone state or
- * locale is involved. */
-#define _POSIX_C_SOURCE 200809L
+/* clock.c - micd's clock (clock.h: a monotonic-driven time that never
+ * goes backwards and is slewed toward the system wall clock), the
+ * monotonic clock and RFC 3339 parsing and formatting (UTC, microseconds).
+ * Civil-date arithmetic uses Howard Hinnant's days-from-civil algorithm,
+ * so no timezone state or locale is involved.
+ *
+ * One process-wide struct mic_clock, behind a mutex, backs mic_now_us:
+ * its sources are read inside the lock, so the readings it is advanced
+ * with come in order. */
+#define _GNU_SOURCE
 #include "clock.h"
 
 #include "err.h"
 
+#include <pthread.h>
 #include <string.h>
 #include <time.h>
 
 /* 10000-01-01T00:00:00Z: times are written with four-digit years. */
 #define MAX_US (253402300800LL * 1000000)
 
-static int64_t (*clock_fn)(void);
+/* ---- The model ---- */
 
-int64_t mic_now_us(void)
+void mic_clock_init(struct mic_clock *c, int64_t wall, int64_t elapsed, int64_t floor)
+{
+    memset(c, 0, sizeof *c);
+    c->now = wall > floor ? wall : floor;
+    c->elapsed = elapsed;
+    c->wall = wall;
+    c->wall_max = wall;
+}
+
+/* 'e' µs times MIC_CLOCK_SLEW_PPM / 10^6, without overflow for any e >= 0. */
+static int64_t slew_of(int64_t e)
+{
+    return e / 1000000 * MIC_CLOCK_SLEW_PPM + e % 1000000 * MIC_CLOCK_SLEW_PPM / 1000000;
+}
+
+int64_t mic_clock_tick(struct mic_clock *c, int64_t wall, int64_t elapsed)
+{
+    int64_t e = elapsed - c->elapsed, next, gap, max;
+
+    if (e < 0)
+        e = 0;
+    else
+        c->elapsed = elapsed;
+    next = c->now + e;
+    gap = wall - next;
+    if (gap > MIC_CLOCK_STEP_US) {
+        next = wall;
+        c->steps++;
+    } else {
+        max = slew_of(e);
+        next += gap > max ? max : gap < -max ? -max : gap;
+    }
+    if (next > c->now)
+        c->now = next;
+    c->wall = wall;
+    if (wall > c->wall_max)
+        c->wall_max = wall;
+    return c->now;
+}
+
+/* ---- The process's clock ---- */
+
+static int64_t (*clock_fn)(void);
+static int64_t (*wall_fn)(void), (*elapsed_fn)(void);
+static pthread_mutex_t clock_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mic_clock clock_state;
+static int clock_started;
+
+static int64_t read_us(clockid_t id)
 {
     struct timespec ts;
 
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Advance the process's clock; the caller holds clock_lock. */
+static void advance(void)
+{
+    int64_t wall = wall_fn ? wall_fn() : read_us(CLOCK_REALTIME);
+    int64_t el = elapsed_fn ? elapsed_fn() : read_us(CLOCK_BOOTTIME);
+
+    if (!clock_started) {
+        mic_clock_init(&clock_state, wall, el, 0);
+        clock_started = 1;
+        return;
+    }
+    mic_clock_tick(&clock_state, wall, el);
+}
+
+int64_t mic_now_us(void)
+{
+    int64_t now;
+
     if (clock_fn)
         return clock_fn();
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    pthread_mutex_lock(&clock_lock);
+    advance();
+    now = clock_state.now;
+    pthread_mutex_unlock(&clock_lock);
+    return now;
+}
+
+int64_t mic_clock_latest_us(void)
+{
+    int64_t t;
+
+    if (clock_fn)
+        return clock_fn();
+    pthread_mutex_lock(&clock_lock);
+    advance();
+    t = clock_state.now > clock_state.wall_max ? clock_state.now : clock_state.wall_max;
+    pthread_mutex_unlock(&clock_lock);
+    return t;
+}
+
+void mic_clock_floor(int64_t floor_us)
+{
+    pthread_mutex_lock(&clock_lock);
+    advance();
+    if (floor_us > clock_state.now)
+        clock_state.now = floor_us;
+    pthread_mutex_unlock(&clock_lock);
+}
+
+void mic_clock_stats(struct mic_clock_stats *st)
+{
+    pthread_mutex_lock(&clock_lock);
+    advance();
+    st->offset_us = clock_fn ? clock_fn() - clock_state.wall : clock_state.now - clock_state.wall;
+    st->steps = clock_state.steps;
+    pthread_mutex_unlock(&clock_lock);
+}
+
+double mic_age_s(int64_t now_us, int64_t at_us)
+{
+    return now_us > at_us ? (double)(now_us - at_us) / 1e6 : 0.0;
 }
 
 int64_t mic_mono_ms(void)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return read_us(CLOCK_MONOTONIC) / 1000;
 }
 
 int64_t mic_mono_us(void)
 {
-    struct timespec ts;
+    return read_us(CLOCK_MONOTONIC);
+}
 
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+int mic_cond_init_mono(pthread_cond_t *cv)
+{
+    pthread_condattr_t a;
+    int rc;
+
+    if ((rc = pthread_condattr_init(&a)))
+        return rc;
+    if (!(rc = pthread_condattr_setclock(&a, CLOCK_MONOTONIC)))
+        rc = pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+    return rc;
+}
+
+void mic_mono_deadline(int64_t ms, struct timespec *ts)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    if (ms < 0)
+        ms = 0;
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000;
+    if (ts->tv_nsec >= 1000000000) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000;
+    }
 }
 
 void mic_clock_set(int64_t (*now_us)(void))
 {
     clock_fn = now_us;
+}
+
+void mic_clock_set_sources(int64_t (*wall_us)(void), int64_t (*elapsed_us)(void))
+{
+    pthread_mutex_lock(&clock_lock);
+    wall_fn = wall_us;
+    elapsed_fn = elapsed_us;
+    clock_started = 0;
+    pthread_mutex_unlock(&clock_lock);
 }
 
 /* ---- Civil dates ---- */

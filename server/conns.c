@@ -110,13 +110,7 @@ static void *sweep_main(void *arg)
                 c->st.idle_closed++;
             }
         }
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += period / 1000;
-        ts.tv_nsec += (long)(period % 1000) * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        mic_mono_deadline(period, &ts);
         pthread_cond_timedwait(&c->cond, &c->lock, &ts);
     }
     pthread_mutex_unlock(&c->lock);
@@ -131,7 +125,7 @@ int mic_conns_new(mic_conns **out, int soft_limit, int per_addr, int idle_timeou
     if (!c)
         return MIC_ENOMEM;
     pthread_mutex_init(&c->lock, NULL);
-    pthread_cond_init(&c->cond, NULL);
+    mic_cond_init_mono(&c->cond);
     c->soft_limit = soft_limit;
     c->per_addr = per_addr;
     c->idle_ms = (int64_t)idle_timeout_s * 1000;

@@ -343,6 +343,12 @@ static int stored_form(const struct ctx *c, struct mic_event *ev, const struct m
 int mic_event_parse(const mic_jdoc *d, mic_jv obj, int64_t now_us, const char *path,
                     struct mic_event *ev, struct mic_error *err)
 {
+    return mic_event_parse_at(d, obj, now_us, now_us, path, ev, err);
+}
+
+int mic_event_parse_at(const mic_jdoc *d, mic_jv obj, int64_t now_us, int64_t latest_us,
+                       const char *path, struct mic_event *ev, struct mic_error *err)
+{
     struct ctx c = {d, path, err, "", {0}};
     const char *id, *topic, *atype, *aid, *s;
     size_t idlen, tlen, atlen, ailen, slen;
@@ -392,7 +398,7 @@ int mic_event_parse(const mic_jdoc *d, mic_jv obj, int64_t now_us, const char *p
         if (!(s = mic_jdoc_str(d, v, &slen)) || mic_time_parse(s, slen, &ev->created_at_us))
             return BAD(fname(&c, "created_at"),
                        "created_at must be an RFC 3339 time with at most 6 fractional digits");
-        if (ev->created_at_us > now_us + FUTURE_MAX_US)
+        if (ev->created_at_us > (latest_us > now_us ? latest_us : now_us) + FUTURE_MAX_US)
             return BAD(fname(&c, "created_at"),
                        "created_at is more than 300 s in the future");
     }

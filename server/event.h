@@ -41,6 +41,11 @@ struct mic_event {
  * MIC_OK, or MIC_EINVAL / MIC_ENOMEM with 'err' filled. */
 int mic_event_parse(const mic_jdoc *d, mic_jv obj, int64_t now_us, const char *path,
                     struct mic_event *ev, struct mic_error *err);
+/* mic_event_parse, with created_at allowed up to 300 s after 'latest_us'
+ * (mic_clock_latest_us: the wall clock may be ahead of micd's clock, and a
+ * client's created_at with it) instead of 'now_us'. */
+int mic_event_parse_at(const mic_jdoc *d, mic_jv obj, int64_t now_us, int64_t latest_us,
+                       const char *path, struct mic_event *ev, struct mic_error *err);
 void mic_event_fini(struct mic_event *ev);
 
 /* Nonzero if 's' is a valid topic name ([A-Za-z0-9._:-]{1,200}). */

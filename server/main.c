@@ -16,7 +16,10 @@
  * and advances with the monotonic clock (mic_clock_set), so a store written
  * under a fixed clock reads back the same whenever the test runs, and a
  * restart with a later value makes the stored leases and retries come due.
- * A value that is not such a number is a bad setting (exit code 2). */
+ * A value that is not such a number is a bad setting (exit code 2).
+ *
+ * micd's clock (clock.h) starts from the later of the wall clock and the
+ * reading stored in the store (clock_from_store). */
 #define _POSIX_C_SOURCE 200809L
 #include "clock.h"
 #include "config.h"
@@ -110,6 +113,31 @@ static int test_clock_init(void)
     return 0;
 }
 
+/* micd's clock starts no earlier than the reading the store vouches for
+ * (schedule.c stores it): a wall clock set back while micd was down would
+ * otherwise stretch the stored leases and retries and take stamps back.
+ * A store that cannot be read here is left to the writer to report. */
+static void clock_from_store(mic_store *store)
+{
+    int64_t stored = 0, wall;
+    mic_txn *t;
+    char ahead[32];
+
+    if (mic_txn_begin(store, 0, &t))
+        return;
+    if (mic_store_clock_get(t, &stored))
+        stored = 0;
+    mic_txn_abort(t);
+    wall = mic_now_us();
+    mic_clock_floor(stored);
+    if (stored > wall + 1000000) {
+        snprintf(ahead, sizeof ahead, "%.3f", (double)(stored - wall) / 1e6);
+        mic_log(MIC_LOG_WARN, NULL, "the store's clock is ahead of the wall clock: micd's "
+                "clock continues from the store's and slews toward the wall clock",
+                "ahead_s", ahead, NULL);
+    }
+}
+
 static int write_port_file(const char *path, int port)
 {
     char tmp[600];
@@ -191,6 +219,7 @@ int main(int argc, char **argv)
         return 4;
     if (rc)
         return 3;
+    clock_from_store(store);
     if (mic_groups_new(&groups, store)) {
         mic_log(MIC_LOG_ERROR, NULL, "cannot load the groups", NULL);
         mic_store_close(store);

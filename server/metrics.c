@@ -105,11 +105,11 @@ static int group_fig(mic_txn *t, const char *name, size_t len,
     mic_delivery_figures(t, g->gid, f->c);
     if (mic_delivery_oldest(t, g->gid, 0, &at, &f->oldest_seq) == MIC_OK) {
         f->has_oldest = 1;
-        f->oldest_age = (double)(now - at) / 1e6;
+        f->oldest_age = mic_age_s(now, at);
     }
     if (mic_delivery_oldest(t, g->gid, 1, &at, &seq) == MIC_OK) {
         f->has_poison = 1;
-        f->poison_age = (double)(now - at) / 1e6;
+        f->poison_age = mic_age_s(now, at);
     }
     return 0;
 }
@@ -471,6 +471,20 @@ int mic_metrics_render(mic_store *s, mic_writer *w, const struct mic_key *key,
                 (unsigned long long)js.flushes, (unsigned long long)js.records,
                 (unsigned long long)js.bytes, (unsigned long long)js.checkpoints,
                 (unsigned long long)js.late_checkpoints);
+    }
+    {
+        struct mic_clock_stats cs;
+        mic_clock_stats(&cs);
+        mic_buf_printf(b,
+            "# HELP mic_clock_offset_seconds micd's clock minus the system wall clock "
+            "(after a wall-clock step, slewed back toward 0 at 5%% of elapsed time).\n"
+            "# TYPE mic_clock_offset_seconds gauge\n"
+            "mic_clock_offset_seconds %.6f\n"
+            "# HELP mic_clock_steps_total Times micd's clock stepped forward to a wall clock "
+            "more than a day ahead.\n"
+            "# TYPE mic_clock_steps_total counter\n"
+            "mic_clock_steps_total %llu\n",
+            (double)cs.offset_us / 1e6, (unsigned long long)cs.steps);
     }
     if (mic_txn_begin(s, 0, &t) == MIC_OK) {
         struct figs f;

@@ -534,7 +534,7 @@ int mic_publish_parse(const char *body, size_t len,
     mic_publish *p = calloc(1, sizeof *p);
     mic_jdoc *d = NULL;
     mic_jv root, events = 0, ev;
-    int64_t now = mic_now_us();
+    int64_t now = mic_now_us(), latest = mic_clock_latest_us();
     int rc;
 
     if (!p)
@@ -585,7 +585,7 @@ int mic_publish_parse(const char *body, size_t len,
         char path[32] = "";
         if (p->batch)
             batch_path(path, i);
-        if ((rc = mic_event_parse(d, ev, now, path, &p->items[i].ev, err)))
+        if ((rc = mic_event_parse_at(d, ev, now, latest, path, &p->items[i].ev, err)))
             goto fail;
     }
     mic_jdoc_fini(d);

@@ -53,7 +53,7 @@ static int parse_range(mic_store *s, const char *topic, const char *from,
     int rc;
 
     memset(q, 0, sizeof q[0]);
-    q->to_us = mic_now_us();
+    q->to_us = mic_clock_latest_us(); /* "now", whichever clock is ahead */
     if (from && mic_time_parse(from, strlen(from), &q->from_us))
         return BADREQ("from", "from is an RFC 3339 time");
     if (to && mic_time_parse(to, strlen(to), &q->to_us))

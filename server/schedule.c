@@ -10,17 +10,29 @@
  * deadline (next_due), unless busy() says a chunk is left.  After an
  * aborted batch the engine forgets the figures it kept and the registry is
  * rebuilt from the committed store.  The schedule owns the engine's state
- * (mic_delivery) and hands it to the writer with the registry. */
+ * (mic_delivery) and hands it to the writer with the registry.
+ *
+ * micd's clock across restarts: before a commit whose time (ctx->now_us)
+ * reached the reading last stored in meta "clock", the schedule stores a
+ * new one CLOCK_AHEAD_US later.  So no time a committed batch wrote (a
+ * stamp, a lease's start) is later than the stored reading, and micd
+ * starts its clock from it if the wall clock is behind (main.c,
+ * mic_clock_floor): a wall clock set back while micd was down neither
+ * stretches the stored leases and retries nor takes stamps back.  Under
+ * load that is one small write every CLOCK_AHEAD_US. */
 #include "schedule.h"
 
 #include "delivery.h"
 #include "err.h"
 #include "replay.h"
 #include "retention.h"
+#include "store.h"
 
 #include <stdlib.h>
 
 #define TIMERS_PER_BATCH 10000
+/* How far ahead of the batch's time the stored clock reading is put. */
+#define CLOCK_AHEAD_US 100000
 
 struct mic_sched {
     mic_groups *groups;
@@ -28,6 +40,7 @@ struct mic_sched {
     mic_retention *retention;
     int timers_left;  /* due timers left for the next batch */
     int sweep_left;   /* retention work left for the next batch */
+    int64_t clock_stored; /* meta "clock" as of the last commit (0: unknown) */
 };
 
 /* A group's background work, carried out by the delivery engine. */
@@ -50,8 +63,14 @@ static int before_commit(mic_sched *s, struct mic_wctx *w)
 {
     int rc = mic_delivery_flush(w);
 
-    (void)s;
-    return rc ? rc : mic_retention_flush(w);
+    if (rc || (rc = mic_retention_flush(w)))
+        return rc;
+    if (w->now_us >= s->clock_stored) {
+        /* Committed with the batch, or forgotten (aborted) with it. */
+        s->clock_stored = w->now_us + CLOCK_AHEAD_US;
+        return mic_store_clock_put(w->txn, s->clock_stored);
+    }
+    return MIC_OK;
 }
 
 static int64_t next_due(mic_sched *s, struct mic_wctx *w)
@@ -69,6 +88,7 @@ static int busy(mic_sched *s)
 
 static void aborted(mic_sched *s, mic_txn *read)
 {
+    s->clock_stored = 0; /* what this batch put is not there: put again */
     mic_delivery_reset(s->engine);
     mic_retention_reset(s->retention);
     mic_groups_reload(s->groups, read);

@@ -6,7 +6,8 @@
  * what a delivery's indexes mean, and which must change together, is the
  * delivery engine's (delivery.c).  Sub-databases of format 3:
  *
- *   meta    "format" -> u32, "next_topic_id" -> u32, "next_ordinal" -> u64
+ *   meta    "format" -> u32, "next_topic_id" -> u32, "next_ordinal" -> u64,
+ *           "clock" -> i64 (micd's clock, clock.h)
  *   log     seq u64 -> record (56-byte header + stored event JSON; 48 in
  *           records written by format 1, read as they are)
  *   ids     event_id -> seq u64, SHA-256 content digest
@@ -964,6 +965,34 @@ static int next_id(mic_txn *t, const char *name, uint32_t *id)
         return rc;
     *id = next;
     return MIC_OK;
+}
+
+/* ---- micd's clock in meta ---- */
+
+int mic_store_clock_get(mic_txn *t, int64_t *us)
+{
+    MDB_val k = {5, "clock"}, v;
+    int rc = get(t, t->s->meta, &k, &v);
+
+    *us = 0;
+    if (rc == MIC_ENOTFOUND)
+        return MIC_OK;
+    if (rc)
+        return rc;
+    if (v.mv_size == 8)
+        *us = (int64_t)get_u64(v.mv_data);
+    return MIC_OK;
+}
+
+int mic_store_clock_put(mic_txn *t, int64_t us)
+{
+    MDB_val k = {5, "clock"}, v;
+    uint8_t buf[8];
+
+    put_u64(buf, (uint64_t)us);
+    v.mv_size = 8;
+    v.mv_data = buf;
+    return put(t, t->s->meta, "meta", &k, &v, 0);
 }
 
 /* ---- Groups ---- */

@@ -168,6 +168,11 @@ int mic_store_next_topic_id(mic_txn *t, uint32_t *id);
 /* Allocate the next aggregate ordinal (1, 2, ...: publish order, so the
  * aggregates a batch settles are neighbours in the per-group trees). */
 int mic_store_next_ordinal(mic_txn *t, uint64_t *ord);
+/* micd's clock reading the store vouches for (meta "clock", i64 µs): no
+ * time written before the last commit is later.  _get: MIC_OK with *us
+ * (0 when the store has none), or an error.  _put: MIC_OK or an error. */
+int mic_store_clock_get(mic_txn *t, int64_t *us);
+int mic_store_clock_put(mic_txn *t, int64_t us);
 
 /* ---- Log ---- */
 

@@ -73,7 +73,7 @@ static int blocked_one(void *arg, uint64_t ord, const struct mic_ags *a)
                    (unsigned long long)head, why);
     mic_buf_json_time(b->out, a->since);
     mic_buf_printf(b->out, ",\"age_s\":%.3f,\"waiting\":%llu",
-                   (double)(b->now - a->since) / 1e6,
+                   mic_age_s(b->now, a->since),
                    (unsigned long long)(a->waiting ? a->waiting - 1 : 0));
     if (a->missing)
         mic_buf_printf(b->out, ",\"missing_version\":%llu", (unsigned long long)a->missing);
@@ -256,7 +256,7 @@ int mic_views_oldest(mic_store *s, const char *group, const char *limit,
                 (rc = mic_store_log_get(t, seqs[i], &r)))
                 break;
             if (i == 0)
-                mic_buf_printf(out, "%.3f,\"deliveries\":[", (double)(now - r.created_at_us) / 1e6);
+                mic_buf_printf(out, "%.3f,\"deliveries\":[", mic_age_s(now, r.created_at_us));
             id = r.json + 13;
             q = memchr(id, '"', r.json_len - 13);
             mic_buf_printf(out, "%s{\"seq\":%llu,\"event_id\":", i ? "," : "",
@@ -265,7 +265,7 @@ int mic_views_oldest(mic_store *s, const char *group, const char *limit,
             mic_buf_puts(out, ",\"created_at\":");
             mic_buf_json_time(out, r.created_at_us);
             mic_buf_printf(out, ",\"age_s\":%.3f,\"state\":\"%s\",\"attempts\":%u",
-                           (double)(now - r.created_at_us) / 1e6, mic_dlv_state_name(d.state),
+                           mic_age_s(now, r.created_at_us), mic_dlv_state_name(d.state),
                            d.attempts);
             why(t, gid, seqs[i], &d, out);
             mic_buf_add(out, "}", 1);

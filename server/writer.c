@@ -565,7 +565,10 @@ static int64_t next_wakeup(mic_writer *w)
     if (w->nheap > 0)
         t = w->heap[0]->wait_until_ms;
     if (w->next_due_us) {
-        int64_t due = mic_mono_ms() + (w->next_due_us - mic_now_us()) / 1000;
+        /* micd's clock runs at elapsed speed give or take its slew: a
+         * wake-up that comes early finds nothing due and sleeps again.
+         * Rounded up, so that it does not come a few µs early in a loop. */
+        int64_t due = mic_mono_ms() + (w->next_due_us - mic_now_us() + 999) / 1000;
         if (due < mic_mono_ms())
             due = mic_mono_ms();
         if (t < 0 || due < t)
@@ -623,13 +626,7 @@ static void *writer_main(void *arg)
                 pthread_cond_wait(&w->cond, &w->lock);
                 continue;
             }
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += (wake - now) / 1000;
-            ts.tv_nsec += (long)((wake - now) % 1000) * 1000000;
-            if (ts.tv_nsec >= 1000000000) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000;
-            }
+            mic_mono_deadline(wake - now, &ts);
             if (pthread_cond_timedwait(&w->cond, &w->lock, &ts) == ETIMEDOUT && wake == until)
                 break;      /* a deadline: run a batch */
         }
@@ -722,7 +719,7 @@ int mic_writer_start(mic_writer **out, mic_store *s,
     w->durable = cfg->durability != MIC_DURABILITY_NONE;
     w->gather = cfg->writer_batch < GATHER ? cfg->writer_batch : GATHER;
     pthread_mutex_init(&w->lock, NULL);
-    pthread_cond_init(&w->cond, NULL);
+    mic_cond_init_mono(&w->cond); /* its deadlines are monotonic */
     pthread_mutex_init(&w->slock, NULL);
     pthread_cond_init(&w->scond, NULL);
     if (pthread_create(&w->sync_thread, NULL, sync_main, w)) {

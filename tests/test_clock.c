@@ -1,11 +1,17 @@
-/* test_clock.c - RFC 3339 parsing and formatting, and the injectable wall
- * clock (server/clock.h). */
+/* test_clock.c - RFC 3339 parsing and formatting, micd's clock (the model:
+ * elapsed time, slew toward the wall clock, forward steps only when huge,
+ * never backwards, a floor; and the process clock over injected sources),
+ * the injectable clock of the other tests and the monotonic waits
+ * (server/clock.h). */
+#define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <errno.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "clock.h"
@@ -286,6 +292,261 @@ static void mono_clock_advances(void **state)
     assert_true(m <= mic_mono_us() / 1000);
 }
 
+
+/* ---- micd's clock: the model ---- */
+
+#define MS 1000LL
+#define HOUR (3600 * SEC)
+#define T0 T_2026
+
+/* Tick 'c' every 'step' µs of elapsed time for 'span' µs, with the wall
+ * clock at elapsed + 'wall_off'; asserts it never goes back.  Returns the
+ * elapsed time (from 'from') at which c->now first reached 'until' (-1 if
+ * it did not). */
+static int64_t run(struct mic_clock *c, int64_t *el, int64_t wall_off, int64_t step,
+                   int64_t span, int64_t until)
+{
+    int64_t from = *el, reached = -1;
+
+    for (int64_t t = step; t <= span; t += step) {
+        int64_t before = c->now, now;
+        *el = from + t;
+        now = mic_clock_tick(c, *el + wall_off, *el);
+        assert_true(now >= before);
+        assert_int_equal(now, c->now);
+        if (reached < 0 && until && now >= until)
+            reached = t;
+    }
+    return reached;
+}
+
+static void model_follows_elapsed(void **state)
+{
+    struct mic_clock c;
+    int64_t el = 5 * SEC;
+
+    (void)state;
+    mic_clock_init(&c, T0, el, 0);
+    assert_int_equal(c.now, T0);
+    run(&c, &el, T0 - 5 * SEC, 10 * MS, 10 * SEC, 0);
+    assert_int_equal(c.now, T0 + 10 * SEC);
+    assert_int_equal(c.steps, 0);
+}
+
+static void model_step_back_is_slewed(void **state)
+{
+    struct mic_clock c;
+    int64_t el = 0, t0, lease, took;
+
+    (void)state;
+    mic_clock_init(&c, T0, el, 0);
+    run(&c, &el, T0, 100 * MS, 10 * SEC, 0);
+    t0 = c.now;
+    /* The wall clock steps back an hour: micd's clock does not. */
+    assert_true(mic_clock_tick(&c, T0 + el - HOUR, el) == t0);
+    /* A 2 s lease from now ends after 2 s / 0.95 of elapsed time. */
+    lease = t0 + 2 * SEC;
+    took = run(&c, &el, T0 - HOUR, 1 * MS, 3 * SEC, lease);
+    assert_true(took >= 2 * SEC && took <= 2 * SEC * 100 / 95 + MS);
+    /* 5% slower: an hour is made up in 20 hours, then it follows. */
+    run(&c, &el, T0 - HOUR, 10 * SEC, 20 * HOUR, 0);
+    assert_int_equal(c.now, T0 + el - HOUR);
+    run(&c, &el, T0 - HOUR, 10 * SEC, 60 * SEC, 0);
+    assert_int_equal(c.now, T0 + el - HOUR);
+    assert_int_equal(c.steps, 0);
+}
+
+static void model_step_forward_is_slewed(void **state)
+{
+    struct mic_clock c;
+    int64_t el = 0, t0, took;
+
+    (void)state;
+    mic_clock_init(&c, T0, el, 0);
+    run(&c, &el, T0, 100 * MS, 1 * SEC, 0);
+    t0 = c.now;
+    /* An hour forward: leases and retries do not all come due. */
+    assert_int_equal(mic_clock_tick(&c, T0 + el + HOUR, el), t0);
+    took = run(&c, &el, T0 + HOUR, 1 * MS, 5 * SEC, t0 + 3 * SEC);
+    assert_true(took >= 3 * SEC * 100 / 105 && took <= 3 * SEC);
+    /* The wall clock's stamps are reached at 5%: in about 20 hours. */
+    run(&c, &el, T0 + HOUR, 10 * SEC, 19 * HOUR, 0);
+    assert_true(c.now < T0 + el + HOUR);
+    run(&c, &el, T0 + HOUR, 10 * SEC, 1 * HOUR + 60 * SEC, 0);
+    assert_int_equal(c.now, T0 + el + HOUR);
+    assert_int_equal(c.steps, 0);
+}
+
+static void model_huge_forward_steps(void **state)
+{
+    struct mic_clock c;
+    int64_t el = 0;
+
+    (void)state;
+    mic_clock_init(&c, T0, el, 0);
+    el = SEC;
+    /* Just under a day ahead: slewed. */
+    mic_clock_tick(&c, T0 + el + MIC_CLOCK_STEP_US, el);
+    assert_int_equal(c.now, T0 + el + SEC / 20);
+    assert_int_equal(c.steps, 0);
+    el += SEC;
+    /* More than a day ahead: followed at once. */
+    mic_clock_tick(&c, T0 + el + MIC_CLOCK_STEP_US + HOUR, el);
+    assert_int_equal(c.now, T0 + el + MIC_CLOCK_STEP_US + HOUR);
+    assert_int_equal(c.steps, 1);
+}
+
+static void model_huge_back_never_backwards(void **state)
+{
+    struct mic_clock c;
+    int64_t el = 0, t0;
+
+    (void)state;
+    mic_clock_init(&c, T0, el, 0);
+    t0 = c.now;
+    /* A week back: micd's clock keeps going, at 95%. */
+    run(&c, &el, T0 - 7 * 24 * HOUR, 100 * MS, 100 * SEC, 0);
+    assert_int_equal(c.now, t0 + 95 * SEC);
+    assert_int_equal(c.steps, 0);
+    assert_int_equal(c.wall_max, T0);
+}
+
+static void model_floor_and_old_readings(void **state)
+{
+    struct mic_clock c;
+    int64_t el = 50 * SEC;
+
+    (void)state;
+    /* The store says micd reached T0 + 10 s; the wall clock says T0. */
+    mic_clock_init(&c, T0, el, T0 + 10 * SEC);
+    assert_int_equal(c.now, T0 + 10 * SEC);
+    mic_clock_init(&c, T0 + 20 * SEC, el, T0 + 10 * SEC);
+    assert_int_equal(c.now, T0 + 20 * SEC);
+    mic_clock_init(&c, T0, el, T0 + 10 * SEC);
+    /* An elapsed reading older than the last: no time passed. */
+    assert_int_equal(mic_clock_tick(&c, T0 + 30 * SEC, el - SEC), T0 + 10 * SEC);
+    assert_int_equal(c.elapsed, el);
+    /* 10 s ahead of the wall clock: made up in 200 s. */
+    run(&c, &el, T0 - el, 1 * SEC, 100 * SEC, 0);
+    assert_int_equal(c.now, T0 + 100 * SEC + 5 * SEC);
+    run(&c, &el, T0 - 50 * SEC, 1 * SEC, 100 * SEC, 0);
+    assert_int_equal(c.now, T0 + el - 50 * SEC);
+}
+
+static void model_slew_does_not_depend_on_readings(void **state)
+{
+    struct mic_clock a, b;
+    int64_t ea = 0, eb = 0;
+
+    (void)state;
+    mic_clock_init(&a, T0, 0, 0);
+    mic_clock_init(&b, T0, 0, 0);
+    run(&a, &ea, T0 - HOUR, 1 * MS, 60 * SEC, 0);
+    run(&b, &eb, T0 - HOUR, 60 * SEC, 60 * SEC, 0);
+    assert_int_equal(a.now, b.now);
+    assert_int_equal(a.now, T0 + 57 * SEC);
+    /* A small difference is closed at once. */
+    mic_clock_init(&a, T0, 0, 0);
+    assert_int_equal(mic_clock_tick(&a, T0 + SEC + 30 * MS, SEC), T0 + SEC + 30 * MS);
+    assert_int_equal(mic_clock_tick(&a, T0 + 2 * SEC + 10 * MS, 2 * SEC), T0 + 2 * SEC + 10 * MS);
+    /* A larger one by 5% of the elapsed time. */
+    assert_int_equal(mic_clock_tick(&a, T0 + 2 * SEC, 3 * SEC), T0 + 3 * SEC + 10 * MS - 50 * MS);
+}
+
+/* ---- micd's clock: the process clock over injected sources ---- */
+
+static int64_t src_wall, src_el;
+static int64_t wall_src(void)
+{
+    return src_wall;
+}
+static int64_t el_src(void)
+{
+    return src_el;
+}
+
+static void process_clock_over_sources(void **state)
+{
+    struct mic_clock_stats st;
+    int64_t t;
+
+    (void)state;
+    src_wall = T0;
+    src_el = 7 * SEC;
+    mic_clock_set_sources(wall_src, el_src);
+    assert_int_equal(mic_now_us(), T0);
+    src_wall += SEC;
+    src_el += SEC;
+    assert_int_equal(mic_now_us(), T0 + SEC);
+    /* A step back: neither now nor latest goes back. */
+    src_wall -= HOUR;
+    assert_int_equal(mic_now_us(), T0 + SEC);
+    assert_int_equal(mic_clock_latest_us(), T0 + SEC);
+    mic_clock_stats(&st);
+    assert_int_equal(st.offset_us, HOUR);
+    src_wall += 10 * SEC;
+    src_el += 10 * SEC;
+    t = mic_now_us();
+    assert_int_equal(t, T0 + SEC + 10 * SEC - SEC / 2);
+    /* A step forward: latest follows the wall clock, now slews. */
+    src_wall += 2 * HOUR;
+    assert_int_equal(mic_now_us(), t);
+    assert_int_equal(mic_clock_latest_us(), src_wall);
+    mic_clock_stats(&st);
+    assert_true(st.offset_us < 0);
+    /* The floor only raises. */
+    mic_clock_floor(t - SEC);
+    assert_int_equal(mic_now_us(), t);
+    mic_clock_floor(t + 5 * SEC);
+    assert_int_equal(mic_now_us(), t + 5 * SEC);
+    /* mic_clock_set still overrides everything exactly. */
+    mic_clock_set(fake_now);
+    assert_int_equal(mic_now_us(), 1234567890123456LL);
+    assert_int_equal(mic_clock_latest_us(), 1234567890123456LL);
+    mic_clock_set(NULL);
+    /* New sources start a new clock. */
+    src_wall = T0 + 3 * HOUR;
+    mic_clock_set_sources(wall_src, el_src);
+    assert_int_equal(mic_now_us(), T0 + 3 * HOUR);
+    /* The system's sources again: a clock at the system wall clock. */
+    mic_clock_set_sources(NULL, NULL);
+    {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        t = mic_now_us() - ((int64_t)ts.tv_sec * SEC + ts.tv_nsec / 1000);
+        assert_true(t > -60 * SEC && t < 60 * SEC);
+    }
+}
+
+static void ages_are_never_negative(void **state)
+{
+    (void)state;
+    assert_true(mic_age_s(T0 + 1500 * MS, T0) == 1.5);
+    assert_true(mic_age_s(T0, T0) == 0.0);
+    assert_true(mic_age_s(T0, T0 + HOUR) == 0.0);
+}
+
+static void mono_condition_times_out(void **state)
+{
+    pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t cv;
+    struct timespec ts;
+    int64_t t0 = mic_mono_ms();
+    int rc;
+
+    (void)state;
+    assert_int_equal(mic_cond_init_mono(&cv), 0);
+    pthread_mutex_lock(&m);
+    mic_mono_deadline(20, &ts);
+    do
+        rc = pthread_cond_timedwait(&cv, &m, &ts);
+    while (rc == 0);
+    pthread_mutex_unlock(&m);
+    assert_int_equal(rc, ETIMEDOUT);
+    assert_true(mic_mono_ms() - t0 >= 20);
+    pthread_cond_destroy(&cv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -304,6 +565,16 @@ int main(void)
         cmocka_unit_test(round_trips),
         cmocka_unit_test(clock_injectable),
         cmocka_unit_test(mono_clock_advances),
+        cmocka_unit_test(model_follows_elapsed),
+        cmocka_unit_test(model_step_back_is_slewed),
+        cmocka_unit_test(model_step_forward_is_slewed),
+        cmocka_unit_test(model_huge_forward_steps),
+        cmocka_unit_test(model_huge_back_never_backwards),
+        cmocka_unit_test(model_floor_and_old_readings),
+        cmocka_unit_test(model_slew_does_not_depend_on_readings),
+        cmocka_unit_test(process_clock_over_sources),
+        cmocka_unit_test(ages_are_never_negative),
+        cmocka_unit_test(mono_condition_times_out),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
