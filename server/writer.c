@@ -509,7 +509,10 @@ static void process(mic_writer *w, mic_op *list, int nops, struct mic_wctx *ctx)
     while ((rc = run_batch(w, &list, &nops, 1, ctx)) == MIC_ENOSPC &&
            mic_store_grow(w->store) == MIC_OK)
         ;
-    if (rc != MIC_ENOSPC || nops <= 1) {
+    /* A full map, or an op that found a corrupt record (MIC_ECORRUPT: a
+     * claim must not grant it), fails alone: the others get a
+     * transaction each. */
+    if ((rc != MIC_ENOSPC && rc != MIC_ECORRUPT) || nops <= 1) {
         set_full(w, rc == MIC_ENOSPC);
         settle(w, list, rc);
     } else {
