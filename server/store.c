@@ -4,11 +4,13 @@
  * All integers in keys and records are big-endian, so keys sort in numeric
  * order and every query is a cursor seek.  This file keeps no domain rule:
  * what a delivery's indexes mean, and which must change together, is the
- * delivery engine's (delivery.c).  Sub-databases of format 3:
+ * delivery engine's (delivery.c).  Sub-databases of format 4:
  *
- *   meta    "format" -> u32, "next_topic_id" -> u32, "next_ordinal" -> u64
- *   log     seq u64 -> record (56-byte header + stored event JSON; 48 in
- *           records written by format 1, read as they are)
+ *   meta    "format" -> u32, "next_topic_id" -> u32, "next_ordinal" -> u64,
+ *           "crc_next" -> u64 (only while the migration from format 3 runs)
+ *   log     seq u64 -> record (56-byte header, stored event JSON, CRC-32C of
+ *           the seq and the bytes before it: checked on every read, see
+ *           "Log"; records of formats 1 to 3 are rewritten at open)
  *   ids     event_id -> seq u64, SHA-256 content digest
  *   time    topic_id u32, created_at u64, event_id -> seq u64
  *   aggs    akey -> aggregate record (with its ordinal)
