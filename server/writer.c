@@ -39,7 +39,10 @@
  * When an op reports MIC_ENOSPC (the map is full) the transaction is
  * aborted, the map grown and the whole batch applied again; when the map
  * cannot grow any more, the ops are applied one transaction each, so that
- * those needing no space (deletes) still succeed and the others answer 507. */
+ * those needing no space (deletes) still succeed and the others answer 507.
+ * An op that met a stored record failing its checksum (MIC_ECORRUPT: a
+ * claim that would grant it) is isolated the same way: it answers 500
+ * store_corrupt having changed nothing, and the others go on. */
 #define _GNU_SOURCE
 #include "writer.h"
 
