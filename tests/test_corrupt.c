@@ -580,7 +580,7 @@ static void *claimer(void *arg)
 {
     struct mixed *m = arg;
 
-    while (atomic_load(m->left) > 0) {
+    do { /* at least once, however the threads are scheduled */
         struct resp r;
         if (http_json(m->s, "POST", "/v1/groups/cg/claim", "{\"max\":5}", &r) == 0 &&
             r.status == 500 && !strcmp(resp_error_code(&r), "store_corrupt"))
@@ -588,7 +588,7 @@ static void *claimer(void *arg)
         else
             m->wrong++;
         resp_free(&r);
-    }
+    } while (atomic_load(m->left) > 0);
     http_thread_done();
     return NULL;
 }
