@@ -112,6 +112,15 @@ static int apply_claim(mic_claim *c, struct mic_wctx *w, struct mic_group *gr)
     if ((rc = mic_delivery_grant(w, gr, c->max, ttl_us, c->worker, c->worker_len, c->seqs,
                                  c->attempts, c->tokens, &c->granted)))
         return rc;
+    /* No lease on an event whose record fails its checksum: MIC_ECORRUPT
+     * aborts the transaction, so the claim grants nothing (writer.c then
+     * applies the batch's other ops one transaction each), and the client
+     * gets 500 store_corrupt naming the seq. */
+    for (int i = 0; i < c->granted; i++) {
+        struct mic_rec r;
+        if ((rc = mic_store_log_get(w->txn, c->seqs[i], &r)) == MIC_ECORRUPT)
+            return rc;
+    }
     if (c->granted == 0 && c->deadline_ms > mic_mono_ms()) {
         c->op.wait_key = mic_group_id(gr);
         c->op.wait_until_ms = c->deadline_ms;

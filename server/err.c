@@ -2,6 +2,7 @@
 #include "err.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,8 +22,30 @@ int mic_error_set(struct mic_error *e, int err, const char *code,
     return err;
 }
 
+/* The seq of the last corrupt record noted, in this thread and in any
+ * thread (0: none). */
+static _Thread_local unsigned long long corrupt_here;
+static _Atomic unsigned long long corrupt_last;
+
+void mic_err_corrupt_note(unsigned long long seq)
+{
+    corrupt_here = seq;
+    atomic_store(&corrupt_last, seq);
+}
+
 int mic_error_internal(struct mic_error *e, int err)
 {
+    if (err == MIC_ECORRUPT) {
+        unsigned long long seq = corrupt_here ? corrupt_here : atomic_load(&corrupt_last);
+        corrupt_here = 0;
+        if (seq)
+            return mic_error_set(e, err, "store_corrupt", NULL,
+                                 "the stored record of seq %llu fails its checksum: it is not "
+                                 "served (run micd --verify; restore the store or skip the "
+                                 "delivery)", seq);
+        return mic_error_set(e, err, "store_corrupt", NULL,
+                             "a stored record fails its checksum: it is not served");
+    }
     return mic_error_set(e, err, "internal", NULL, "%s", mic_strerror(err));
 }
 
@@ -45,6 +68,7 @@ const char *mic_strerror(int err)
     case MIC_EVERSION: return "unknown store format version";
     case MIC_EAUTH: return "unauthorized";
     case MIC_EFORBIDDEN: return "forbidden";
+    case MIC_ECORRUPT: return "stored record corrupt (checksum mismatch)";
     }
     return "unknown error";
 }

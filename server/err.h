@@ -25,6 +25,8 @@ enum mic_err {
     MIC_EVERSION = -13,  /* store of an unknown format version */
     MIC_EAUTH = -14,     /* 401: no API key, or not a known one */
     MIC_EFORBIDDEN = -15, /* 403: the key's role or scopes do not allow it */
+    MIC_ECORRUPT = -16,  /* 500 "store_corrupt": a stored log record fails its
+                          * checksum or does not decode (never served) */
 };
 
 /* A client-facing error: 'code' is a static wire string, 'message' and
@@ -45,8 +47,18 @@ int mic_error_set(struct mic_error *e, int err, const char *code,
 
 /* The one answer to a failure the client did not cause (the store, memory):
  * fills 'e' (may be NULL) with code "internal" and mic_strerror(err) as the
- * message, and returns 'err'. */
+ * message, and returns 'err'.  For MIC_ECORRUPT the code is
+ * "store_corrupt" and the message names the record's seq (see
+ * mic_err_corrupt_note). */
 int mic_error_internal(struct mic_error *e, int err);
+
+/* The store found the log record at 'seq' corrupt (store.c calls it where
+ * it detects one).  The next mic_error_internal(e, MIC_ECORRUPT) names that
+ * seq: the one noted in the calling thread if any (a read in a handler),
+ * else the last one noted by any thread (a write, detected in the writer
+ * thread: the seq of the last corrupt record found, which is that write's
+ * unless two corrupt records are hit at once). */
+void mic_err_corrupt_note(unsigned long long seq);
 
 /* A short English description of an enum mic_err value; a static string. */
 const char *mic_strerror(int err);

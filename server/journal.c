@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include "journal.h"
 
+#include "crc32c.h"
 #include "err.h"
 #include "log.h"
 
@@ -119,7 +120,7 @@ void mic_jnl_set_hooks(const struct mic_jnl_hooks *h)
         memset(&hooks, 0, sizeof hooks);
 }
 
-/* ---- Little-endian fields, CRC-32C ---- */
+/* ---- Little-endian fields ---- */
 
 static void put32(unsigned char *p, uint32_t v)
 {
@@ -147,57 +148,6 @@ static uint64_t get64(const unsigned char *p)
     for (int i = 7; i >= 0; i--)
         v = v << 8 | p[i];
     return v;
-}
-
-static uint32_t crc_table[256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-static int crc_hw_ok;
-
-static void crc_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-        crc_table[i] = c;
-    }
-#if defined(__x86_64__)
-    crc_hw_ok = __builtin_cpu_supports("sse4.2");
-#endif
-}
-
-#if defined(__x86_64__)
-__attribute__((target("sse4.2")))
-static uint32_t crc_hw(uint32_t c, const unsigned char *p, size_t n)
-{
-    uint64_t c64 = c;
-
-    for (; n >= 8; p += 8, n -= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        c64 = __builtin_ia32_crc32di(c64, v);
-    }
-    c = (uint32_t)c64;
-    while (n--)
-        c = __builtin_ia32_crc32qi(c, *p++);
-    return c;
-}
-#endif
-
-/* CRC-32C (Castagnoli) of p[0..n), continuing 'crc' (0 to start). */
-static uint32_t crc32c(uint32_t crc, const void *buf, size_t n)
-{
-    const unsigned char *p = buf;
-    uint32_t c = ~crc;
-
-    pthread_once(&crc_once, crc_init);
-#if defined(__x86_64__)
-    if (crc_hw_ok)
-        return ~crc_hw(c, p, n);
-#endif
-    while (n--)
-        c = crc_table[(c ^ *p++) & 0xff] ^ (c >> 8);
-    return ~c;
 }
 
 /* ---- Full reads and writes ---- */
@@ -540,8 +490,8 @@ static size_t hdr_fill(mic_jnl *j, unsigned char *h, uint64_t first_seq, uint64_
     put64(h + 24, j->shadow_txnid);
     put64(h + 40, floor);
     memcpy(h + HDR_FIELDS, j->shadow, 2 * (size_t)j->psize);
-    crc = crc32c(0, h, 32);
-    crc = crc32c(crc, h + 36, j->hdr_size - 36);
+    crc = mic_crc32c(0, h, 32);
+    crc = mic_crc32c(crc, h + 36, j->hdr_size - 36);
     put32(h + 32, crc);
     return j->hdr_size;
 }
@@ -659,7 +609,7 @@ static int flush_locked(mic_jnl *j)
     if (!list)
         return MIC_OK;
     for (r = list; r; r = r->next) {
-        put32(r->buf + 4, crc32c(0, r->buf + 8, r->len - 8));
+        put32(r->buf + 4, mic_crc32c(0, r->buf + 8, r->len - 8));
         total += r->len;
         last_seq = r->seq;
         n++;
@@ -1111,9 +1061,9 @@ static int scan_file(int fd, struct scan *s, int data_fd, unsigned char **buf, s
         return -1;
     if (pread_full(fd, s->base, 2 * (size_t)s->psize, HDR_FIELDS))
         return -1;
-    crc = crc32c(0, h, 32);
-    crc = crc32c(crc, h + 36, HDR_FIELDS - 36);
-    crc = crc32c(crc, s->base, 2 * (size_t)s->psize);
+    crc = mic_crc32c(0, h, 32);
+    crc = mic_crc32c(crc, h + 36, HDR_FIELDS - 36);
+    crc = mic_crc32c(crc, s->base, 2 * (size_t)s->psize);
     if (crc != get32(h + 32))
         return 0;
     s->valid = 1;
@@ -1144,7 +1094,7 @@ static int scan_file(int fd, struct scan *s, int data_fd, unsigned char **buf, s
         }
         if (pread_full(fd, *buf, (size_t)len, (off_t)off))
             return -1;
-        if (crc32c(0, *buf + 8, (size_t)len - 8) != get32(rh + 4))
+        if (mic_crc32c(0, *buf + 8, (size_t)len - 8) != get32(rh + 4))
             break;
         nseg = get32(rh + 32);
         for (p = REC_HDR; nseg; nseg--) {

@@ -444,6 +444,13 @@ int mic_metrics_render(mic_store *s, mic_writer *w, const struct mic_key *key,
         (unsigned long long)st.committed_seq, st.parked, (unsigned long long)events,
         (unsigned long long)map_size, (unsigned long long)used,
         (unsigned long long)map_max);
+    mic_buf_printf(b,
+        "# HELP mic_store_corrupt_records_total Reads of a stored log record that failed "
+        "its CRC-32C (or did not decode): answered 500 store_corrupt, never served; "
+        "one record read twice counts twice.\n"
+        "# TYPE mic_store_corrupt_records_total counter\n"
+        "mic_store_corrupt_records_total %llu\n",
+        (unsigned long long)mic_store_corrupt_reads());
     histogram(b, "mic_writer_batch_size", "Operations per committed transaction.",
               batch_le, st.batch_hist, (double)st.ops);
     histogram(b, "mic_commit_seconds", "Time to commit a transaction (into the OS cache "

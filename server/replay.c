@@ -803,8 +803,8 @@ static int add_one(void *arg, int64_t at, const char *id, size_t idlen, uint64_t
     memcpy(run->cur_id, id, idlen);
     if (seq > run->seq_max)
         return 0; /* stored after the selection was fixed */
-    if ((a->rc = mic_store_log_get(a->w->txn, seq, &r)))
-        return a->rc == MIC_ENOTFOUND ? (a->rc = 0) : 1;
+    if ((a->rc = mic_store_log_get(a->w->txn, seq, &r))) /* corrupt: reported, left out */
+        return a->rc == MIC_ENOTFOUND || a->rc == MIC_ECORRUPT ? (a->rc = 0) : 1;
     /* Its rank in the selection: the run goes out in (created_at,
      * event_id) order across aggregates (a record of the first layout,
      * which does not count what it added, goes by seq). */

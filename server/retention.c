@@ -334,8 +334,8 @@ static int remove_seq(struct mic_wctx *w, mic_groups *g, int64_t due, uint64_t s
     struct mic_rec r;
     int rc = mic_store_log_get(w->txn, seq, &r);
 
-    if (rc == MIC_ENOTFOUND)
-        return MIC_OK;
+    if (rc == MIC_ENOTFOUND || rc == MIC_ECORRUPT)
+        return MIC_OK; /* corrupt: reported by the store, left for an admin */
     return rc ? rc : remove_event(w, g, due, &r, id, idlen, arch);
 }
 

@@ -130,6 +130,7 @@ static unsigned status_of(int err)
     case MIC_ENOSPC: return MHD_HTTP_INSUFFICIENT_STORAGE;
     case MIC_EAUTH: return MHD_HTTP_UNAUTHORIZED;
     case MIC_EFORBIDDEN: return MHD_HTTP_FORBIDDEN;
+    case MIC_ECORRUPT: return MHD_HTTP_INTERNAL_SERVER_ERROR; /* "store_corrupt" */
     }
     return MHD_HTTP_INTERNAL_SERVER_ERROR;
 }

@@ -4,12 +4,14 @@
  * All integers in keys and records are big-endian, so keys sort in numeric
  * order and every query is a cursor seek.  This file keeps no domain rule:
  * what a delivery's indexes mean, and which must change together, is the
- * delivery engine's (delivery.c).  Sub-databases of format 3:
+ * delivery engine's (delivery.c).  Sub-databases of format 4:
  *
  *   meta    "format" -> u32, "next_topic_id" -> u32, "next_ordinal" -> u64,
  *           "clock" -> i64 (micd's clock, clock.h)
- *   log     seq u64 -> record (56-byte header + stored event JSON; 48 in
- *           records written by format 1, read as they are)
+ *           "crc_next" -> u64 (only while the migration from format 3 runs)
+ *   log     seq u64 -> record (56-byte header, stored event JSON, CRC-32C of
+ *           the seq and the bytes before it: checked on every read, see
+ *           "Log"; records of formats 1 to 3 are rewritten at open)
  *   ids     event_id -> seq u64, SHA-256 content digest
  *   time    topic_id u32, created_at u64, event_id -> seq u64
  *   aggs    akey -> aggregate record (with its ordinal)
@@ -39,6 +41,7 @@
 #define _GNU_SOURCE
 #include "store.h"
 
+#include "crc32c.h"
 #include "digest.h"
 #include "err.h"
 #include "journal.h"
@@ -54,8 +57,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define REC_HDR 56    /* log record header, record format 2 */
+#define REC_HDR 56    /* log record header, record formats 2 and 3 */
 #define REC_HDR_V1 48 /* record format 1 (no deliver_at) */
+#define REC_FMT 3     /* the record format store format 4 writes (and reads) */
+#define REC_CRC 4     /* its trailer: CRC-32C of the seq and the bytes before */
+
+/* Reads of the log that found a record failing its checksum or not
+ * decoding, since the process started (all stores). */
+static _Atomic uint64_t corrupt_reads;
 
 struct mic_store {
     MDB_env *env;
@@ -221,6 +230,11 @@ static int get(mic_txn *t, MDB_dbi dbi, MDB_val *k, MDB_val *v)
 
 static int next_id(mic_txn *t, const char *name, uint32_t *id);
 static int migrate_1_to_2(mic_store *s, MDB_txn *txn);
+static int migrate_log(mic_store *s);
+
+/* meta key present while the log is being rewritten in record format 3
+ * (the migration from store format 3): u64, the next seq to rewrite. */
+#define CRC_NEXT "crc_next"
 
 /* ---- Environment ---- */
 
@@ -291,22 +305,34 @@ static int open_dbs(mic_store *s)
             goto fail;
     } else if (rc) {
         goto fail;
-    } else if (v.mv_size == 4 && (get_u32(v.mv_data) == 1 || get_u32(v.mv_data) == 2)) {
+    } else if (v.mv_size == 4 && get_u32(v.mv_data) >= 1 && get_u32(v.mv_data) <= 3) {
         /* 2 to 3 rewrites nothing: format 3 adds a kind of `expiry` entry
          * (a range of events, kind 3); the entries of format 2 stay valid.
-         * The number changes so that a micd of format 2 refuses the store
-         * instead of misreading those entries. */
-        if (get_u32(v.mv_data) == 1) {
+         * 3 to 4 checksums every log record: the number changes here, in
+         * the transaction that starts it, so that a micd of format 3
+         * refuses the store from now on, and the log is rewritten below
+         * in bounded transactions (migrate_log). */
+        uint32_t from = get_u32(v.mv_data);
+        if (from == 1) {
             mic_log(MIC_LOG_INFO, NULL, "migrating the store", "from", "1", "to", "2", NULL);
             if ((rc = migrate_1_to_2(s, txn)))
                 goto fail;
         }
-        mic_log(MIC_LOG_INFO, NULL, "migrating the store", "from", "2", "to", "3", NULL);
+        if (from <= 2)
+            mic_log(MIC_LOG_INFO, NULL, "migrating the store", "from", "2", "to", "3", NULL);
+        mic_log(MIC_LOG_INFO, NULL, "migrating the store", "from", "3", "to", "4", NULL);
         put_u32(buf, MIC_STORE_FORMAT);
         v.mv_size = 4;
         v.mv_data = buf;
         if ((rc = mdb_put(txn, s->meta, &k, &v, 0)))
             goto fail;
+        {
+            uint8_t nb[8];
+            MDB_val nk = {8, CRC_NEXT}, nv = {8, nb};
+            put_u64(nb, 0);
+            if ((rc = mdb_put(txn, s->meta, &nk, &nv, 0)))
+                goto fail;
+        }
     } else if (v.mv_size != 4 || get_u32(v.mv_data) != MIC_STORE_FORMAT) {
         char found[16];
         snprintf(found, sizeof found, "%u",
@@ -318,7 +344,9 @@ static int open_dbs(mic_store *s)
     }
     if ((rc = mic_txn_commit(t)))
         return rc;
-    return s->jnl ? mic_jnl_flush(s->jnl) : MIC_OK;
+    if (s->jnl && (rc = mic_jnl_flush(s->jnl)))
+        return rc;
+    return migrate_log(s);
 fail:
     mic_txn_abort(t);
     return from_mdb(rc);
@@ -376,7 +404,11 @@ int mic_store_open(mic_store **out, const char *dir, uint64_t map_size,
         if (mic_rc)
             goto fail_env;
     }
-    if ((mic_rc = open_dbs(s)))
+    /* A migration may need more map than the store used (format 4 adds a
+     * CRC to every log record). */
+    while ((mic_rc = open_dbs(s)) == MIC_ENOSPC && mic_store_grow(s) == MIC_OK)
+        ;
+    if (mic_rc)
         goto fail_env;
     *out = s;
     return MIC_OK;
@@ -615,19 +647,23 @@ int mic_store_next_ordinal(mic_txn *t, uint64_t *ord)
 
 /* ---- Log ---- */
 
-int mic_store_log_put(mic_txn *t, const struct mic_rec *r)
+/* Record format 3 (store format 4): the header of format 2 with 3 in its
+ * first byte, the JSON, then the CRC-32C of the seq (8 bytes, big-endian)
+ * and of every byte of the record before the CRC, as a u32.  The seq is
+ * covered so that a record read under another key fails too. */
+static uint32_t rec_crc(uint64_t seq, const uint8_t *p, size_t n)
 {
     uint8_t kb[8];
-    MDB_val k = {8, kb}, v;
-    int rc;
 
-    put_u64(kb, r->seq);
-    v.mv_size = REC_HDR + r->json_len;
-    v.mv_data = NULL;
-    if ((rc = cput(t, &t->logw, t->s->log, "log", &k, &v, MDB_APPEND | MDB_RESERVE)))
-        return rc;
-    uint8_t *p = v.mv_data;
-    p[0] = 2; /* record format */
+    put_u64(kb, seq);
+    return mic_crc32c(mic_crc32c(0, kb, 8), p, n);
+}
+
+/* Encode 'r' in record format 3 into 'p' (REC_HDR + json_len + REC_CRC
+ * bytes). */
+static void rec_encode(uint8_t *p, const struct mic_rec *r)
+{
+    p[0] = REC_FMT;
     p[1] = (uint8_t)((r->has_agg ? 1 : 0) | (r->has_version ? 2 : 0));
     p[2] = r->priority;
     p[3] = 0;
@@ -638,20 +674,28 @@ int mic_store_log_put(mic_txn *t, const struct mic_rec *r)
     memcpy(p + 32, r->akey, MIC_AKEY_LEN);
     put_u64(p + 48, (uint64_t)r->deliver_at_us);
     memcpy(p + REC_HDR, r->json, r->json_len);
+    put_u32(p + REC_HDR + r->json_len, rec_crc(r->seq, p, REC_HDR + r->json_len));
+}
+
+int mic_store_log_put(mic_txn *t, const struct mic_rec *r)
+{
+    uint8_t kb[8];
+    MDB_val k = {8, kb}, v;
+    int rc;
+
+    put_u64(kb, r->seq);
+    v.mv_size = REC_HDR + r->json_len + REC_CRC;
+    v.mv_data = NULL;
+    if ((rc = cput(t, &t->logw, t->s->log, "log", &k, &v, MDB_APPEND | MDB_RESERVE)))
+        return rc;
+    rec_encode(v.mv_data, r);
     return MIC_OK;
 }
 
-/* Decode a log record of either record format into 'r' (json borrowed). */
-static int rec_decode(uint64_t seq, const MDB_val *v, struct mic_rec *r)
+/* The header fields of a record of any record format whose header ends at
+ * 'hdr' (48: format 1, without deliver_at). */
+static void rec_fields(uint64_t seq, const uint8_t *p, size_t hdr, struct mic_rec *r)
 {
-    const uint8_t *p = v->mv_data;
-    size_t hdr;
-
-    if (v->mv_size < REC_HDR_V1)
-        return MIC_EIO;
-    hdr = p[0] == 1 ? REC_HDR_V1 : REC_HDR;
-    if (p[0] < 1 || p[0] > 2 || v->mv_size < hdr)
-        return MIC_EIO;
     r->seq = seq;
     r->has_agg = p[1] & 1;
     r->has_version = (p[1] & 2) != 0;
@@ -663,10 +707,77 @@ static int rec_decode(uint64_t seq, const MDB_val *v, struct mic_rec *r)
     memcpy(r->akey, p + 32, MIC_AKEY_LEN);
     r->ordinal = 0;
     r->rank = 0;
-    r->deliver_at_us = hdr == REC_HDR ? (int64_t)get_u64(p + 48) : 0;
+    r->deliver_at_us = hdr >= REC_HDR ? (int64_t)get_u64(p + 48) : 0;
+}
+
+int mic_rec_decode(uint64_t seq, const void *val, size_t len, struct mic_rec *r)
+{
+    const uint8_t *p = val;
+
+    if (len < REC_HDR + REC_CRC)
+        return MIC_EIO;
+    if (get_u32(p + len - REC_CRC) != rec_crc(seq, p, len - REC_CRC))
+        return MIC_ECORRUPT;
+    if (p[0] != REC_FMT)
+        return MIC_EIO;
+    rec_fields(seq, p, REC_HDR, r);
+    r->json = (const char *)p + REC_HDR;
+    r->json_len = len - REC_HDR - REC_CRC;
+    return MIC_OK;
+}
+
+/* Decode a record of record format 1 or 2 (stores of format 1 to 3, no
+ * checksum; the migrations only) into 'r' (json borrowed). */
+static int rec_decode_old(uint64_t seq, const MDB_val *v, struct mic_rec *r)
+{
+    const uint8_t *p = v->mv_data;
+    size_t hdr;
+
+    if (v->mv_size < REC_HDR_V1)
+        return MIC_EIO;
+    hdr = p[0] == 1 ? REC_HDR_V1 : REC_HDR;
+    if (p[0] < 1 || p[0] > 2 || v->mv_size < hdr)
+        return MIC_EIO;
+    rec_fields(seq, p, hdr, r);
     r->json = (const char *)p + hdr;
     r->json_len = v->mv_size - hdr;
     return MIC_OK;
+}
+
+/* Report a log record that fails mic_rec_decode ('why' its answer): one
+ * log line naming the seq, the counter behind
+ * mic_store_corrupt_records_total, and the seq for the client's error
+ * (mic_err_corrupt_note). */
+static void corrupt_report(uint64_t seq, int why)
+{
+    char s[24];
+
+    snprintf(s, sizeof s, "%llu", (unsigned long long)seq);
+    atomic_fetch_add(&corrupt_reads, 1);
+    mic_err_corrupt_note(seq);
+    mic_log(MIC_LOG_ERROR, NULL,
+            why == MIC_ECORRUPT ? "stored log record fails its checksum: not served"
+                                : "stored log record does not decode: not served",
+            "seq", s, "action", "run micd --verify; restore the store, or skip the delivery",
+            NULL);
+}
+
+/* mic_rec_decode for the readers of the log: a record that fails it is
+ * reported and answers MIC_ECORRUPT (with its checksum on every record, a
+ * record that does not decode is damage too). */
+static int rec_read(uint64_t seq, const MDB_val *v, struct mic_rec *r)
+{
+    int rc = mic_rec_decode(seq, v->mv_data, v->mv_size, r);
+
+    if (rc == MIC_OK)
+        return MIC_OK;
+    corrupt_report(seq, rc);
+    return MIC_ECORRUPT;
+}
+
+uint64_t mic_store_corrupt_reads(void)
+{
+    return atomic_load(&corrupt_reads);
 }
 
 int mic_store_log_get(mic_txn *t, uint64_t seq, struct mic_rec *r)
@@ -699,7 +810,7 @@ int mic_store_log_get(mic_txn *t, uint64_t seq, struct mic_rec *r)
         if (rc)
             return from_mdb(rc);
     }
-    return rec_decode(seq, &v, r);
+    return rec_read(seq, &v, r);
 }
 
 int mic_store_log_count(mic_txn *t, uint64_t *n)
@@ -1584,11 +1695,9 @@ int mic_store_log_scan(mic_txn *t, uint64_t from, uint64_t to, int max,
             rc = MDB_NOTFOUND;
             break;
         }
-        if (rec_decode(seq, &v, &r)) {
-            rc = EIO;
-            break;
-        }
         *next = seq + 1;
+        if (rec_read(seq, &v, &r))
+            continue; /* reported; passed over (store.h) */
         if (fn(arg, &r))
             break;
     }
@@ -1987,7 +2096,8 @@ int mic_store_id_del(mic_txn *t, const char *id, size_t idlen)
  * Steps: give every aggregate an ordinal (in key order), rewrite 'ags' and
  * 'aq' under the new keys, rewrite every delivery record (counting the
  * skipped ones, a figure format 2 adds).  Log records of
- * format 1 stay as they are (rec_decode reads both). */
+ * format 1 stay as they are here (rec_decode_old reads both); the
+ * migration from format 3 then rewrites them all (below). */
 
 /* A record of 'ags' or 'aq' as format 1 wrote it. */
 struct mig_rec { uint8_t k[4 + MIC_AKEY_LEN + 16]; uint8_t v[33]; };
@@ -2173,7 +2283,7 @@ static int migrate_1_to_2(mic_store *s, MDB_txn *txn)
         k.mv_data = dk;
         memcpy(lk, dk + 4, 8);
         rc = mdb_get(txn, s->log, &lkey, &lv);
-        if (rc == 0 && rec_decode(get_u64(lk), &lv, &r) == MIC_OK && r.has_agg) {
+        if (rc == 0 && rec_decode_old(get_u64(lk), &lv, &r) == MIC_OK && r.has_agg) {
             if ((rc = mig_ordinal(txn, s, r.akey, &d.ord)))
                 break;
             d.versioned = r.has_version;
@@ -2194,6 +2304,151 @@ done:
     free(ags);
     free(aq);
     return rc;
+}
+
+/* ---- Migration from format 3: a checksum on every log record ----
+ *
+ * One pass over the log in seq order, MIGRATE_RECORDS records or
+ * MIGRATE_BYTES bytes of records per write transaction (each committed and
+ * made durable before the next: the journal holds one transaction's pages
+ * in memory, so a bounded transaction bounds it): every record of record
+ * format 1 or 2 is rewritten in format 3 (its header, deliver_at 0 for a
+ * format-1 record, the JSON, the CRC).  meta "crc_next" holds the next seq
+ * to rewrite; it is written with the format number in the transaction that
+ * starts the migration, moved by each one, and deleted by the last, so an
+ * open after a crash in the middle goes on where the last commit stopped.
+ * A record that does not decode in the old formats is left as it is: from
+ * then on it fails its checksum, and reads and --verify report it. */
+
+#define MIGRATE_RECORDS 4096
+#define MIGRATE_BYTES ((size_t)32 << 20)
+
+/* One transaction of the pass: *converted counts the records it rewrote
+ * (when it commits); *done once the log is all in format 3. */
+static int migrate_log_chunk(mic_store *s, uint64_t *converted, int *done)
+{
+    MDB_val nk = {8, CRC_NEXT}, k, v;
+    uint8_t *buf = NULL, nb[8], kb[8];
+    size_t cap = 0, bytes = 0;
+    uint64_t next, conv = 0;
+    MDB_cursor *c = NULL;
+    mic_txn *t;
+    int rc, n = 0, mrc = MIC_OK;
+
+    *done = 0;
+    if ((mrc = mic_txn_begin(s, 1, &t)))
+        return mrc;
+    if ((rc = mdb_get(t->txn, s->meta, &nk, &v)))
+        goto fail;
+    if (v.mv_size != 8) {
+        rc = MDB_CORRUPTED;
+        goto fail;
+    }
+    next = get_u64(v.mv_data);
+    if ((rc = mdb_cursor_open(t->txn, s->log, &c)))
+        goto fail;
+    for (;;) {
+        struct mic_rec r;
+        uint64_t seq;
+        size_t need;
+        put_u64(kb, next);
+        k.mv_size = 8;
+        k.mv_data = kb;
+        if ((rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE))) {
+            if (rc != MDB_NOTFOUND)
+                goto fail;
+            *done = 1;
+            break;
+        }
+        if (n >= MIGRATE_RECORDS || bytes >= MIGRATE_BYTES)
+            break;
+        if (k.mv_size != 8) {
+            rc = MDB_CORRUPTED;
+            goto fail;
+        }
+        seq = get_u64(k.mv_data);
+        next = seq + 1;
+        n++;
+        bytes += v.mv_size;
+        if (rec_decode_old(seq, &v, &r) != MIC_OK) {
+            char sq[24];
+            snprintf(sq, sizeof sq, "%llu", (unsigned long long)seq);
+            mic_log(MIC_LOG_ERROR, NULL, "log record does not decode: left as it is",
+                    "seq", sq, NULL);
+            continue;
+        }
+        need = REC_HDR + r.json_len + REC_CRC;
+        if (need > cap) {
+            uint8_t *p = realloc(buf, need);
+            if (!p) {
+                rc = ENOMEM;
+                goto fail;
+            }
+            buf = p;
+            cap = need;
+        }
+        /* r.json points into the page the put rewrites: encode first. */
+        rec_encode(buf, &r);
+        k.mv_data = kb;
+        put_u64(kb, seq);
+        v.mv_size = need;
+        v.mv_data = buf;
+        if ((rc = mdb_put(t->txn, s->log, &k, &v, 0)))
+            goto fail;
+        conv++;
+    }
+    mdb_cursor_close(c);
+    c = NULL;
+    if (*done) {
+        rc = mdb_del(t->txn, s->meta, &nk, NULL);
+    } else {
+        MDB_val nv = {8, nb};
+        put_u64(nb, next);
+        rc = mdb_put(t->txn, s->meta, &nk, &nv, 0);
+    }
+    if (rc)
+        goto fail;
+    free(buf);
+    if ((mrc = mic_txn_commit(t)))
+        return mrc;
+    *converted += conv;
+    return s->jnl ? mic_jnl_flush(s->jnl) : MIC_OK;
+fail:
+    if (c)
+        mdb_cursor_close(c);
+    free(buf);
+    mic_txn_abort(t);
+    return from_mdb(rc);
+}
+
+/* Run the pass to its end if one is under way (meta "crc_next"), growing
+ * the map when a transaction needs it. */
+static int migrate_log(mic_store *s)
+{
+    MDB_val nk = {8, CRC_NEXT}, v;
+    uint64_t converted = 0;
+    mic_txn *t;
+    int rc, done = 0, found;
+
+    if ((rc = mic_txn_begin(s, 0, &t)))
+        return rc;
+    found = mdb_get(t->txn, s->meta, &nk, &v) == 0;
+    mic_txn_abort(t);
+    if (!found)
+        return MIC_OK;
+    while (!done) {
+        rc = migrate_log_chunk(s, &converted, &done);
+        if (rc == MIC_ENOSPC && mic_store_grow(s) == MIC_OK)
+            continue;
+        if (rc)
+            return rc;
+    }
+    {
+        char n[24];
+        snprintf(n, sizeof n, "%llu", (unsigned long long)converted);
+        mic_log(MIC_LOG_INFO, NULL, "log records checksummed", "records", n, NULL);
+    }
+    return MIC_OK;
 }
 
 /* ---- Replay runs ---- */
@@ -2244,6 +2499,355 @@ int mic_store_run_each(mic_txn *t,
     if (stop)
         return stop;
     return rc == MDB_NOTFOUND ? MIC_OK : from_mdb(rc);
+}
+
+/* ---- Verification (micd --verify) ----
+ *
+ * One read-only transaction over an environment opened with MDB_RDONLY and
+ * MDB_NOLOCK (the store's own lock, taken by mic_jnl_recover, keeps micd
+ * out meanwhile).  What "points nowhere" means per sub-database:
+ *   ids     a seq with no log record, unless an expiry entry of kind 2
+ *           still remembers that seq (retention removed the event and
+ *           keeps its id for dedupe_retain_s);
+ *   time    a seq with no log record;
+ *   dlv     a seq with no log record (retention removes an event's
+ *           deliveries with it), unless its group is being dropped;
+ *   ready, dlq, aq, unh, poison, timers, ags (its head): a (gid, seq)
+ *           with no delivery record, unless the group is being dropped.
+ * aggidx is not checked for dangling entries: retention keeps an
+ * aggregate's version index after removing its events (the versions an
+ * aggregate had decide duplicates and gaps), so its entries pointing to
+ * removed events are normal; only their shape is checked.  Keys or values
+ * of the wrong size count as bad records. */
+
+struct vfy {
+    MDB_txn *txn;
+    MDB_dbi log, dlv, drops;
+    int has_dlv, has_drops;
+    FILE *out;
+    struct mic_verify_report *rep;
+    uint64_t *forgot; /* seqs of expiry kind-2 entries, sorted */
+    size_t nforgot;
+};
+
+/* 'n' bytes of a stored name, printable (corruption may have changed them). */
+static void vname(FILE *out, const void *p, size_t n)
+{
+    const unsigned char *c = p;
+
+    for (size_t i = 0; i < n && i < 128; i++)
+        fputc(c[i] > 32 && c[i] < 127 && c[i] != '"' && c[i] != '\\' ? c[i] : '?', out);
+}
+
+static int vhas(MDB_txn *txn, MDB_dbi dbi, const void *key, size_t n)
+{
+    MDB_val k = {n, (void *)key}, v;
+
+    return mdb_get(txn, dbi, &k, &v) == 0;
+}
+
+static int vlog_has(struct vfy *f, uint64_t seq)
+{
+    uint8_t kb[8];
+
+    put_u64(kb, seq);
+    return vhas(f->txn, f->log, kb, 8);
+}
+
+/* The delivery (gid, seq) exists, or its group is being dropped. */
+static int vdlv_has(struct vfy *f, uint32_t gid, uint64_t seq)
+{
+    uint8_t kb[12];
+
+    put_u32(kb, gid);
+    put_u64(kb + 4, seq);
+    if (f->has_drops && vhas(f->txn, f->drops, kb, 4))
+        return 1;
+    return f->has_dlv && vhas(f->txn, f->dlv, kb, 12);
+}
+
+static int vcmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+static int vforgot(struct vfy *f, uint64_t seq)
+{
+    return f->nforgot && bsearch(&seq, f->forgot, f->nforgot, sizeof seq, vcmp) != NULL;
+}
+
+/* Call fn for every entry of sub-database 'name' (absent: none). */
+static int vwalk(struct vfy *f, const char *name,
+                 void (*fn)(struct vfy *f, const MDB_val *k, const MDB_val *v))
+{
+    MDB_cursor *c;
+    MDB_dbi dbi;
+    MDB_val k, v;
+    int rc = mdb_dbi_open(f->txn, name, 0, &dbi);
+
+    if (rc == MDB_NOTFOUND)
+        return 0;
+    if (rc || (rc = mdb_cursor_open(f->txn, dbi, &c)))
+        return rc;
+    for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(c, &k, &v, MDB_NEXT))
+        fn(f, &k, &v);
+    mdb_cursor_close(c);
+    return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+static void vbad_shape(struct vfy *f, const char *db, const MDB_val *k, const MDB_val *v)
+{
+    f->rep->bad_records++;
+    fprintf(f->out, "bad record: %s key of %zu bytes, value of %zu bytes (wrong size)\n", db,
+            k->mv_size, v->mv_size);
+}
+
+static void v_log(struct vfy *f, const MDB_val *k, const MDB_val *v)
+{
+    struct mic_rec r;
+    uint64_t seq;
+    int rc;
+
+    f->rep->records++;
+    if (k->mv_size != 8) {
+        vbad_shape(f, "log", k, v);
+        return;
+    }
+    seq = get_u64(k->mv_data);
+    if ((rc = mic_rec_decode(seq, v->mv_data, v->mv_size, &r)) == MIC_OK)
+        return;
+    f->rep->bad_records++;
+    fprintf(f->out, "bad record: log seq=%llu (%s)\n", (unsigned long long)seq,
+            rc == MIC_ECORRUPT ? "checksum mismatch" : "does not decode");
+}
+
+static void v_expiry(struct vfy *f, const MDB_val *k, const MDB_val *v)
+{
+    if (k->mv_size == 16 && v->mv_size >= 1 && ((uint8_t *)v->mv_data)[0] == MIC_EXPIRE_ID) {
+        uint64_t *p = f->forgot;
+        if (f->nforgot % 1024 == 0 &&
+            !(p = realloc(f->forgot, (f->nforgot + 1024) * sizeof *p)))
+            return; /* out of memory: an id may then be reported */
+        f->forgot = p;
+        f->forgot[f->nforgot++] = get_u64((uint8_t *)k->mv_data + 8);
+    }
+}
+
+static void v_ids(struct vfy *f, const MDB_val *k, const MDB_val *v)
+{
+    uint64_t seq;
+
+    f->rep->entries++;
+    if (v->mv_size != 8 + MIC_DIGEST_LEN || k->mv_size == 0) {
+        vbad_shape(f, "ids", k, v);
+        return;
+    }
+    seq = get_u64(v->mv_data);
+    if (vlog_has(f, seq) || vforgot(f, seq))
+        return;
+    f->rep->dangling++;
+    fprintf(f->out, "dangling: ids event_id=");
+    vname(f->out, k->mv_data, k->mv_size);
+    fprintf(f->out, " -> seq=%llu (no log record)\n", (unsigned long long)seq);
+}
+
+static void v_time(struct vfy *f, const MDB_val *k, const MDB_val *v)
+{
+    const uint8_t *p = k->mv_data;
+    uint64_t seq;
+
+    f->rep->entries++;
+    if (v->mv_size != 8 || k->mv_size < 12) {
+        vbad_shape(f, "time", k, v);
+        return;
+    }
+    seq = get_u64(v->mv_data);
+    if (vlog_has(f, seq))
+        return;
+    f->rep->dangling++;
+    fprintf(f->out, "dangling: time topic_id=%u created_at_us=%lld event_id=", get_u32(p),
+            (long long)get_u64(p + 4));
+    vname(f->out, p + 12, k->mv_size - 12);
+    fprintf(f->out, " -> seq=%llu (no log record)\n", (unsigned long long)seq);
+}
+
+static void v_aggidx(struct vfy *f, const MDB_val *k, const MDB_val *v)
+{
+    f->rep->entries++;
+    if (v->mv_size != 8 || (k->mv_size != MIC_AKEY_LEN + 8 && k->mv_size != MIC_AKEY_LEN + 16))
+        vbad_shape(f, "aggidx", k, v);
+}
+
+static void v_dlv(struct vfy *f, const MDB_val *k, const MDB_val *v)
+{
+    struct mic_dlv d;
+    uint32_t gid;
+    uint64_t seq;
+
+    f->rep->entries++;
+    if (k->mv_size != 12) {
+        vbad_shape(f, "dlv", k, v);
+        return;
+    }
+    gid = get_u32(k->mv_data);
+    seq = get_u64((uint8_t *)k->mv_data + 4);
+    if (dlv_decode(v, &d) != MIC_OK) {
+        f->rep->bad_records++;
+        fprintf(f->out, "bad record: dlv gid=%u seq=%llu (does not decode)\n", gid,
+                (unsigned long long)seq);
+    }
+    if (vlog_has(f, seq) || (f->has_drops && vhas(f->txn, f->drops, k->mv_data, 4)))
+        return;
+    f->rep->dangling++;
+    fprintf(f->out, "dangling: dlv gid=%u seq=%llu (no log record)\n", gid,
+            (unsigned long long)seq);
+}
+
+/* An entry of a delivery index naming (gid, seq). */
+static void v_dlv_ref(struct vfy *f, const char *db, uint32_t gid, uint64_t seq)
+{
+    if (vdlv_has(f, gid, seq))
+        return;
+    f->rep->dangling++;
+    fprintf(f->out, "dangling: %s gid=%u seq=%llu (no delivery record)\n", db, gid,
+            (unsigned long long)seq);
+}
+
+static void v_ready(struct vfy *f, const MDB_val *k, const MDB_val *v)
+{
+    f->rep->entries++;
+    if (k->mv_size != 13 || (v->mv_size != 0 && v->mv_size != 8)) {
+        vbad_shape(f, "ready", k, v);
+        return;
+    }
+    v_dlv_ref(f, "ready", get_u32(k->mv_data),
+              v->mv_size == 8 ? get_u64(v->mv_data) : get_u64((uint8_t *)k->mv_data + 5));
+}
+
+static void v_dlq(struct vfy *f, const MDB_val *k, const MDB_val *v)
+{
+    f->rep->entries++;
+    if (k->mv_size != 12) {
+        vbad_shape(f, "dlq", k, v);
+        return;
+    }
+    v_dlv_ref(f, "dlq", get_u32(k->mv_data), get_u64((uint8_t *)k->mv_data + 4));
+}
+
+static void v_aq(struct vfy *f, const MDB_val *k, const MDB_val *v)
+{
+    f->rep->entries++;
+    if (k->mv_size != AQ_KEY) {
+        vbad_shape(f, "aq", k, v);
+        return;
+    }
+    v_dlv_ref(f, "aq", get_u32(k->mv_data), get_u64((uint8_t *)k->mv_data + 20));
+}
+
+static void v_ags(struct vfy *f, const MDB_val *k, const MDB_val *v)
+{
+    struct mic_ags a;
+
+    f->rep->entries++;
+    if (k->mv_size != 12 || v->mv_size < AGS_REC) {
+        vbad_shape(f, "ags", k, v);
+        return;
+    }
+    ags_decode(v->mv_data, &a);
+    if (a.active)
+        v_dlv_ref(f, "ags (head)", get_u32(k->mv_data), a.active);
+}
+
+static void v_unh(struct vfy *f, const MDB_val *k, const MDB_val *v)
+{
+    f->rep->entries++;
+    if (k->mv_size != 20) {
+        vbad_shape(f, "unh", k, v);
+        return;
+    }
+    v_dlv_ref(f, "unh", get_u32(k->mv_data), get_u64((uint8_t *)k->mv_data + 12));
+}
+
+static void v_poison(struct vfy *f, const MDB_val *k, const MDB_val *v)
+{
+    f->rep->entries++;
+    if (k->mv_size != 20) {
+        vbad_shape(f, "poison", k, v);
+        return;
+    }
+    v_dlv_ref(f, "poison", get_u32(k->mv_data), get_u64((uint8_t *)k->mv_data + 12));
+}
+
+static void v_timers(struct vfy *f, const MDB_val *k, const MDB_val *v)
+{
+    f->rep->entries++;
+    if (k->mv_size != 20 || v->mv_size != 1) {
+        vbad_shape(f, "timers", k, v);
+        return;
+    }
+    v_dlv_ref(f, "timers", get_u32((uint8_t *)k->mv_data + 8),
+              get_u64((uint8_t *)k->mv_data + 12));
+}
+
+int mic_store_verify(const char *dir, FILE *out, struct mic_verify_report *rep)
+{
+    struct vfy f = {.out = out, .rep = rep};
+    MDB_env *env = NULL;
+    MDB_dbi meta;
+    MDB_val k = {6, "format"}, nk = {8, CRC_NEXT}, v;
+    char path[4096];
+    struct stat st;
+    uint64_t next_seq;
+    int rc = 0, mrc, lock = -1;
+
+    memset(rep, 0, sizeof *rep);
+    if ((size_t)snprintf(path, sizeof path, "%s/data.mdb", dir) >= sizeof path ||
+        stat(path, &st) || !S_ISREG(st.st_mode))
+        return MIC_ENOTFOUND;
+    if ((mrc = mic_jnl_recover(dir, &lock, &next_seq, &rep->replayed)))
+        return mrc;
+    mrc = MIC_EIO;
+    if ((rc = mdb_env_create(&env)) || (rc = mdb_env_set_maxdbs(env, 32)) ||
+        (rc = mdb_env_open(env, dir, MDB_RDONLY | MDB_NOLOCK | MDB_NOTLS, 0600)) ||
+        (rc = mdb_txn_begin(env, NULL, MDB_RDONLY, &f.txn)))
+        goto done;
+    if ((rc = mdb_dbi_open(f.txn, "meta", 0, &meta)) || (rc = mdb_get(f.txn, meta, &k, &v)))
+        goto done;
+    if (v.mv_size != 4 || get_u32(v.mv_data) != MIC_STORE_FORMAT ||
+        mdb_get(f.txn, meta, &nk, &v) == 0) {
+        mrc = MIC_EVERSION;
+        goto done;
+    }
+    if ((rc = mdb_dbi_open(f.txn, "log", 0, &f.log)))
+        goto done;
+    f.has_dlv = mdb_dbi_open(f.txn, "dlv", 0, &f.dlv) == 0;
+    f.has_drops = mdb_dbi_open(f.txn, "drops", 0, &f.drops) == 0;
+    if ((rc = vwalk(&f, "expiry", v_expiry)))
+        goto done;
+    if (f.nforgot)
+        qsort(f.forgot, f.nforgot, sizeof *f.forgot, vcmp);
+    if ((rc = vwalk(&f, "log", v_log)) || (rc = vwalk(&f, "ids", v_ids)) ||
+        (rc = vwalk(&f, "time", v_time)) || (rc = vwalk(&f, "aggidx", v_aggidx)) ||
+        (rc = vwalk(&f, "dlv", v_dlv)) || (rc = vwalk(&f, "ready", v_ready)) ||
+        (rc = vwalk(&f, "dlq", v_dlq)) || (rc = vwalk(&f, "aq", v_aq)) ||
+        (rc = vwalk(&f, "ags", v_ags)) || (rc = vwalk(&f, "unh", v_unh)) ||
+        (rc = vwalk(&f, "poison", v_poison)) || (rc = vwalk(&f, "timers", v_timers)))
+        goto done;
+    mrc = MIC_OK;
+done:
+    if (rc)
+        mic_log(MIC_LOG_ERROR, NULL, "cannot verify the store", "dir", dir, "error",
+                mdb_strerror(rc), NULL);
+    if (f.txn)
+        mdb_txn_abort(f.txn);
+    if (env)
+        mdb_env_close(env);
+    free(f.forgot);
+    close(lock);
+    return mrc;
 }
 
 /* ---- Topics ---- */

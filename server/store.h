@@ -11,7 +11,11 @@
  *     there is no such key; a put returns MIC_ENOSPC when the map (or the
  *     disk) is full, after which the writer aborts the batch; MIC_ENOMEM;
  *     MIC_EIO for any other LMDB failure or a record that does not decode
- *     (logged);
+ *     (logged); a read of a log record that fails its checksum (or does
+ *     not decode) answers MIC_ECORRUPT, and is reported once per read: a
+ *     log line naming the seq, mic_store_corrupt_reads, and the seq for
+ *     the client's error (err.h, mic_err_corrupt_note).  Its bytes are
+ *     never handed out;
  *   - a delete of an absent key returns MIC_OK unless it says
  *     MIC_ENOTFOUND;
  *   - a pointer handed out (a record's json, a run record, a group's
@@ -26,8 +30,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
-#define MIC_STORE_FORMAT 3
+#define MIC_STORE_FORMAT 4
 #define MIC_AKEY_LEN 16   /* aggregate key: SHA-256(type NUL id)[0..16) */
 #define MIC_DIGEST_LEN 32 /* SHA-256 */
 
@@ -176,9 +181,22 @@ int mic_store_clock_put(mic_txn *t, int64_t us);
 
 /* ---- Log ---- */
 
+/* Append 'r' (record format 3: with its CRC-32C). */
 int mic_store_log_put(mic_txn *t, const struct mic_rec *r);
-/* Fill 'r' for 'seq'; r->json is borrowed.  MIC_ENOTFOUND if absent. */
+/* Fill 'r' for 'seq'; r->json is borrowed.  MIC_ENOTFOUND if absent,
+ * MIC_ECORRUPT if the record fails its checksum or does not decode
+ * (reported: see the conventions above). */
 int mic_store_log_get(mic_txn *t, uint64_t seq, struct mic_rec *r);
+/* Decode the log record 'val' ('len' bytes, stored under 'seq') into 'r'
+ * (r->json points into 'val'), with no LMDB and no side effect: for the
+ * store's readers, --verify and the fuzz target.  Returns MIC_OK,
+ * MIC_ECORRUPT when its CRC-32C (the last 4 bytes) does not match the seq
+ * and the bytes before it, or MIC_EIO when it is too short to hold a
+ * header and a CRC, or its CRC matches but its record format is not 3. */
+int mic_rec_decode(uint64_t seq, const void *val, size_t len, struct mic_rec *r);
+/* Reads of a log record that failed mic_rec_decode since the process
+ * started (GET /metrics: mic_store_corrupt_records_total). */
+uint64_t mic_store_corrupt_reads(void);
 /* Number of records in the log. */
 int mic_store_log_count(mic_txn *t, uint64_t *n);
 
@@ -349,7 +367,11 @@ int mic_store_oldest_page(mic_txn *t, uint32_t gid, uint64_t *seqs, int max, int
 /* ---- Log scans ---- */
 
 /* Up to 'max' records with seq in [from, to], in seq order; calls fn for
- * each (r->json borrowed).  Stops early when fn returns nonzero. */
+ * each (r->json borrowed).  Stops early when fn returns nonzero.  A record
+ * that fails its checksum is reported (see the conventions above), counts
+ * towards 'max', and is passed over: fn never sees it, and the scan (a
+ * backfill, a retention sweep: background work of the writer) goes on, so
+ * one bad record cannot fail every batch. */
 int mic_store_log_scan(mic_txn *t, uint64_t from, uint64_t to, int max,
                        int (*fn)(void *arg, const struct mic_rec *r),
                        void *arg, uint64_t *next);
@@ -481,6 +503,31 @@ int mic_store_run_each(mic_txn *t,
                        int (*fn)(void *arg, const char *id, size_t len,
                                  const void *val, size_t vlen),
                        void *arg);
+
+/* ---- Verification (micd --verify) ---- */
+
+struct mic_verify_report {
+    uint64_t records;     /* log records read */
+    uint64_t bad_records; /* of them: failing their checksum or not decoding,
+                           * plus delivery records that do not decode */
+    uint64_t entries;     /* index entries looked at */
+    uint64_t dangling;    /* of them: pointing to no log record or no
+                           * delivery */
+    uint64_t replayed;    /* journal records replayed before the walk */
+};
+
+/* Walk the store in 'dir' (see proto/store-format.md, "Verification"):
+ * every log record (checksum and decode), and every index entry that maps
+ * to a seq (ids, time, dlv, ready, dlq, aq, ags, unh, poison, timers).
+ * Writes one line per problem to 'out', then fills *rep (the caller prints
+ * the summary).  Takes the store's lock and replays a journal a crash left
+ * (as an open would: the only write it makes), then reads everything in
+ * one read-only transaction.  Returns MIC_OK when the walk finished
+ * (clean or not: see *rep), MIC_ENOTFOUND (no data.mdb in 'dir'),
+ * MIC_EBUSY (a micd has the store open), MIC_EVERSION (not a store of
+ * format 4, or its migration is unfinished: open it with micd first), or
+ * MIC_EIO (logged). */
+int mic_store_verify(const char *dir, FILE *out, struct mic_verify_report *rep);
 
 /* ---- Topics ---- */
 

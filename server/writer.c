@@ -44,7 +44,10 @@
  * when the map cannot grow any more, or the filesystem is what is full,
  * the ops are applied one transaction each, so that those needing no new
  * space (acks, claims, deletes: LMDB reuses the pages earlier commits
- * freed) still succeed and the others answer 507. */
+ * freed) still succeed and the others answer 507.
+ * An op that met a stored record failing its checksum (MIC_ECORRUPT: a
+ * claim that would grant it) is isolated the same way: it answers 500
+ * store_corrupt having changed nothing, and the others go on. */
 #define _GNU_SOURCE
 #include "writer.h"
 
@@ -517,7 +520,10 @@ static void process(mic_writer *w, mic_op *list, int nops, struct mic_wctx *ctx)
     while ((rc = run_batch(w, &list, &nops, 1, ctx)) == MIC_ENOSPC &&
            mic_store_grow(w->store) == MIC_OK)
         ;
-    if (rc != MIC_ENOSPC || nops <= 1) {
+    /* A full map, or an op that found a corrupt record (MIC_ECORRUPT: a
+     * claim must not grant it), fails alone: the others get a
+     * transaction each. */
+    if ((rc != MIC_ENOSPC && rc != MIC_ECORRUPT) || nops <= 1) {
         set_full(w, rc == MIC_ENOSPC);
         settle(w, list, rc);
     } else {

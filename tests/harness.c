@@ -227,6 +227,31 @@ int srv_run_expect_exit(struct srv *s, const char *const *args)
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+int srv_verify(const char *dir, char **out)
+{
+    char path[] = "/tmp/mic-test-verify-XXXXXX";
+    int fd = mkstemp(path), status;
+    pid_t pid;
+
+    *out = NULL;
+    if (fd < 0)
+        return -1;
+    pid = fork();
+    if (pid == 0) {
+        dup2(fd, 1);
+        execl(micd_path(), micd_path(), "--verify", dir, (char *)NULL);
+        _exit(127);
+    }
+    close(fd);
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+        unlink(path);
+        return -1;
+    }
+    *out = file_read(path);
+    unlink(path);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 /* ---- HTTP (through libmic: mic_request, never retried) ---- */
 
 /* This thread's libmic handle, made again when the server's URL or CA

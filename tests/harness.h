@@ -52,6 +52,11 @@ char *file_read(const char *path);
  * status (for start-up refusals). */
 int srv_run_expect_exit(struct srv *s, const char *const *args);
 
+/* Run `micd --verify dir` (issue 16, T6) and return its exit status (-1 if
+ * it did not exit normally); its stdout goes to *out (NUL-terminated, free()
+ * it; NULL if it could not be read). */
+int srv_verify(const char *dir, char **out);
+
 struct resp {
     long status;
     char *body;        /* NUL-terminated */

@@ -215,8 +215,9 @@ static void other_format_refused(void **state)
     assert_null(s);
 }
 
-/* A store of format 2 opens as format 3: nothing to rewrite (store-format.md,
- * "Migration from version 2"), only the number changes. */
+/* A store of format 2 opens as format 4: nothing to rewrite from 2 to 3
+ * (store-format.md, "Migration from version 2"), and an empty log to
+ * checksum from 3 to 4. */
 static void format_2_migrates(void **state)
 {
     struct fixture *f = *state;
@@ -228,8 +229,193 @@ static void format_2_migrates(void **state)
     assert_int_equal(mic_store_open(&s, f->dir, 1 * MiB, 1 * MiB, 1), MIC_OK);
     mic_store_close(s);
     assert_int_equal(raw_get_format(f->dir, fmt), 4);
+    assert_int_equal(fmt[3], 4);
+    assert_int_equal(MIC_STORE_FORMAT, 4);
+}
+
+/* ---- Migration from format 3: every log record gets its CRC ---- */
+
+#define MIG_N 9000 /* records: three of the migration's transactions (4096 each) */
+
+/* Record 'seq' of the migration tests: its fields follow from seq, and so
+ * does its JSON (an empty one every 1000th). */
+static void mig_rec(struct mic_rec *r, uint64_t seq, char *json, size_t cap)
+{
+    memset(r, 0, sizeof *r);
+    r->seq = seq;
+    r->topic_id = (uint32_t)(seq % 5 + 1);
+    r->priority = (uint8_t)(seq % 7);
+    r->has_agg = seq % 2;
+    r->has_version = seq % 4 == 1;
+    r->version = r->has_version ? seq : 0;
+    r->created_at_us = 1790668800LL * 1000000 + (int64_t)seq;
+    r->received_at_us = r->created_at_us + 17;
+    r->deliver_at_us = seq % 3 ? 0 : r->created_at_us + 1000;
+    for (int i = 0; i < MIC_AKEY_LEN; i++)
+        r->akey[i] = r->has_agg ? (uint8_t)(seq >> (i % 8)) : 0;
+    json[0] = 0;
+    if (seq % 1000)
+        snprintf(json, cap, "{\"event_id\":\"m-%llu\",\"pad\":\"%0*d\"}",
+                 (unsigned long long)seq, (int)(seq % 300), 0);
+    r->json = json;
+    r->json_len = strlen(json);
+}
+
+/* Write records 1..MIG_N with the store, then turn the store into one of
+ * format 3 with LMDB itself: every record with seq >= 'from' loses its CRC
+ * and becomes record format 2, or format 1 (its header ends at 48,
+ * without deliver_at, which is 0 for those) when seq % 6 == 1; and seq
+ * MIG_N + 1 is 10 bytes that decode in no format.  'from' == 1: meta
+ * "format" = 3; else the format stays 4 and "crc_next" = 'from', as a
+ * migration that stopped there leaves them. */
+static void mig_make_v3(struct fixture *f, uint64_t from)
+{
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi log, meta;
+    uint8_t fmt[4] = {0, 0, 0, 3}, kb[8], nb[8], *buf = malloc(1024);
+    char json[512];
+    mic_txn *t = begin(f, 1);
+
+    assert_non_null(buf);
+    for (uint64_t seq = 1; seq <= MIG_N; seq++) {
+        struct mic_rec r;
+        mig_rec(&r, seq, json, sizeof json);
+        assert_int_equal(mic_store_log_put(t, &r), MIC_OK);
+    }
+    assert_int_equal(mic_txn_commit(t), MIC_OK);
+    mic_store_close(f->s);
+    f->s = NULL;
+
+    env = raw_open(f->dir);
+    assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+    assert_int_equal(mdb_dbi_open(txn, "log", 0, &log), 0);
+    assert_int_equal(mdb_dbi_open(txn, "meta", 0, &meta), 0);
+    for (uint64_t seq = from; seq <= MIG_N; seq++) {
+        MDB_val k = {8, kb}, v;
+        size_t n;
+        for (int i = 0; i < 8; i++)
+            kb[i] = (uint8_t)(seq >> (56 - 8 * i));
+        assert_int_equal(mdb_get(txn, log, &k, &v), 0);
+        n = v.mv_size - 4; /* without the CRC */
+        assert_true(n <= 1024);
+        memcpy(buf, v.mv_data, n);
+        assert_int_equal(buf[0], 3);
+        buf[0] = 2;
+        if (seq % 6 == 1) { /* format 1: the header ends at 48 */
+            buf[0] = 1;
+            memmove(buf + 48, buf + 56, n - 56);
+            n -= 8;
+        }
+        v.mv_size = n;
+        v.mv_data = buf;
+        assert_int_equal(mdb_put(txn, log, &k, &v, 0), 0);
+    }
+    {
+        MDB_val k = {8, kb}, v = {10, "not-a-rec!"};
+        for (int i = 0; i < 8; i++)
+            kb[i] = (uint8_t)((uint64_t)(MIG_N + 1) >> (56 - 8 * i));
+        assert_int_equal(mdb_put(txn, log, &k, &v, 0), 0);
+    }
+    if (from == 1) {
+        MDB_val k = {6, "format"}, v = {4, fmt};
+        assert_int_equal(mdb_put(txn, meta, &k, &v, 0), 0);
+    } else {
+        MDB_val k = {8, "crc_next"}, v = {8, nb};
+        for (int i = 0; i < 8; i++)
+            nb[i] = (uint8_t)(from >> (56 - 8 * i));
+        assert_int_equal(mdb_put(txn, meta, &k, &v, 0), 0);
+    }
+    assert_int_equal(mdb_txn_commit(txn), 0);
+    mdb_env_close(env);
+    free(buf);
+}
+
+/* mdb_get's answer for meta "crc_next" (0: there, MDB_NOTFOUND: not). */
+static int raw_get_crc_next(const char *dir)
+{
+    MDB_env *env = raw_open(dir);
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    MDB_val k = {8, "crc_next"}, v;
+    int rc;
+
+    assert_int_equal(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn), 0);
+    assert_int_equal(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
+    rc = mdb_get(txn, dbi, &k, &v);
+    mdb_txn_abort(txn);
+    mdb_env_close(env);
+    return rc;
+}
+
+/* After the migration: format 4, no "crc_next", every record reads back
+ * as written, the undecodable one answers MIC_ECORRUPT, and --verify's
+ * walk finds exactly that one. */
+static void mig_check(struct fixture *f)
+{
+    struct mic_verify_report rep;
+    uint8_t fmt[8];
+    char json[512];
+    mic_txn *t;
+    FILE *devnull;
+
+    assert_int_equal(mic_store_open(&f->s, f->dir, 1 * MiB, 64 * MiB, 0), MIC_OK);
+    t = begin(f, 0);
+    for (uint64_t seq = 1; seq <= MIG_N; seq++) {
+        struct mic_rec want, got;
+        mig_rec(&want, seq, json, sizeof json);
+        assert_int_equal(mic_store_log_get(t, seq, &got), MIC_OK);
+        assert_int_equal(got.topic_id, want.topic_id);
+        assert_int_equal(got.priority, want.priority);
+        assert_int_equal(got.has_agg, want.has_agg);
+        assert_int_equal(got.has_version, want.has_version);
+        assert_int_equal(got.version, want.version);
+        assert_int_equal(got.created_at_us, want.created_at_us);
+        assert_int_equal(got.received_at_us, want.received_at_us);
+        assert_int_equal(got.deliver_at_us, want.deliver_at_us);
+        assert_memory_equal(got.akey, want.akey, MIC_AKEY_LEN);
+        assert_int_equal(got.json_len, want.json_len);
+        assert_memory_equal(got.json, want.json, want.json_len);
+    }
+    {
+        struct mic_rec got;
+        assert_int_equal(mic_store_log_get(t, MIG_N + 1, &got), MIC_ECORRUPT);
+    }
+    mic_txn_abort(t);
+    mic_store_close(f->s);
+    f->s = NULL;
+    assert_int_equal(raw_get_format(f->dir, fmt), 4);
+    assert_int_equal(fmt[3], 4);
+    assert_int_equal(raw_get_crc_next(f->dir), MDB_NOTFOUND);
+    assert_non_null(devnull = fopen("/dev/null", "w"));
+    assert_int_equal(mic_store_verify(f->dir, devnull, &rep), MIC_OK);
+    fclose(devnull);
+    assert_int_equal(rep.records, MIG_N + 1);
+    assert_int_equal(rep.bad_records, 1);
+    /* the migration ran once: opening again rewrites nothing */
+    assert_int_equal(mic_store_open(&f->s, f->dir, 1 * MiB, 64 * MiB, 0), MIC_OK);
+}
+
+static void format_3_migrates_log(void **state)
+{
+    struct fixture *f = *state;
+    uint8_t fmt[8];
+
+    mig_make_v3(f, 1);
+    assert_int_equal(raw_get_format(f->dir, fmt), 4);
     assert_int_equal(fmt[3], 3);
-    assert_int_equal(MIC_STORE_FORMAT, 3);
+    /* the map starts small: the migration grows it as it needs */
+    mig_check(f);
+}
+
+/* A migration that stopped after its first transactions goes on where the
+ * last commit left "crc_next". */
+static void format_3_migration_resumes(void **state)
+{
+    struct fixture *f = *state;
+
+    mig_make_v3(f, 5001);
+    mig_check(f);
 }
 
 static void malformed_format_refused(void **state)
@@ -1012,6 +1198,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(other_format_refused, setup_dir, teardown),
         cmocka_unit_test_setup_teardown(malformed_format_refused, setup_dir, teardown),
         cmocka_unit_test_setup_teardown(format_2_migrates, setup_dir, teardown),
+        cmocka_unit_test_setup_teardown(format_3_migrates_log, setup, teardown),
+        cmocka_unit_test_setup_teardown(format_3_migration_resumes, setup, teardown),
         cmocka_unit_test_setup_teardown(log_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(log_seq_order, setup, teardown),
         cmocka_unit_test_setup_teardown(uncommitted_is_invisible, setup, teardown),
