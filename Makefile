@@ -19,7 +19,7 @@ PKGS    := libmicrohttpd lmdb jansson yajl openssl
 # with PEER_DEBS, which make test installs (peer-deps) before make check.
 TPKGS   := cmocka libnats libpq
 RPKGS   := jansson libcrypto libnats
-DEBS    := build-essential pkg-config libmicrohttpd-dev liblmdb-dev lmdb-utils \
+DEBS    := build-essential pkg-config e2fsprogs mount util-linux libmicrohttpd-dev liblmdb-dev lmdb-utils \
            libjansson-dev libyajl-dev libssl-dev libcmocka-dev libcurl4-openssl-dev curl libpq-dev \
            procps libnats-dev nats-server clickhouse-server clickhouse-client \
            prometheus python3 openssl libpq-dev

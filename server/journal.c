@@ -58,6 +58,12 @@
 #define ZERO_STEP_MAX (16u << 20)
 #define MAX_REGISTERED 16
 #define MAX_RECORD ((uint64_t)1 << 40)
+/* Journal room a write transaction must find before it begins (zeroed
+ * past the active file's end, or in the other file): when the filesystem
+ * cannot give it, the transaction is refused (MIC_ENOSPC) before it
+ * writes anything.  A commit whose record is larger than this may still
+ * meet a full filesystem at its flush (journal.h). */
+#define HEADROOM ((uint64_t)1 << 20)
 
 struct rec {
     struct rec *next;
@@ -89,6 +95,8 @@ struct mic_jnl {
     struct rec *qhead, *qtail, *spare;
     int nspare;
     uint64_t sealed_seq;
+    uint64_t qbytes;    /* the queued records' length */
+    _Atomic uint64_t room; /* zeroed bytes past the active file's end */
     struct mic_jnl_stats st;
     pthread_mutex_t flush_lock;
     unsigned char *shadow, *hdrbuf;
@@ -215,6 +223,8 @@ static int pwrite_full(int fd, const void *buf, size_t n, off_t off)
         ssize_t r = pwrite(fd, buf, n, off);
         if (r < 0 && errno == EINTR)
             continue;
+        if (r == 0)
+            errno = EIO;
         if (r <= 0)
             return -1;
         buf = (const char *)buf + r;
@@ -232,6 +242,8 @@ static int pwritev_full(int fd, struct iovec *iov, int cnt, off_t off)
         ssize_t r = pwritev(fd, iov, n, off);
         if (r < 0 && errno == EINTR)
             continue;
+        if (r == 0)
+            errno = EIO;
         if (r <= 0)
             return -1;
         off += r;
@@ -293,11 +305,29 @@ static mic_jnl *reg_find(int fd)
 
 /* ---- Capture (the committing thread) ---- */
 
+static void (*_Atomic on_fail)(const char *what, int err);
+
+void mic_jnl_on_fail(void (*fn)(const char *what, int err))
+{
+    atomic_store(&on_fail, fn);
+}
+
 static void fail(mic_jnl *j, const char *what, int err)
 {
-    if (!atomic_exchange(&j->failed, 1))
-        mic_log(MIC_LOG_ERROR, NULL, "journal failed: nothing more is acknowledged",
-                "what", what, "error", err ? strerror(err) : "-", NULL);
+    void (*fn)(const char *, int);
+
+    if (atomic_exchange(&j->failed, 1))
+        return;
+    mic_log(MIC_LOG_ERROR, NULL, "journal failed: nothing more is acknowledged",
+            "what", what, "error", err ? strerror(err) : "-", NULL);
+    if ((fn = atomic_load(&on_fail)))
+        fn(what, err);
+}
+
+/* The filesystem has no room (as opposed to a failed device). */
+static int no_space(int err)
+{
+    return err == ENOSPC || err == EDQUOT;
 }
 
 static struct rec *rec_take(mic_jnl *j)
@@ -420,12 +450,22 @@ static void capture(mic_jnl *j, off_t off, const struct iovec *iov, int cnt, siz
     }
 }
 
+/* LMDB takes a short write for an I/O error (EIO); a full filesystem
+ * first gives a short write, then ENOSPC on the rest.  On a journaled
+ * data file the writes below go on to the end, so that LMDB sees the
+ * full count, or -1 with the errno of what stopped them (a commit that
+ * did not fit is then MIC_ENOSPC, not an I/O error). */
 ssize_t mic_jnl_pwrite(int fd, const void *buf, size_t n, off_t off)
 {
-    ssize_t r = pwrite(fd, buf, n, off);
-    mic_jnl *j;
+    mic_jnl *j = reg_find(fd);
+    ssize_t r;
 
-    if (r > 0 && (j = reg_find(fd))) {
+    if (!j)
+        return pwrite(fd, buf, n, off);
+    if (pwrite_full(fd, buf, n, off))
+        return -1;
+    r = (ssize_t)n;
+    if (r > 0) {
         struct iovec v = {(void *)buf, (size_t)r};
         capture(j, off, &v, 1, (size_t)r);
     }
@@ -462,7 +502,21 @@ ssize_t mic_jnl_writev(int fd, const struct iovec *iov, int cnt)
         j->cap_failed = 1;
         return -1;
     }
-    r = pwritev(fd, iov, cnt, j->pos);
+    {
+        struct iovec left[IOV_MAX];
+        size_t total = 0;
+        if (cnt > IOV_MAX) {
+            errno = EINVAL;
+            return -1;
+        }
+        for (int i = 0; i < cnt; i++) {
+            left[i] = iov[i];
+            total += iov[i].iov_len;
+        }
+        if (pwritev_full(fd, left, cnt, j->pos))
+            return -1;
+        r = (ssize_t)total;
+    }
     if (r > 0) {
         capture(j, j->pos, iov, cnt, (size_t)r);
         j->pos += r;
@@ -494,22 +548,77 @@ static size_t hdr_fill(mic_jnl *j, unsigned char *h, uint64_t first_seq, uint64_
 
 /* Write zeros up to past 'need' so that the records that follow do not
  * change the file's size (an fdatasync that must also commit a new size
- * costs a journal commit of the filesystem as well). */
-static int zero_ahead(struct jfile *f, uint64_t need)
+ * costs a journal commit of the filesystem as well).  'exact': no more
+ * than 'need' (rounded up to 4 KiB), for a filesystem short of room.
+ * Returns 0, or -1 with errno. */
+static int zero_ahead(struct jfile *f, uint64_t need, int exact)
 {
     static const unsigned char zeros[64 * 1024];
     uint64_t step = f->zeroed < ZERO_STEP_MIN ? ZERO_STEP_MIN
                   : f->zeroed > ZERO_STEP_MAX ? ZERO_STEP_MAX : f->zeroed;
     uint64_t to = need > f->zeroed + step ? need : f->zeroed + step;
 
-    to = (to + ZERO_STEP_MIN - 1) & ~(uint64_t)(ZERO_STEP_MIN - 1);
+    if (exact)
+        to = (need + 4095) & ~(uint64_t)4095;
+    else
+        to = (to + ZERO_STEP_MIN - 1) & ~(uint64_t)(ZERO_STEP_MIN - 1);
     for (uint64_t at = f->zeroed; at < to;) {
         size_t n = to - at < sizeof zeros ? (size_t)(to - at) : sizeof zeros;
         if (pwrite_full(f->fd, zeros, n, (off_t)at))
             return -1;
         at += n;
     }
-    f->zeroed = to;
+    if (to > f->zeroed)
+        f->zeroed = to;
+    return 0;
+}
+
+/* Zeroed room for 'need' bytes past the active file's end: MIC_OK,
+ * MIC_ENOSPC when the filesystem has none (nothing failed: errno ENOSPC
+ * or EDQUOT), MIC_EIO (errno) for any other failure.  Under flush_lock. */
+static int room_ahead(mic_jnl *j, struct jfile *f, uint64_t need)
+{
+    if (f->off + need <= f->zeroed)
+        return MIC_OK;
+    if (zero_ahead(f, f->off + need, 0) == 0)
+        return MIC_OK;
+    if (!no_space(errno))
+        return MIC_EIO;
+    if (zero_ahead(f, f->off + need, 1) == 0)
+        return MIC_OK;
+    (void)j;
+    return no_space(errno) ? MIC_ENOSPC : MIC_EIO;
+}
+
+/* Switch to the other file, which its checkpoint has made free, and have
+ * the one left checkpointed.  'first_seq' is the first record it will
+ * hold.  When the other file is not free yet: with 'wait', wait for its
+ * checkpoint (returns -1 if the journal failed meanwhile), else return -1
+ * (and count a late checkpoint).  Under flush_lock. */
+static int rotate(mic_jnl *j, uint64_t first_seq, int wait)
+{
+    struct jfile *f = &j->f[j->active], *o = &j->f[!j->active];
+    int ofree;
+
+    pthread_mutex_lock(&j->ck_lock);
+    while (wait && !o->free && !atomic_load(&j->failed))
+        pthread_cond_wait(&j->ck_cond, &j->ck_lock);
+    ofree = o->free && !atomic_load(&j->failed);
+    if (ofree) {
+        f->free = 0;
+        j->ck_want = j->active;
+        pthread_cond_signal(&j->ck_cond);
+    }
+    pthread_mutex_unlock(&j->ck_lock);
+    if (!ofree) {
+        pthread_mutex_lock(&j->qlock);
+        j->st.late_checkpoints++;
+        pthread_mutex_unlock(&j->qlock);
+        return -1;
+    }
+    j->active = !j->active;
+    o->first_seq = first_seq;
+    o->off = j->hdr_size;
     return 0;
 }
 
@@ -545,6 +654,7 @@ static int flush_locked(mic_jnl *j)
     pthread_mutex_lock(&j->qlock);
     list = j->qhead;
     j->qhead = j->qtail = NULL;
+    j->qbytes = 0;
     pthread_mutex_unlock(&j->qlock);
     if (!list)
         return MIC_OK;
@@ -555,33 +665,37 @@ static int flush_locked(mic_jnl *j)
         n++;
     }
     f = &j->f[j->active];
-    if (f->off > j->hdr_size && f->off + total > j->file_size) {
-        struct jfile *o = &j->f[!j->active];
-        int ofree;
-        pthread_mutex_lock(&j->ck_lock);
-        ofree = o->free;
-        if (ofree) {
-            f->free = 0;
-            j->ck_want = j->active;
-            pthread_cond_signal(&j->ck_cond);
-        }
-        pthread_mutex_unlock(&j->ck_lock);
-        if (!ofree) {
-            pthread_mutex_lock(&j->qlock);
-            j->st.late_checkpoints++;
-            pthread_mutex_unlock(&j->qlock);
-        } else {
-            j->active = !j->active;
-            f = o;
-            f->first_seq = list->seq;
-            f->off = j->hdr_size;
-            rotated = 1;
-        }
+    if (f->off > j->hdr_size && f->off + total > j->file_size && rotate(j, list->seq, 0) == 0) {
+        f = &j->f[j->active];
+        rotated = 1;
     }
-    if (f->off + total > f->zeroed && zero_ahead(f, f->off + total)) {
+    if ((rc = room_ahead(j, f, total)) == MIC_ENOSPC && !rotated &&
+        j->f[!j->active].zeroed >= j->hdr_size + total && rotate(j, list->seq, 1) == 0) {
+        /* A full filesystem: the other file has the room written already. */
+        f = &j->f[j->active];
+        rotated = 1;
+        rc = MIC_OK;
+    }
+    if (rc == MIC_ENOSPC) {
+        /* Nothing failed: the records wait for room, in order. */
+        mic_log(MIC_LOG_WARN, NULL, "journal: no room on the filesystem", NULL);
+        pthread_mutex_lock(&j->qlock);
+        for (r = list; r->next; r = r->next)
+            ;
+        r->next = j->qhead;
+        j->qhead = list;
+        if (!j->qtail)
+            j->qtail = r;
+        j->qbytes += total;
+        pthread_mutex_unlock(&j->qlock);
+        return MIC_ENOSPC;
+    }
+    if (rc) {
         fail(j, "journal write", errno);
+        rc = MIC_EIO;
         goto out;
     }
+    rc = MIC_EIO;
     if (rotated) {
         hdr_fill(j, j->hdrbuf, f->first_seq, f->first_seq);
         if (pwrite_full(f->fd, j->hdrbuf, j->hdr_size, 0)) {
@@ -613,6 +727,7 @@ static int flush_locked(mic_jnl *j)
         goto out;
     }
     f->off += total;
+    atomic_store(&j->room, f->zeroed - f->off);
     for (r = list; r; r = r->next)
         shadow_apply(j, r);
     atomic_store(&j->durable_seq, last_seq);
@@ -646,7 +761,7 @@ int mic_jnl_flush(mic_jnl *j)
 
 int mic_jnl_begin(mic_jnl *j)
 {
-    uint64_t sealed;
+    uint64_t sealed, queued;
     int rc = MIC_OK;
 
     if (j->cur && j->cur->nseg)
@@ -655,13 +770,36 @@ int mic_jnl_begin(mic_jnl *j)
         return MIC_EIO;
     pthread_mutex_lock(&j->qlock);
     sealed = j->sealed_seq;
+    queued = j->qbytes;
     pthread_mutex_unlock(&j->qlock);
-    if (sealed <= atomic_load(&j->durable_seq) + 1)
+    if (sealed > atomic_load(&j->durable_seq) + 1) {
+        /* Wait for a flush in progress; flush here only if none covered it. */
+        pthread_mutex_lock(&j->flush_lock);
+        if (sealed > atomic_load(&j->durable_seq) + 1)
+            rc = flush_locked(j);
+        pthread_mutex_unlock(&j->flush_lock);
+        if (rc)
+            return rc;
+        pthread_mutex_lock(&j->qlock);
+        queued = j->qbytes;
+        pthread_mutex_unlock(&j->qlock);
+    }
+    if (atomic_load(&j->room) >= queued + HEADROOM)
         return MIC_OK;
-    /* Wait for a flush in progress; flush here only if none covered it. */
+    /* Short of room: write it ahead now, or find it in the other file
+     * (the flush switches to it when this one has none). */
     pthread_mutex_lock(&j->flush_lock);
-    if (sealed > atomic_load(&j->durable_seq) + 1)
-        rc = flush_locked(j);
+    if (atomic_load(&j->failed)) {
+        rc = MIC_EIO;
+    } else {
+        struct jfile *f = &j->f[j->active];
+        rc = room_ahead(j, f, queued + HEADROOM);
+        if (rc == MIC_EIO)
+            fail(j, "journal write", errno);
+        atomic_store(&j->room, f->zeroed > f->off ? f->zeroed - f->off : 0);
+        if (rc == MIC_ENOSPC && j->f[!j->active].zeroed >= j->hdr_size + queued + HEADROOM)
+            rc = MIC_OK;
+    }
     pthread_mutex_unlock(&j->flush_lock);
     return rc;
 }
@@ -691,6 +829,7 @@ int mic_jnl_seal(mic_jnl *j, uint64_t txnid)
     put32(r->buf + 32, r->nseg);
     pthread_mutex_lock(&j->qlock);
     r->seq = ++j->sealed_seq;
+    j->qbytes += r->len;
     put64(r->buf + 8, r->seq);
     if (j->qtail)
         j->qtail->next = r;
@@ -876,7 +1015,17 @@ int mic_jnl_open(mic_jnl **out, const char *dir, int lock_fd, int data_fd,
         if (j->f[i].zeroed < j->hdr_size)
             j->f[i].zeroed = j->hdr_size;
         j->f[i].off = j->hdr_size;
+        /* Each file's first 2 * HEADROOM written now, so that a
+         * filesystem that fills up later still leaves the journal room to
+         * go on (acks, claims, deletes), switching files as each fills; a
+         * filesystem already full only gets a warning. */
+        if (zero_ahead(&j->f[i], j->hdr_size + 2 * HEADROOM, 1)) {
+            if (!no_space(errno))
+                goto fail_errno;
+            mic_log(MIC_LOG_WARN, NULL, "journal: no room to write its files ahead", "dir", dir, NULL);
+        }
     }
+    atomic_store(&j->room, j->f[0].zeroed - j->f[0].off);
     j->f[0].first_seq = next_seq;
     j->f[1].free = 1;
     j->sealed_seq = next_seq - 1;

@@ -75,8 +75,12 @@ int mic_jnl_open(mic_jnl **out, const char *dir, int lock_fd, int data_fd,
 int mic_jnl_disable(const char *dir, int lock_fd);
 
 /* Before a write transaction begins: make sure no more than one sealed
- * record is not yet durable, flushing in this thread if needed.  Returns
- * MIC_OK or MIC_EIO (the journal failed; nothing may be written). */
+ * record is not yet durable, flushing in this thread if needed, and that
+ * the journal has room for the commit's record (1 MiB written ahead in
+ * its file, or in the other file).  Returns MIC_OK, MIC_ENOSPC (the
+ * filesystem is full: nothing may be written now, nothing failed; a
+ * later call may succeed once room is made) or MIC_EIO (the journal
+ * failed; nothing may be written). */
 int mic_jnl_begin(mic_jnl *j);
 
 /* After LMDB committed transaction 'txnid': the writes captured since the
@@ -92,8 +96,20 @@ void mic_jnl_discard(mic_jnl *j);
 /* Write every sealed record and fdatasync the journal file.  Returns
  * MIC_OK when every record sealed before the call is durable, MIC_EIO when
  * a write or sync failed now or before (sticky: after a failed fsync the
- * kernel may have dropped the pages, so nothing later can be trusted). */
+ * kernel may have dropped the pages, so nothing later can be trusted), or
+ * MIC_ENOSPC when the filesystem had no room for the records (a record
+ * larger than the room mic_jnl_begin saw to): they are kept, in order,
+ * for the next flush, and nothing failed; their commits are in LMDB and
+ * the OS cache but not durable, so their requests must not be answered
+ * 2xx. */
 int mic_jnl_flush(mic_jnl *j);
+
+/* Have fn(what, errno) called once, in the thread that saw it, when a
+ * journal of this process fails (a write or fdatasync of a journal file,
+ * the checkpoint's fdatasync of data.mdb, a capture without memory): micd
+ * exits there (fail-stop, see server/main.c).  NULL: none (the journal
+ * stays failed and every later call answers MIC_EIO).  Any thread. */
+void mic_jnl_on_fail(void (*fn)(const char *what, int err));
 
 /* Flush, checkpoint (fdatasync data.mdb) and reset both files so that the
  * next open replays nothing; then free.  Call after the last transaction,

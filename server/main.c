@@ -47,6 +47,23 @@ static void on_signal(int sig)
         stop_signal = sig;
 }
 
+/* Fail-stop (DESIGN section 1, "durable before acknowledged"): once the
+ * store failed to make a commit durable (a failed fdatasync or write of
+ * its journal, a failed checkpoint, LMDB's panic), nothing the kernel
+ * still holds can be trusted to reach the disk, and retrying the fsync
+ * would only report success for pages it may have dropped (PostgreSQL's
+ * fsync lesson).  micd exits at once with status 74 (EX_IOERR), before
+ * any request of an unsynced commit is answered; the next start replays
+ * the journal, which holds exactly what was synced.  A supervisor
+ * (deploy/: systemd Restart=on-failure) starts it again. */
+#define EXIT_STORAGE_FAILED 74
+static void on_fatal(const char *what, int err)
+{
+    mic_log(MIC_LOG_ERROR, NULL, "fatal: storage failed, exiting", "what", what,
+            "error", err ? strerror(err) : "-", NULL);
+    _exit(EXIT_STORAGE_FAILED);
+}
+
 /* Load --keys: MIC_OK with *out (NULL without --keys), else logged. */
 static int load_keys(const struct mic_config *cfg, mic_keys **out)
 {
@@ -165,6 +182,7 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &mask, &old);
 
     mic_store_set_journal_size(cfg.journal_size);
+    mic_store_on_fatal(on_fatal);
     rc = mic_store_open(&store, cfg.data_dir, cfg.map_size, cfg.map_max,
                         cfg.durability == MIC_DURABILITY_NONE);
     if (rc)

@@ -146,7 +146,8 @@ static void server_error(struct mic_error *e, int err)
         break;
     case MIC_ENOSPC:
         mic_error_set(e, err, "storage_full", NULL,
-                      "the store reached its size limit; reads still work");
+                      "no room for this write: the disk or --map-max is full; "
+                      "reads, claims and acks go on");
         break;
     default:
         mic_error_internal(e, err);
@@ -729,12 +730,18 @@ static const char *not_ready_reason(mic_http *h)
         return "writer stopped";
     mic_store_usage(h->store, &size, &used, &max);
     if (st.full)
-        return "store full: the last write did not fit in --map-max";
+        return "storage_full: the last write found no room on the disk or in --map-max "
+               "(publishes answer 507; reads, claims and acks go on)";
     if (max - used < max / 100)
         return "store map nearly full (less than 1% of --map-max left)";
-    if (statvfs(h->cfg->data_dir, &vfs) == 0 &&
-        (uint64_t)vfs.f_bavail * vfs.f_frsize < 64ull * 1024 * 1024)
-        return "less than 64 MiB of disk left";
+    if (statvfs(h->cfg->data_dir, &vfs) == 0) {
+        /* 64 MiB, or 5% of a filesystem smaller than 1.25 GiB */
+        uint64_t total = (uint64_t)vfs.f_blocks * vfs.f_frsize, low = 64ull << 20;
+        if (total / 20 < low)
+            low = total / 20;
+        if ((uint64_t)vfs.f_bavail * vfs.f_frsize < low)
+            return "disk nearly full (less than 64 MiB, or 5% of a small filesystem, left)";
+    }
     return NULL;
 }
 

@@ -46,6 +46,7 @@
 #include <errno.h>
 #include <lmdb.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,8 @@ struct mic_store {
     pthread_rwlock_t resize;
     mic_jnl *jnl;       /* durable stores: the redo journal (journal.h) */
     int jlock;          /* --durability none: the store lock, else -1 */
+    _Atomic int disk_full; /* the last write transaction met a full
+                            * filesystem (not the map's limit) */
 };
 
 struct mic_txn {
@@ -82,6 +85,7 @@ struct mic_txn {
 };
 
 static int (*fault_hook)(const char *dbname);
+static void (*_Atomic fatal_hook)(const char *what, int err);
 static int (*sync_fault_hook)(void);
 static uint64_t journal_size = (uint64_t)64 << 20;
 
@@ -138,7 +142,28 @@ static int from_mdb(int rc)
     case ENOMEM: return MIC_ENOMEM;
     }
     mic_log(MIC_LOG_ERROR, NULL, "lmdb error", "error", mdb_strerror(rc), NULL);
+    if (rc == MDB_PANIC) {
+        /* A meta page write failed: LMDB takes no more transactions. */
+        void (*fn)(const char *, int) = atomic_load(&fatal_hook);
+        if (fn)
+            fn("lmdb", EIO);
+    }
     return MIC_EIO;
+}
+
+/* A write transaction's 'rc' (an MDB or errno code): note whether it met
+ * a full filesystem, which a bigger map does not help (mic_store_grow). */
+static int wrc(mic_txn *t, int rc)
+{
+    if (rc == ENOSPC || rc == EDQUOT)
+        atomic_store(&t->s->disk_full, 1);
+    return from_mdb(rc);
+}
+
+void mic_store_on_fatal(void (*fn)(const char *what, int err))
+{
+    atomic_store(&fatal_hook, fn);
+    mic_jnl_on_fail(fn);
 }
 
 static int put(mic_txn *t, MDB_dbi dbi, const char *name, MDB_val *k,
@@ -147,8 +172,8 @@ static int put(mic_txn *t, MDB_dbi dbi, const char *name, MDB_val *k,
     int rc;
 
     if (fault_hook && (rc = fault_hook(name)))
-        return from_mdb(rc);
-    return from_mdb(mdb_put(t->txn, dbi, k, v, flags));
+        return wrc(t, rc);
+    return wrc(t, mdb_put(t->txn, dbi, k, v, flags));
 }
 
 /* put() through the write txn's cursor '*c' on 'dbi' (opened on first use,
@@ -159,10 +184,10 @@ static int cput(mic_txn *t, MDB_cursor **c, MDB_dbi dbi, const char *name, MDB_v
     int rc;
 
     if (fault_hook && (rc = fault_hook(name)))
-        return from_mdb(rc);
+        return wrc(t, rc);
     if (!*c && (rc = mdb_cursor_open(t->txn, dbi, c)))
         return from_mdb(rc);
-    return from_mdb(mdb_cursor_put(*c, k, v, flags));
+    return wrc(t, mdb_cursor_put(*c, k, v, flags));
 }
 
 /* Entries of 'dbi' into *n. */
@@ -388,7 +413,7 @@ int mic_store_grow(mic_store *s)
     uint64_t next;
     int rc;
 
-    if (s->map_size >= s->map_max)
+    if (s->map_size >= s->map_max || atomic_load(&s->disk_full))
         return MIC_ENOSPC;
     next = s->map_size * 2 > s->map_max ? s->map_max : s->map_size * 2;
     pthread_rwlock_wrlock(&s->resize);
@@ -437,7 +462,9 @@ int mic_store_sync(mic_store *s)
     }
     if (!s->jnl)
         return MIC_OK;
-    return mic_jnl_flush(s->jnl);
+    if ((rc = mic_jnl_flush(s->jnl)) == MIC_ENOSPC)
+        atomic_store(&s->disk_full, 1);
+    return rc;
 }
 
 int mic_store_journal_stats(mic_store *s, struct mic_jnl_stats *st)
@@ -471,11 +498,14 @@ int mic_txn_begin(mic_store *s, int write, mic_txn **out)
         free(t);
         return from_mdb(rc);
     }
-    /* At most one commit may be ahead of the journal (journal.h). */
-    if (write && s->jnl && mic_jnl_begin(s->jnl)) {
+    /* At most one commit may be ahead of the journal, and the journal
+     * has room for this one (journal.h). */
+    if (write && s->jnl && (rc = mic_jnl_begin(s->jnl))) {
         mdb_txn_abort(t->txn);
         free(t);
-        return MIC_EIO;
+        if (rc == MIC_ENOSPC)
+            atomic_store(&s->disk_full, 1);
+        return rc == MIC_ENOSPC ? MIC_ENOSPC : MIC_EIO;
     }
     *out = t;
     return MIC_OK;
@@ -500,8 +530,13 @@ int mic_txn_commit(mic_txn *t)
         rc = mdb_txn_commit(t->txn);
     }
 
-    if (!t->write)
+    if (!t->write) {
         pthread_rwlock_unlock(&t->s->resize);
+    } else if (rc == 0) {
+        atomic_store(&t->s->disk_full, 0);
+    } else if (rc == ENOSPC || rc == EDQUOT) {
+        atomic_store(&t->s->disk_full, 1);
+    }
     free(t);
     return from_mdb(rc);
 }

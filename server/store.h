@@ -106,8 +106,18 @@ int mic_store_journal_stats(mic_store *s, struct mic_jnl_stats *st);
 
 /* Double the map (up to its limit).  Waits until no read transaction is
  * open.  Writer thread only, with no write transaction open.  Returns
- * MIC_ENOSPC when the map is already at its limit. */
+ * MIC_ENOSPC when the map is already at its limit, or when the last
+ * write transaction failed on a full filesystem (a bigger map would not
+ * help). */
 int mic_store_grow(mic_store *s);
+
+/* Have fn(what, errno) called once, in the thread that saw it, when the
+ * store can no longer make anything durable: a failed write or fdatasync
+ * of the journal, a failed checkpoint fdatasync of data.mdb (journal.h),
+ * LMDB's MDB_PANIC after a failed meta page write.  micd exits there
+ * (fail-stop); without it the store stays failed and every later sync
+ * and write transaction answers MIC_EIO.  Call before the store opens. */
+void mic_store_on_fatal(void (*fn)(const char *what, int err));
 
 /* Current map size, bytes in use, and the growth limit. */
 void mic_store_usage(mic_store *s, uint64_t *map_size, uint64_t *used,
@@ -128,7 +138,9 @@ void mic_store_set_sync_fault(int (*hook)(void));
 /* Begin a read (write == 0) or write transaction. */
 int mic_txn_begin(mic_store *s, int write, mic_txn **out);
 /* Begin: a write transaction waits, when needed, until no more than one
- * commit is ahead of the journal (MIC_EIO once the journal failed).
+ * commit is ahead of the journal (MIC_EIO once the journal failed;
+ * MIC_ENOSPC when the filesystem has no room for its journal record:
+ * nothing was written).
  * Commit and free: the commit is visible to new transactions but durable
  * only after the next mic_store_sync.  MIC_ENOSPC on a full disk, MIC_EIO
  * on another failure (nothing of the transaction is committed), or when
@@ -140,7 +152,10 @@ int mic_txn_commit(mic_txn *t);
  * fdatasync (nothing with nosync).  Returns MIC_OK, or MIC_EIO when the
  * write or sync failed now or before (logged): what was committed since
  * the last good sync may then be lost, so the caller must not report it
- * durable.  Any thread, also during a write transaction. */
+ * durable; or MIC_ENOSPC when the filesystem had no room for the journal
+ * records (nothing failed: they wait for the next sync; the commits are
+ * not durable, so the caller must not report them durable either).  Any
+ * thread, also during a write transaction. */
 int mic_store_sync(mic_store *s);
 void mic_txn_abort(mic_txn *t);
 

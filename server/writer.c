@@ -33,13 +33,18 @@
  * returned; a failed sync
  * answers its ops MIC_EIO and stops the writer (fail-stop: after a failed
  * fsync the kernel may have dropped the pages, so nothing later can be
- * trusted to be on disk; DESIGN section 1).  Parked ops, and ops whose batch
+ * trusted to be on disk; DESIGN section 1; micd itself exits then, see
+ * mic_store_on_fatal).  A sync that found no room on the filesystem
+ * (MIC_ENOSPC) answers its ops 507 and the writer goes on: the records
+ * wait in the journal's queue for room.  Parked ops, and ops whose batch
  * failed (it wrote nothing), are finished by the writer itself.
  *
- * When an op reports MIC_ENOSPC (the map is full) the transaction is
- * aborted, the map grown and the whole batch applied again; when the map
- * cannot grow any more, the ops are applied one transaction each, so that
- * those needing no space (deletes) still succeed and the others answer 507. */
+ * When an op reports MIC_ENOSPC (the map or the filesystem is full) the
+ * transaction is aborted, the map grown and the whole batch applied again;
+ * when the map cannot grow any more, or the filesystem is what is full,
+ * the ops are applied one transaction each, so that those needing no new
+ * space (acks, claims, deletes: LMDB reuses the pages earlier commits
+ * freed) still succeed and the others answer 507. */
 #define _GNU_SOURCE
 #include "writer.h"
 
@@ -394,7 +399,10 @@ static void sync_and_finish(mic_writer *w, mic_op *list)
 
     if (rc) {
         pthread_mutex_lock(&w->lock);
-        w->st.alive = 0; /* fail-stop: later submits answer not ready */
+        if (rc == MIC_ENOSPC)
+            w->st.full = 1; /* the journal had no room: answer 507, go on */
+        else
+            w->st.alive = 0; /* fail-stop: later submits answer not ready */
         pthread_mutex_unlock(&w->lock);
     }
     while (list) {

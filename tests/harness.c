@@ -107,6 +107,8 @@ static pid_t spawn(struct srv *s, const char *const *args, char *portfile)
             dup2(fd, 1);
             close(fd);
         }
+        if (s->before_exec && s->before_exec(s))
+            _exit(126);
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }

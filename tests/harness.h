@@ -17,6 +17,10 @@ struct srv {
     char logpath[300];
     char cacert[256];  /* set before srv_start for a micd serving HTTPS: the
                         * PEM CA file http() checks it with */
+    /* Optional, set before srv_start: run in the child just before micd
+     * is executed (say, to mount its store in a namespace of its own); a
+     * nonzero return makes the child exit with status 126. */
+    int (*before_exec)(struct srv *s);
 };
 
 /* Start micd with the store in s->dir (a new temp dir if s->dir is empty)
