@@ -218,6 +218,7 @@ check: check-install build/san/micd build/san/mic-events-replay build/san/mic bu
 	tests/check-layers.sh
 	MICD=build/san/micd MIC_REPLAY=build/san/mic-events-replay MIC_CLI=build/san/mic \
 	    tests/run.sh $(UNIT)
+	$(MAKE) --no-print-directory fault-power
 	@# the peer harness at tiny sizes (make bench-smoke), against MIC and
 	@# real redis-server, postgres, nats-server and beanstalkd
 	SMOKE=1 OUT=build/RESULTS-smoke.md bench/peers.py > build/bench-smoke.log 2>&1 || \

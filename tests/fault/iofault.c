@@ -12,7 +12,7 @@
  *   IOFAULT_LOG   the log file (created, truncated).  Format and reader:
  *                 iofault.h.  Unset: nothing is recorded (rules still apply).
  *   IOFAULT       fault rules, separated by ';', each
- *                     OP:FILE:WHEN:ERR[:minoff=N]
+ *                     OP:FILE:WHEN:ERR[:minoff=N][:maxoff=N]
  *                 OP    write, pwrite (pwrite64), writev, pwritev
  *                       (pwritev64, pwritev2), ftruncate, fallocate
  *                       (posix_fallocate), fsync, fdatasync,
@@ -29,7 +29,9 @@
  *                                (PATH without ':')
  *                 ERR   EIO, ENOSPC, EDQUOT, EROFS, or a number
  *                 minoff=N  only calls at file offset >= N match (pwrite,
- *                       pwritev, fallocate)
+ *                       pwritev, fallocate); maxoff=N: only calls at an
+ *                       offset below N (the two may be given: "minoff=8192"
+ *                       skips LMDB's meta pages, "maxoff=8192" picks them)
  *                 e.g. "fdatasync:journal:7:EIO" (the 7th fdatasync of a
  *                 journal file fails with EIO),
  *                 "pwrite:data.mdb:after=200:ENOSPC".
@@ -125,7 +127,7 @@ struct rule {
     int any;                /* "*" */
     long from, to;          /* calls from..to (1-based, inclusive); to < 0: no end */
     char while_path[256];   /* active while this exists */
-    long long minoff;
+    long long minoff, maxoff;   /* maxoff 0: no bound */
     int err;
     long count;             /* matching calls so far (under 'lock') */
 };
@@ -186,10 +188,10 @@ static unsigned parse_kinds(const char *s)
     return 0;
 }
 
-/* One rule "OP:FILE:WHEN:ERR[:minoff=N]" (modified in place). */
+/* One rule "OP:FILE:WHEN:ERR[:minoff=N][:maxoff=N]" (modified in place). */
 static void parse_rule(char *s)
 {
-    char *f[6] = {0}, *p = s, *end;
+    char *f[7] = {0}, *p = s, *end;
     struct rule *r;
     int n = 0;
 
@@ -197,14 +199,14 @@ static void parse_rule(char *s)
         die("too many rules at ", s);
     r = &rules[nrules];
     memset(r, 0, sizeof *r);
-    while (n < 6) {
+    while (n < 7) {
         f[n++] = p;
         if (!(p = strchr(p, ':')))
             break;
         *p++ = 0;
     }
-    if (n < 4 || n > 5 || !(r->kinds = parse_kinds(f[0])))
-        die("bad rule (OP:FILE:WHEN:ERR[:minoff=N]): ", s);
+    if (n < 4 || n > 6 || !(r->kinds = parse_kinds(f[0])))
+        die("bad rule (OP:FILE:WHEN:ERR[:minoff=N][:maxoff=N]): ", s);
     if (!strcmp(f[1], "*"))
         r->any = 1;
     else if (!*f[1] || strlen(f[1]) >= sizeof r->file)
@@ -239,12 +241,14 @@ static void parse_rule(char *s)
     }
     if ((r->err = parse_err(f[3])) < 0)
         die("bad ERR: ", f[3]);
-    if (n == 5) {
-        if (strncmp(f[4], "minoff=", 7) || !f[4][7])
-            die("bad option: ", f[4]);
-        r->minoff = strtoll(f[4] + 7, &end, 10);
-        if (*end || r->minoff < 0)
-            die("bad minoff=N: ", f[4]);
+    for (int i = 4; i < n; i++) {
+        long long *to = !strncmp(f[i], "minoff=", 7) ? &r->minoff
+                      : !strncmp(f[i], "maxoff=", 7) ? &r->maxoff : NULL;
+        if (!to || !f[i][7])
+            die("bad option: ", f[i]);
+        *to = strtoll(f[i] + 7, &end, 10);
+        if (*end || *to < 0)
+            die("bad offset option: ", f[i]);
     }
     nrules++;
 }
@@ -447,7 +451,7 @@ static int inject(unsigned kind, int file, long long off)
     for (int i = 0; i < nrules; i++) {
         struct rule *r = &rules[i];
         struct stat sb;
-        if (!(r->kinds & kind) || off < r->minoff)
+        if (!(r->kinds & kind) || off < r->minoff || (r->maxoff && off >= r->maxoff))
             continue;
         if (!r->any && (!name || !strstr(name, r->file)))
             continue;
