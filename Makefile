@@ -318,7 +318,8 @@ FAULT_KIT := tests/fault/powerkit.c tests/fault/powerkit.h tests/fault/iofault.h
 build/fault/iofault.so: tests/fault/iofault.c tests/fault/iofault.h
 	@mkdir -p build/fault
 	$(CC) $(WARN) -O2 -fPIC -shared $< -o $@ -ldl -lpthread
-build/fault/%: tests/fault/%.c $(FAULT_KIT) client/mic.h build/san/libmic.a
+build/fault/powercut build/fault/ioerr: build/fault/%: tests/fault/%.c $(FAULT_KIT) client/mic.h \
+                                        build/san/libmic.a
 	@mkdir -p build/fault
 	$(CC) $(WARN) -O1 $(SAN) $(LIBMIC_CFLAGS) -Iclient -Itests/fault $< tests/fault/powerkit.c \
 	    build/san/libmic.a -o $@ $(LIBMIC_LIBS)
