@@ -218,6 +218,7 @@ check: check-install build/san/micd build/san/mic-events-replay build/san/mic bu
 	tests/check-layers.sh
 	MICD=build/san/micd MIC_REPLAY=build/san/mic-events-replay MIC_CLI=build/san/mic \
 	    tests/run.sh $(UNIT)
+	$(MAKE) --no-print-directory fault-power
 	@# the peer harness at tiny sizes (make bench-smoke), against MIC and
 	@# real redis-server, postgres, nats-server and beanstalkd
 	SMOKE=1 OUT=build/RESULTS-smoke.md bench/peers.py > build/bench-smoke.log 2>&1 || \
@@ -308,3 +309,28 @@ bench-smoke: deps peer-deps build/micd build/loadgen build/workers build/rangere
 
 clean:
 	rm -rf build
+
+# ---- Power loss and I/O errors (issue 16, T2 and T3; tests/fault/README.md) ----
+# build/fault/iofault.so: the LD_PRELOAD interposer (no sanitizer: it is
+# preloaded into the release build/micd).  powercut and ioerr are the
+# checkers (sanitized; they start micd themselves).
+FAULT_KIT := tests/fault/powerkit.c tests/fault/powerkit.h tests/fault/iofault.h
+build/fault/iofault.so: tests/fault/iofault.c tests/fault/iofault.h
+	@mkdir -p build/fault
+	$(CC) $(WARN) -O2 -fPIC -shared $< -o $@ -ldl -lpthread
+build/fault/powercut build/fault/ioerr: build/fault/%: tests/fault/%.c $(FAULT_KIT) client/mic.h \
+                                        build/san/libmic.a
+	@mkdir -p build/fault
+	$(CC) $(WARN) -O1 $(SAN) $(LIBMIC_CFLAGS) -Iclient -Itests/fault $< tests/fault/powerkit.c \
+	    build/san/libmic.a -o $@ $(LIBMIC_LIBS)
+FAULT_POWER := build/micd build/san/micd build/fault/iofault.so build/fault/powercut build/fault/ioerr
+# make check: 25 cuts of one recording + the --durability none proof, and
+# the I/O error scenarios (about 1-2 minutes).
+fault-power: $(FAULT_POWER)
+	build/fault/powercut --cuts 25
+	build/fault/ioerr
+# make soak: 240 cuts.
+soak-power: $(FAULT_POWER)
+	build/fault/powercut --cuts 240 --ms 6000 --none-cuts 10
+soak: soak-power
+.PHONY: fault-power soak-power soak
