@@ -67,7 +67,7 @@
 
 #define GROUP_ORDERED "crash-ordered"
 #define GROUP_UNORDERED "crash-unordered"
-#define AGGS_PER_PRODUCER 8
+#define AGGS_PER_PRODUCER 16
 #define READY_MS 30000          /* micd listening and /readyz 200 */
 #define STOP_MS 30000           /* micd's exit after SIGTERM */
 #define LOOKUP_THREADS 4
@@ -127,6 +127,9 @@ struct shared {
     atomic_long unhandled;            /* from the last /v1/stats: the larger
                                        * pending + processing of the groups */
     atomic_long pub_requests, pub_unanswered, pub_5xx, pub_refused, pub_acked_events;
+    atomic_long pub_dup_after_unanswered;   /* events a retry found stored: the
+                                             * request without an answer had
+                                             * been committed */
     atomic_long claims, claims_unanswered, claims_refused;
 };
 
@@ -478,6 +481,7 @@ static void log_publish(struct producer *p, size_t first, size_t k, int64_t t0, 
 static int send_until_acked(struct producer *p, json_t **evs, size_t first, size_t k)
 {
     struct mic_publish_result res[8];
+    int unanswered = 0;
 
     for (;;) {
         unsigned g0 = gen_now(p->sh);
@@ -495,6 +499,8 @@ static int send_until_acked(struct producer *p, json_t **evs, size_t first, size
             for (size_t i = 0; i < k; i++) {
                 p->pubs[first + i].acked = 1;
                 p->pubs[first + i].seq = res[i].seq;
+                if (unanswered && res[i].duplicate)
+                    atomic_fetch_add(&p->sh->pub_dup_after_unanswered, 1);
             }
             atomic_fetch_add(&p->sh->pub_acked_events, (long)k);
             log_publish(p, first, k, t0, t1, "acked", NULL, res);
@@ -513,6 +519,7 @@ static int send_until_acked(struct producer *p, json_t **evs, size_t first, size
         if (f->kind == MIC_FAIL_SERVER && f->status >= 500 && f->status != 503)
             atomic_fetch_add(&p->sh->pub_5xx, 1);
         atomic_fetch_add(&p->sh->pub_unanswered, 1);
+        unanswered = 1;
         log_publish(p, first, k, t0, t1, "unknown", f, NULL);
         if (atomic_load(&p->sh->stop_pub))
             return 0;
@@ -962,9 +969,9 @@ static void usage(FILE *f)
             "  --ttl S        lease TTL of every claim, whole seconds (2)\n"
             "  --workers N    worker threads per group (3)\n"
             "  --producers V,U,N  producers of versioned, unversioned-aggregate and\n"
-            "                 aggregate-less events (2,2,1)\n"
+            "                 aggregate-less events (2,2,2)\n"
             "  --drain-s S    bound of the final drain (180)\n"
-            "  --backlog N    producers pause while a group has more unhandled (500)\n"
+            "  --backlog N    producers pause while a group has more unhandled (1000)\n"
             "  --log-dir DIR  write every client's log there (NDJSON, one file per thread)\n"
             "  --keep         keep the store directory\n");
 }
@@ -989,9 +996,9 @@ static int parse(int argc, char **argv, struct opts *o)
     o->workers = 3;
     o->vprod = 2;
     o->uprod = 2;
-    o->nprod = 1;
+    o->nprod = 2;
     o->drain_s = 180;
-    o->backlog = 500;
+    o->backlog = 1000;
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (ch) {
         case 'c': o->cycles = atoi(optarg); break;
@@ -1093,17 +1100,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "crashloop: cannot run %s (set --micd or MICD)\n", o.micd);
         return 2;
     }
-    if (!o.dir[0]) {
-        snprintf(o.dir, sizeof o.dir, "/tmp/mic-crash-XXXXXX");
-        if (!mkdtemp(o.dir)) {
-            perror("crashloop: mkdtemp");
-            return 2;
-        }
-        o.own_dir = 1;
-    } else if (mkdir(o.dir, 0700) && errno != EEXIST) {
-        perror("crashloop: mkdir --dir");
-        return 2;
-    }
     if (o.log_dir) {   /* mkdir -p */
         char p[512];
 
@@ -1119,6 +1115,17 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (!o.dir[0]) {
+        snprintf(o.dir, sizeof o.dir, "/tmp/mic-crash-XXXXXX");
+        if (!mkdtemp(o.dir)) {
+            perror("crashloop: mkdtemp");
+            return 2;
+        }
+        o.own_dir = 1;
+    } else if (mkdir(o.dir, 0700) && errno != EEXIST) {
+        perror("crashloop: mkdir --dir");
+        return 2;
+    }
     memset(&sh, 0, sizeof sh);
     pthread_mutex_init(&sh.mu, NULL);
     pthread_cond_init(&sh.cv, NULL);
@@ -1132,7 +1139,7 @@ int main(int argc, char **argv)
            "lease TTL %d s\n", o.cycles, o.micd, o.dir, o.seed, o.min_ms, o.max_ms, o.ttl_s);
     fflush(stdout);
     if (server_start(&srv, 1, &kseed)) {
-        fprintf(stderr, "crashloop: micd did not start\n");
+        fprintf(stderr, "crashloop: micd did not start (store %s, log %s)\n", o.dir, srv.log);
         return 2;
     }
     if (client_new(srv.url, 10000, &ctl) || setup_resources(ctl, o.ttl_s)) {
@@ -1345,22 +1352,23 @@ int main(int argc, char **argv)
                (double)t_load / 1000, (double)t_drain / 1000,
                (double)(mono_ms() - t_start) / 1000);
         printf("clients: %d producers, %d workers per group; publish requests %ld (unanswered "
-               "%ld, 5xx %ld, refused %ld), claims %ld (unanswered %ld, refused %ld), lookups "
+               "%ld, of which committed before the kill %ld events; 5xx %ld, refused %ld), claims %ld (unanswered %ld, refused %ld), lookups "
                "failed %ld\n",
                np, o.workers, atomic_load(&sh.pub_requests), atomic_load(&sh.pub_unanswered),
-               atomic_load(&sh.pub_5xx), atomic_load(&sh.pub_refused), atomic_load(&sh.claims),
+               atomic_load(&sh.pub_dup_after_unanswered), atomic_load(&sh.pub_5xx), atomic_load(&sh.pub_refused), atomic_load(&sh.claims),
                atomic_load(&sh.claims_unanswered), atomic_load(&sh.claims_refused), lookup_errors);
         crashcheck_print_table(&rep, stdout);
         printf("crash-json: {\"test\":\"fault-crash\",\"cycles\":%d,\"micd\":\"%s\",\"seed\":%u,"
                "\"seconds\":%.1f,\"load_s\":%.1f,\"drain_s\":%.1f,\"restart_ms_avg\":%ld,"
                "\"restart_ms_max\":%ld,\"publish_requests\":%ld,\"publish_unanswered\":%ld,"
-               "\"publish_5xx\":%ld,\"publish_refused\":%ld,\"claims\":%ld,"
+               "\"publish_committed_unanswered\":%ld,\"publish_5xx\":%ld,\"publish_refused\":%ld,\"claims\":%ld,"
                "\"claims_unanswered\":%ld,\"claims_refused\":%ld,\"lookup_errors\":%ld,"
                "\"drained\":%s,\"final_exit\":%d,\"ok\":%s,\"check\":",
                o.cycles, o.micd, o.seed, (double)(mono_ms() - t_start) / 1000,
                (double)t_load / 1000, (double)t_drain / 1000,
                o.cycles ? restart_ms_sum / o.cycles : 0, restart_ms_max,
                atomic_load(&sh.pub_requests), atomic_load(&sh.pub_unanswered),
+               atomic_load(&sh.pub_dup_after_unanswered),
                atomic_load(&sh.pub_5xx), atomic_load(&sh.pub_refused), atomic_load(&sh.claims),
                atomic_load(&sh.claims_unanswered), atomic_load(&sh.claims_refused), lookup_errors,
                drained ? "true" : "false", final_exit, ok ? "true" : "false");
