@@ -13,7 +13,9 @@
 #   make bench-relay  the outbox: rows/s through 1, 2, 4 mic-relays vs a marking-only poller, relay lag
 #   make deps     install the Debian packages (apt-get update only when something is missing)
 #   make fault-crash  T1 of tests/fault: 20 SIGKILL/restart cycles under load, then the checker
-#   make soak-crash   the same with 500 cycles (make soak will call it)
+#   make fault-power  T2/T3: 25 power cuts rebuilt from the recorded syncs, I/O error scenarios
+#   make soak     the long profile of the reliability suite (tests/fault/README.md): 500 crash
+#                 cycles (soak-crash), 240 power cuts (soak-power), the fuzz targets (fuzz)
 
 CC      ?= cc
 PKGS    := libmicrohttpd lmdb jansson yajl openssl
@@ -356,5 +358,5 @@ fault-power: $(FAULT_POWER)
 # make soak: 240 cuts.
 soak-power: $(FAULT_POWER)
 	build/fault/powercut --cuts 240 --ms 6000 --none-cuts 10
-soak: soak-power
+soak: soak-crash soak-power
 .PHONY: fault-power soak-power soak
