@@ -27,6 +27,8 @@
 #define _GNU_SOURCE
 #include "mic.h"
 
+#include "clock.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -457,13 +459,9 @@ static void *extender_main(void *arg)
 
         pthread_mutex_lock(&w->mu);
         if (!all_ended(w)) {
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += tick / 1000;
-            ts.tv_nsec += (tick % 1000) * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
+            /* on the monotonic clock: a wall-clock step neither
+             * stretches nor cuts the extender's period */
+            mic_mono_deadline(tick, &ts);
             pthread_cond_timedwait(&w->cv, &w->mu, &ts);
         }
         pthread_mutex_unlock(&w->mu);
@@ -510,7 +508,7 @@ int mic_worker_start(const mic_client *c, const struct mic_worker_opts *o, mic_w
         return -1;
     pthread_mutex_init(&w->mu, NULL);
     pthread_mutex_init(&w->fail_mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
+    mic_cond_init_mono(&w->cv);
     w->o = *o;
     w->o.threads = o->threads ? o->threads : 1;
     w->o.max = o->max ? o->max : 1;
