@@ -112,14 +112,30 @@ static int apply_claim(mic_claim *c, struct mic_wctx *w, struct mic_group *gr)
     if ((rc = mic_delivery_grant(w, gr, c->max, ttl_us, c->worker, c->worker_len, c->seqs,
                                  c->attempts, c->tokens, &c->granted)))
         return rc;
-    /* No lease on an event whose record fails its checksum: MIC_ECORRUPT
-     * aborts the transaction, so the claim grants nothing (writer.c then
-     * applies the batch's other ops one transaction each), and the client
-     * gets 500 store_corrupt naming the seq. */
-    for (int i = 0; i < c->granted; i++) {
+    /* An event whose stored record fails its checksum is never handed out:
+     * its delivery goes straight to the DLQ with last_error
+     * "store_corrupt: ..." (the read was logged and counted in
+     * mic_store_corrupt_records_total), where an admin finds it (its
+     * lookup answers 500 store_corrupt) and skips it, or requeues it once
+     * the store is restored; the claim goes on with the others, so one
+     * corrupt record does not stop a group. */
+    for (int i = 0; i < c->granted;) {
+        static const char why[] = "store_corrupt: the stored event fails its checksum";
         struct mic_rec r;
-        if ((rc = mic_store_log_get(w->txn, c->seqs[i], &r)) == MIC_ECORRUPT)
+        int64_t t;
+        int st;
+
+        if (mic_store_log_get(w->txn, c->seqs[i], &r) != MIC_ECORRUPT) {
+            i++;
+            continue;
+        }
+        if ((rc = mic_delivery_nack(w, gr, c->seqs[i], c->tokens[i], why, sizeof why - 1, -1, 1,
+                                    &st, &t)))
             return rc;
+        c->granted--;
+        memmove(&c->seqs[i], &c->seqs[i + 1], (size_t)(c->granted - i) * sizeof c->seqs[0]);
+        memmove(&c->attempts[i], &c->attempts[i + 1], (size_t)(c->granted - i) * sizeof c->attempts[0]);
+        memmove(&c->tokens[i], &c->tokens[i + 1], (size_t)(c->granted - i) * sizeof c->tokens[0]);
     }
     if (c->granted == 0 && c->deadline_ms > mic_mono_ms()) {
         c->op.wait_key = mic_group_id(gr);

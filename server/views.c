@@ -305,12 +305,20 @@ int mic_views_dlq(mic_store *s, const char *group, const char *after,
         for (int i = 0; i < n && rc == MIC_OK; i++) {
             struct mic_dlv d;
             struct mic_rec r;
-            if ((rc = mic_delivery_get(t, gid, seqs[i], &d)) ||
-                (rc = mic_store_log_get(t, seqs[i], &r)))
+            if ((rc = mic_delivery_get(t, gid, seqs[i], &d)))
+                break;
+            /* A record failing its checksum is listed without its event
+             * (null): last_error says store_corrupt, and the admin can
+             * skip it from here. */
+            if ((rc = mic_store_log_get(t, seqs[i], &r)) && rc != MIC_ECORRUPT)
                 break;
             mic_buf_printf(out, "%s{\"seq\":%llu,\"event\":", i ? "," : "",
                            (unsigned long long)seqs[i]);
-            mic_buf_add(out, r.json, r.json_len);
+            if (rc == MIC_ECORRUPT)
+                mic_buf_puts(out, "null");
+            else
+                mic_buf_add(out, r.json, r.json_len);
+            rc = MIC_OK;
             mic_buf_printf(out, ",\"attempts\":%u,\"last_error\":", d.attempts);
             mic_buf_json_str(out, d.last_error, d.error_len);
             mic_buf_puts(out, ",\"dead_lettered_at\":");

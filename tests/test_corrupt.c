@@ -11,8 +11,9 @@
  * payload is flipped in data.mdb, found by its unique payload string
  * (every copy of it: LMDB's copy-on-write may leave a stale copy in a free
  * page); micd starts again.  The event's lookup, a range read over it and
- * a claim that would grant it answer 500 store_corrupt naming its seq (the
- * claim grants nothing: the group has nothing under lease afterwards), the
+ * a resend of it answer 500 store_corrupt naming its seq; a claim that
+ * would grant it hands out the others and dead-letters it (DLQ entry
+ * without its event, last_error store_corrupt, skippable); the
  * other events are still served, publishes still work, the metric counts
  * the reads, micd's log has a line naming the seq, and micd --verify exits
  * 1 naming it.  --verify exits 0 on an intact store and 2 on no store or
@@ -32,6 +33,7 @@
 #include "crc32c.h"
 #include "err.h"
 #include "harness.h"
+#include "claimkit.h"
 #include "procfx.h"
 #include "store.h"
 
@@ -46,6 +48,9 @@
 
 #define MiB (1024ull * 1024)
 #define BAD_PAYLOAD "flip-me-7f3a9c21e5"
+/* the corrupt event, as published (a resend of it is a duplicate) */
+#define C2_BODY "{\"event_id\":\"c-2\",\"topic\":\"cx\",\"created_at\":\"2026-05-01T10:00:01Z\"," \
+                "\"payload\":{\"v\":\"" BAD_PAYLOAD "\"}}"
 
 /* ---- Units: CRC-32C ---- */
 
@@ -520,17 +525,37 @@ static int stats_processing(const struct srv *s, const char *group, long *proces
     return found ? 0 : -1;
 }
 
-/* A claim that would grant the corrupt event answers 500 store_corrupt and
- * grants nothing; the writer keeps working (a publish is stored). */
-static void claim_grants_nothing(void **state)
+/* A claim that would grant the corrupt event hands out the others and
+ * sends it to the DLQ instead (last_error store_corrupt, listed there
+ * without its event), where it can be skipped: one bad record does not
+ * stop the group.  The writer keeps working (a publish is stored). */
+static void claim_dead_letters_it(void **state)
 {
     struct cfx *f = *state;
-    struct resp r;
+    double before = metric(&f->s, "mic_store_corrupt_records_total");
+    json_t *c, *a, *q, *d, *sk;
     long processing = -1;
 
-    assert_int_equal(http_json(&f->s, "POST", "/v1/groups/cg/claim", "{\"max\":10}", &r), 0);
-    assert_store_corrupt(f, &r);
-    resp_free(&r);
+    c = call(&f->s, "POST", "/v1/groups/cg/claim", "{\"max\":10}", 200);
+    assert_int_equal(json_array_size(dlvs(c)), 2);
+    assert_string_equal(jstr(json_object_get(dlv(c, 0), "event"), "event_id"), "c-1");
+    assert_string_equal(jstr(json_object_get(dlv(c, 1), "event"), "event_id"), "c-3");
+    assert_true(metric(&f->s, "mic_store_corrupt_records_total") > before);
+    q = call(&f->s, "GET", "/v1/groups/cg/dlq", NULL, 200);
+    assert_int_equal(json_array_size(json_object_get(q, "deliveries")), 1);
+    d = json_array_get(json_object_get(q, "deliveries"), 0);
+    assert_int_equal(jint(d, "seq"), (json_int_t)f->bad_seq);
+    assert_true(json_is_null(json_object_get(d, "event")));
+    assert_int_equal(strncmp(jstr(d, "last_error"), "store_corrupt", 13), 0);
+    json_decref(q);
+    sk = call(&f->s, "POST", "/v1/groups/cg/dlq/skip", "{\"seqs\":[2]}", 200);
+    assert_string_equal(jstr(json_array_get(json_object_get(sk, "results"), 0), "status"), "skipped");
+    json_decref(sk);
+    a = settle(&f->s, "cg", "ack", items_of(c), NULL);
+    expect_result(a, 0, 1, "acked");
+    expect_result(a, 1, 3, "acked");
+    json_decref(a);
+    json_decref(c);
     assert_int_equal(stats_processing(&f->s, "cg", &processing), 0);
     assert_int_equal(processing, 0);
     assert_true(resp_ok(&f->s, "POST", "/v1/events",
@@ -539,11 +564,11 @@ static void claim_grants_nothing(void **state)
     assert_true(resp_ok(&f->s, "GET", "/v1/events/c-4", NULL, 200));
 }
 
-/* Claims that meet the corrupt record, sent while publishes run: the
- * writer batches them together, and each claim's failure must stay its
- * own (writer.c applies the ops of a batch that failed with MIC_ECORRUPT
- * one transaction each): every publish is stored (201), every claim
- * answers 500 store_corrupt. */
+/* Resends of the corrupt event (a duplicate reads its stored record),
+ * sent while publishes run: the writer batches them together, and each
+ * resend's failure must stay its own (writer.c applies the ops of a batch
+ * that failed with MIC_ECORRUPT one transaction each): every publish is
+ * stored (201), every resend answers 500 store_corrupt. */
 #define PUBLISHERS 4
 #define PUBLISHES 50
 
@@ -551,7 +576,7 @@ struct mixed {
     struct srv *s;
     int id;
     int ok, other;        /* publishes: 201 / anything else */
-    int corrupt, wrong;   /* claims: store_corrupt / anything else */
+    int corrupt, wrong;   /* resends: store_corrupt / anything else */
     atomic_int *left;     /* publishers still running */
 };
 
@@ -576,13 +601,13 @@ static void *publisher(void *arg)
     return NULL;
 }
 
-static void *claimer(void *arg)
+static void *resender(void *arg)
 {
     struct mixed *m = arg;
 
     do { /* at least once, however the threads are scheduled */
         struct resp r;
-        if (http_json(m->s, "POST", "/v1/groups/cg/claim", "{\"max\":5}", &r) == 0 &&
+        if (http_json(m->s, "POST", "/v1/events", C2_BODY, &r) == 0 &&
             r.status == 500 && !strcmp(resp_error_code(&r), "store_corrupt"))
             m->corrupt++;
         else
@@ -593,7 +618,7 @@ static void *claimer(void *arg)
     return NULL;
 }
 
-static void corrupt_claim_fails_alone(void **state)
+static void corrupt_resend_fails_alone(void **state)
 {
     struct cfx *f = *state;
     struct mixed m[PUBLISHERS + 2];
@@ -607,7 +632,7 @@ static void corrupt_claim_fails_alone(void **state)
         m[i].s = &f->s;
         m[i].id = i;
         m[i].left = &left;
-        assert_int_equal(pthread_create(&th[i], NULL, i < PUBLISHERS ? publisher : claimer,
+        assert_int_equal(pthread_create(&th[i], NULL, i < PUBLISHERS ? publisher : resender,
                                         &m[i]), 0);
     }
     for (int i = 0; i < PUBLISHERS + 2; i++) {
@@ -617,7 +642,7 @@ static void corrupt_claim_fails_alone(void **state)
         corrupt += m[i].corrupt;
         wrong += m[i].wrong;
     }
-    printf("corrupt: %d publishes stored, %d failed; %d claims answered store_corrupt, "
+    printf("corrupt: %d publishes stored, %d failed; %d resends answered store_corrupt, "
            "%d otherwise\n", ok, other, corrupt, wrong);
     assert_int_equal(ok, PUBLISHERS * PUBLISHES);
     assert_int_equal(other, 0);
@@ -668,8 +693,8 @@ int main(void)
     const struct CMUnitTest served[] = {
         cmocka_unit_test(lookup_answers_store_corrupt),
         cmocka_unit_test(range_read_answers_store_corrupt),
-        cmocka_unit_test(claim_grants_nothing),
-        cmocka_unit_test(corrupt_claim_fails_alone),
+        cmocka_unit_test(claim_dead_letters_it),
+        cmocka_unit_test(corrupt_resend_fails_alone),
         cmocka_unit_test(log_names_the_seq),
         cmocka_unit_test(verify_names_the_bad_record),
     };
