@@ -41,6 +41,7 @@
 #include <pthread.h>
 #include <openssl/rand.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +106,8 @@ struct req {
     char *path;      /* for the audit log (only with one), cut at 255 bytes */
     int audited;     /* its audit line is written (when answered, or at the end) */
     int close;       /* answer with Connection: close */
+    const char *uri_end; /* the request target's first NUL byte in libmicrohttpd's
+                          * buffer, as uri_log saw it (request_line_cut) */
     /* The request's API key (NULL: not authenticated), inside 'keys', the
      * set it was found in, of which the request holds a reference (a
      * reload may replace the set meanwhile). */
@@ -1142,6 +1145,40 @@ static int framing_ambiguous(struct MHD_Connection *conn)
     return f.differ || (f.chunked && f.lengths);
 }
 
+/* libmicrohttpd 0.9 hands the request line's method, target and version
+ * over as C strings, each cut at the first NUL byte in it: unchecked,
+ * "DELETE /v1/groups/a\0b" deletes group a and "PUT\0X /v1/topics/t" is a
+ * PUT (the %00 of a percent-encoded target is unescape's concern).  A NUL
+ * is never part of a valid request line (RFC 9112 section 3), so 1 here
+ * refuses the line.  This reads 0.9's parse of the line, in place in its
+ * buffer: "METHOD\0 [spaces]TARGET\0VERSION", the separators overwritten
+ * with NULs, 'url' and 'version' pointing into it, and uri_log called on
+ * the target before anything else in it changes (r->uri_end).  When the
+ * pointers are not laid out so (no version: HTTP/0.9, which 0.9 refuses
+ * itself; another libmicrohttpd), nothing is checked. */
+static int request_line_cut(const struct req *r, const char *method, const char *url,
+                            const char *version)
+{
+#if MHD_VERSION < 0x01000000
+    uintptr_t m = (uintptr_t)method, u = (uintptr_t)url, v = (uintptr_t)version;
+    const char *p;
+
+    if (!(m < u && u < v && v - m < 65536))
+        return 0;
+    for (p = method + strlen(method) + 1; p < url && *p == ' '; p++)
+        ;
+    if (p != url)
+        return 1; /* more method after a NUL */
+    return r->uri_end && r->uri_end != version - 1;
+#else
+    (void)r;
+    (void)method;
+    (void)url;
+    (void)version;
+    return 0;
+#endif
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
                                const char *url, const char *method,
                                const char *version, const char *upload,
@@ -1151,10 +1188,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
     struct req *r = *con_cls;
     struct mic_error e;
 
-    (void)version;
-    if (!r) {
+    if (!r || !r->h) { /* its first call (r from uri_log, or NULL) */
         const char *cl;
-        if (!(r = calloc(1, sizeof *r)))
+        if (!r && !(r = calloc(1, sizeof *r)))
             return MHD_NO;
         r->h = h;
         r->conn = conn;
@@ -1168,6 +1204,14 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
         if (h->audit_fd >= 0)
             r->path = strndup(url, 255);
         mic_conns_busy(h->conns, conn_of(conn), 1);
+        if (request_line_cut(r, method, url, version)) {
+            mic_error_set(&e, MIC_EPARSE, "bad_request", NULL,
+                          "a NUL byte in the request line");
+            atomic_store(&r->state, RS_DONE);
+            r->too_big = 1; /* no body is read into memory */
+            r->close = 1;
+            return send_error(r, &e);
+        }
         if (framing_ambiguous(conn)) {
             /* Behind a proxy, two lengths (or a length and chunks) let
              * one side read a second request where the other sees a
@@ -1304,6 +1348,11 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)toe;
     if (!r)
         return;
+    if (!r->h) { /* uri_log's, never handled (the head never completed) */
+        free(r);
+        *con_cls = NULL;
+        return;
+    }
     audit(cls, r); /* one that was never answered (logged once) */
     mic_conns_busy(((mic_http *)cls)->conns, conn_of(conn), 0);
     switch (r->kind) {
@@ -1354,14 +1403,19 @@ static void notify_connection(void *cls, struct MHD_Connection *conn, void **soc
 }
 
 /* The request line arrived: its head deadline starts.  The value becomes
- * the request's first con_cls: NULL, as handler() wants it. */
+ * the request's first con_cls: a struct req that only knows where the
+ * target's first NUL is (request_line_cut; NULL when out of memory, and
+ * handler() makes one), which handler() fills in at its first call or
+ * completed() frees. */
 static void *uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     mic_http *h = cls;
+    struct req *r = calloc(1, sizeof *r);
 
-    (void)uri;
     mic_conns_head(h->conns, conn_of(conn));
-    return NULL;
+    if (r && uri)
+        r->uri_end = uri + strlen(uri);
+    return r;
 }
 
 static int hexv(char c)

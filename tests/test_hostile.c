@@ -1,6 +1,7 @@
 /* test_hostile.c - hostile HTTP clients against a real micd (issue 12
  * points 5 and 6): idle connections past the connection limit, a client
- * that sends its head one byte at a time, NUL bytes in names, an 8 KB URL,
+ * that sends its head one byte at a time, NUL bytes in names and in the
+ * request line, an 8 KB URL,
  * ambiguous message framing, and the log under a flood of malformed
  * connections.  Raw sockets from 127.0.0.x: nothing leaves loopback. */
 #define _GNU_SOURCE
@@ -23,8 +24,12 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "claimkit.h"
 
 static struct srv S;
+
+/* A string literal and its length (NUL bytes in it included). */
+#define RAW(s) s, sizeof(s) - 1
 
 /* A connection from 127.0.0.'host' to micd. */
 static int dial(int host)
@@ -269,6 +274,44 @@ static void nul_in_names(void **state)
     resp_free(&r);
 }
 
+/* A raw NUL byte in the request line (not percent-encoded) is refused
+ * with 400: libmicrohttpd 0.9 would cut the method or the target there,
+ * so "DELETE /v1/groups/nulg\0x" deleted group nulg and "PUT\0X" was a
+ * PUT (server/routes.c, request_line_cut). */
+static void nul_in_request_line(void **state)
+{
+    static const struct {
+        const char *req;
+        size_t len;
+    } lines[] = {
+        {RAW("DELETE /v1/groups/nulg\0x HTTP/1.1\r\nHost: x\r\n\r\n")},
+        {RAW("PUT /v1/topics/nult\0x HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "Content-Length: 2\r\n\r\n{}")},
+        {RAW("PUT\0X /v1/topics/nulm HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "Content-Length: 2\r\n\r\n{}")},
+        {RAW("DELETE /v1/groups/nulg?x=1\0y HTTP/1.1\r\nHost: x\r\n\r\n")},
+        {RAW("DELETE /v1/groups/nulg\0HTTP/1.1 HTTP/1.1\r\nHost: x\r\n\r\n")},
+    };
+    struct resp r;
+
+    (void)state;
+    json_decref(call(&S, "PUT", "/v1/groups/nulg", "{\"topics\":[\"nul\"]}", 201));
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+        int fd = dial(1);
+
+        send_all(fd, lines[i].req, lines[i].len);
+        assert_int_equal(status_line(fd, 10000), 400);
+        close(fd);
+    }
+    json_decref(call(&S, "GET", "/v1/groups/nulg", NULL, 200)); /* still there */
+    json_decref(call(&S, "GET", "/v1/topics/nult", NULL, 404));  /* not created */
+    json_decref(call(&S, "GET", "/v1/topics/nulm", NULL, 404));
+    /* The same requests without the NUL do what they say. */
+    assert_int_equal(http(&S, "DELETE", "/v1/groups/nulg?x=1", NULL, NULL, 0, NULL, &r), 0);
+    assert_int_equal(r.status, 204);
+    resp_free(&r);
+}
+
 /* An 8 KB URL gets an HTTP answer (414, or a 404 whose body does not echo
  * it all). */
 static void long_url_is_answered(void **state)
@@ -399,6 +442,7 @@ int main(void)
         cmocka_unit_test(per_address_limit),
         cmocka_unit_test(slow_heads_are_closed),
         cmocka_unit_test(nul_in_names),
+        cmocka_unit_test(nul_in_request_line),
         cmocka_unit_test(long_url_is_answered),
         cmocka_unit_test(ambiguous_framing),
         cmocka_unit_test(malformed_flood_is_rate_limited),
