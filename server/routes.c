@@ -106,6 +106,7 @@ struct req {
     char *path;      /* for the audit log (only with one), cut at 255 bytes */
     int audited;     /* its audit line is written (when answered, or at the end) */
     int close;       /* answer with Connection: close */
+    int complete;    /* the whole request arrived (conns told: busy) */
     const char *uri_end; /* the request target's first NUL byte in libmicrohttpd's
                           * buffer, as uri_log saw it (request_line_cut) */
     /* The request's API key (NULL: not authenticated), inside 'keys', the
@@ -781,11 +782,13 @@ static enum MHD_Result h_metrics(struct req *r, const char **args)
             "# TYPE mic_http_connections gauge\n"
             "mic_http_connections %d\n"
             "# HELP mic_http_connections_closed_total Connections micd closed: idle past the idle "
-            "timeout, a request head past the head timeout, the longest idle when a client "
-            "came over --max-connections, or a new one over --per-ip-connections.\n"
+            "timeout, a request head past the head timeout, a request body past the head timeout "
+            "(plus 1 s per 64 KiB of it), the longest idle when a client came over "
+            "--max-connections, or a new one over --per-ip-connections.\n"
             "# TYPE mic_http_connections_closed_total counter\n"
             "mic_http_connections_closed_total{reason=\"idle\"} %llu\n"
             "mic_http_connections_closed_total{reason=\"head\"} %llu\n"
+            "mic_http_connections_closed_total{reason=\"body\"} %llu\n"
             "mic_http_connections_closed_total{reason=\"evicted\"} %llu\n"
             "mic_http_connections_closed_total{reason=\"per_address\"} %llu\n"
             "# HELP mic_http_protocol_errors_total Complaints of libmicrohttpd about "
@@ -801,7 +804,7 @@ static enum MHD_Result h_metrics(struct req *r, const char **args)
             "# TYPE mic_http_wakes_total counter\n"
             "mic_http_wakes_total %llu\n",
             cs.open, (unsigned long long)cs.idle_closed, (unsigned long long)cs.head_closed,
-            (unsigned long long)cs.evicted, (unsigned long long)cs.per_addr_closed,
+            (unsigned long long)cs.body_closed, (unsigned long long)cs.evicted, (unsigned long long)cs.per_addr_closed,
             (unsigned long long)atomic_load(&mhd_complaints), (unsigned long long)ls.resumes,
             (unsigned long long)ls.wakes);
     }
@@ -1203,7 +1206,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
         snprintf(r->method, sizeof r->method, "%s", method);
         if (h->audit_fd >= 0)
             r->path = strndup(url, 255);
-        mic_conns_busy(h->conns, conn_of(conn), 1);
+        /* The head is complete: the body deadline until the request is
+         * (conns.h), refused here or not (libmicrohttpd may still read
+         * the body it was sent to discard it). */
+        mic_conns_body(h->conns, conn_of(conn), 0);
         if (request_line_cut(r, method, url, version)) {
             mic_error_set(&e, MIC_EPARSE, "bad_request", NULL,
                           "a NUL byte in the request line");
@@ -1249,6 +1255,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
     if (*upload_size) {
         size_t n = *upload_size;
         *upload_size = 0;
+        mic_conns_body(h->conns, conn_of(conn), n);
         if (r->too_big || r->len + n > h->cfg->max_body) {
             r->too_big = 1;
             return MHD_YES;
@@ -1267,6 +1274,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
         r->len += n;
         r->body[r->len] = 0;
         return MHD_YES;
+    }
+    if (!r->complete) { /* all of it arrived: no deadline until answered */
+        r->complete = 1;
+        mic_conns_busy(h->conns, conn_of(conn), 1);
     }
     switch (atomic_load(&r->state)) {
     case RS_DONE:

@@ -220,6 +220,63 @@ static void per_address_limit(void **state)
         close(m.fds[i]);
 }
 
+/* Request bodies that stop coming hold no slot for long: 80 connections
+ * (micd's hard limit with --max-connections 64) send a head whose body
+ * micd accepts (100 Continue), then a few bytes of it and nothing more.
+ * Such a connection is never chosen to make room (its request is in
+ * progress), and libmicrohttpd's own timeout is the idle one (10 min
+ * here), so before the body deadline (conns.h) no other client was
+ * served for those 10 minutes; now they are closed at the head deadline
+ * (2 s) and a client is served meanwhile. */
+static int all_shut(void *arg)
+{
+    struct many *m = arg;
+
+    for (int i = 0; i < m->n; i++)
+        if (!closed(&m->fds[i]))
+            return 0;
+    return 1;
+}
+
+static void stalled_bodies_are_closed(void **state)
+{
+    static const char *const args[] = {"--max-connections", "64", "--per-ip-connections", "40",
+                                       "--idle-timeout", "600", "--head-timeout", "2", NULL};
+    static const char head[] = "POST /v1/events HTTP/1.1\r\nHost: x\r\n"
+                               "Content-Type: application/json\r\nContent-Length: 200\r\n"
+                               "Expect: 100-continue\r\n\r\n";
+    struct srv shared = S;
+    struct many m[2] = {{.n = 0}, {.n = 0}};
+    struct resp r;
+
+    (void)state;
+    memset(&S, 0, sizeof S);
+    assert_int_equal(srv_start(&S, args), 0);
+    for (int i = 0; i < 80; i++) {
+        struct many *g = &m[i % 2];
+        int fd = dial(30 + i % 2);
+
+        assert_true(fd >= 0);
+        send_all(fd, head, sizeof head - 1);
+        assert_int_equal(status_line(fd, 20000), 100); /* its body is awaited */
+        send_all(fd, "{\"topic\":", 9);
+        g->fds[g->n++] = fd;
+    }
+    assert_int_equal(http(&S, "GET", "/healthz", NULL, NULL, 0, NULL, &r), 0);
+    assert_int_equal(r.status, 200);
+    resp_free(&r);
+    assert_true(await(all_shut, &m[0], 20000));
+    assert_true(await(all_shut, &m[1], 20000));
+    assert_true(metric("mic_http_connections_closed_total{reason=\"body\"}") >= 80);
+    for (int g = 0; g < 2; g++)
+        for (int i = 0; i < m[g].n; i++)
+            close(m[g].fds[i]);
+    http_thread_done();
+    assert_int_equal(srv_stop(&S), 0);
+    srv_cleanup(&S);
+    S = shared;
+}
+
 /* A head sent one byte at a time is closed at the head deadline (the
  * request line came) or the idle deadline (it did not), while another
  * client is served meanwhile. */
@@ -1120,6 +1177,7 @@ int main(void)
         cmocka_unit_test(idle_connections_make_room),
         cmocka_unit_test(per_address_limit),
         cmocka_unit_test(slow_heads_are_closed),
+        cmocka_unit_test(stalled_bodies_are_closed),
         cmocka_unit_test(nul_in_names),
         cmocka_unit_test(nul_in_request_line),
         cmocka_unit_test(long_url_is_answered),
