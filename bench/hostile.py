@@ -26,7 +26,8 @@ it stops by itself.
 
 Prints a Markdown section on stdout and, with OUT=FILE, puts it into FILE
 between the markers <!-- hostile --> and <!-- /hostile --> (appended when
-FILE has none).  bench/peers.py keeps that section when it rewrites
+FILE has none), keeping the notes between <!-- hostile-notes --> and
+<!-- /hostile-notes --> in the old section.  bench/peers.py keeps that section when it rewrites
 bench/RESULTS.md."""
 import json
 import os
@@ -386,6 +387,12 @@ def main():
     if out:
         old = open(out).read() if os.path.exists(out) else ""
         a, b = old.find("<!-- hostile -->"), old.find("<!-- /hostile -->")
+        # Notes written by hand inside the section (where the time goes)
+        # stay, after the new figures.
+        na, nb = old.find("<!-- hostile-notes -->", a), old.find("<!-- /hostile-notes -->", a)
+        if a >= 0 and b > a and a < na < nb < b:
+            notes = old[na:nb + len("<!-- /hostile-notes -->")]
+            text = text.replace("<!-- /hostile -->", "\n" + notes + "\n<!-- /hostile -->")
         if a >= 0 and b > a:
             new = old[:a] + text + old[b + len("<!-- /hostile -->\n"):]
         else:
