@@ -804,7 +804,8 @@ static enum MHD_Result h_metrics(struct req *r, const char **args)
             "# TYPE mic_http_wakes_total counter\n"
             "mic_http_wakes_total %llu\n",
             cs.open, (unsigned long long)cs.idle_closed, (unsigned long long)cs.head_closed,
-            (unsigned long long)cs.body_closed, (unsigned long long)cs.evicted, (unsigned long long)cs.per_addr_closed,
+            (unsigned long long)cs.body_closed, (unsigned long long)cs.evicted,
+            (unsigned long long)cs.per_addr_closed,
             (unsigned long long)atomic_load(&mhd_complaints), (unsigned long long)ls.resumes,
             (unsigned long long)ls.wakes);
     }

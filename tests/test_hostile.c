@@ -535,9 +535,10 @@ static char deep_req[12000], big_header_req[17000], long_url_req[9500];
  * (group "decoy" on topic "decoy" is their target). */
 static struct bad bads[] = {
     {"bad_json", RAW("POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     "Content-Length: 44\r\n\r\n{\"topic\":\"decoy\",\"event_id\":\"f1\",\"payload\":{"), 0, 0},
-    {"not_an_object", RAW("POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                          "Content-Length: 7\r\n\r\n[1,2,3]"), 0, 0},
+                     "Content-Length: 44\r\n\r\n"
+                     "{\"topic\":\"decoy\",\"event_id\":\"f1\",\"payload\":{"), 0, 0},
+    {"not_an_object", RAW("POST /v1/events HTTP/1.1\r\nHost: x\r\n"
+                          "Content-Type: application/json\r\nContent-Length: 7\r\n\r\n[1,2,3]"), 0, 0},
     {"bad_event_id", RAW("POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                          "Content-Length: 51\r\n\r\n{\"topic\":\"decoy\",\"event_id\":\"bad id!\",\"payload\":{}}"), 0, 0},
     {"nul_in_body", RAW("POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
