@@ -7,8 +7,9 @@
 #   make bench    MIC's own benchmarks: publish (against Redis Streams), claims, ordered, range
 #   make bench-pages  pages written and fdatasyncs per commit for W3 and W4 (strace)
 #   make bench-peers  MIC and Redis, PostgreSQL, NATS, beanstalkd side by side -> bench/RESULTS.md
-#   make bench-hostile  publish/claim p99 with 2,000 idle and 300 slow connections -> bench/RESULTS.md
 #                 (RUNS=N runs per cell, default 3; BIG=1 adds the 10M backlog)
+#   make bench-hostile  publish/claim p99 with 2,000 idle, 300 slow connections and a malformed
+#                 flood at once (RUNS=N runs, default 3) -> bench/RESULTS.md
 #   make bench-workerloop  W3 drained by bench/workers' raw driver, by libmic and by its worker loop
 #   make bench-relay  the outbox: rows/s through 1, 2, 4 mic-relays vs a marking-only poller, relay lag
 #   make deps     install the Debian packages (apt-get update only when something is missing)

@@ -70,7 +70,8 @@ static const struct setting settings[] = {
     {"idle-timeout", C_INT, "75", 1, 86400, F(idle_timeout_s),
      "seconds a connection may wait for its next request, bytes or not (long-polls excepted)"},
     {"head-timeout", C_INT, "10", 1, 3600, F(head_timeout_s),
-     "seconds from a request line to its last header before the connection is closed"},
+     "seconds from a request line to its last header before the connection is closed (and "
+     "for its body, plus 1 s per 64 KiB)"},
     {"http-threads", C_INT, "2", 1, 64, F(http_threads),
      "HTTP threads: each runs a libmicrohttpd daemon on the shared socket"},
     {"writer-queue", C_INT, "65536", 1, 10000000, F(writer_queue),

@@ -39,6 +39,8 @@ struct mic_conn {
     int closing;       /* shut down by us: not chosen again */
     int64_t idle_ms;   /* waiting for a request head since (monotonic) */
     int64_t head_ms;   /* its request line arrived at, 0: none yet */
+    int64_t body_ms;   /* its head was complete at, with its body being read; 0: not */
+    uint64_t body_bytes; /* of that body, received so far */
     struct addr *from; /* NULL: an address we do not count (not IP) */
 };
 
@@ -100,7 +102,17 @@ static void *sweep_main(void *arg)
         int64_t now = mic_mono_ms();
 
         for (struct mic_conn *k = c->head; k; k = k->next) {
-            if (k->busy || k->closing)
+            if (k->closing)
+                continue;
+            if (k->body_ms) {
+                if (now - k->body_ms > c->head_timeout_ms +
+                                       (int64_t)(k->body_bytes * 1000 / MIC_CONNS_BODY_RATE)) {
+                    shut(k);
+                    c->st.body_closed++;
+                }
+                continue;
+            }
+            if (k->busy)
                 continue;
             if (k->head_ms && now - k->head_ms > c->head_timeout_ms) {
                 shut(k);
@@ -268,6 +280,21 @@ void mic_conns_head(mic_conns *c, mic_conn *k)
     pthread_mutex_unlock(&c->lock);
 }
 
+void mic_conns_body(mic_conns *c, mic_conn *k, size_t n)
+{
+    if (!k)
+        return;
+    pthread_mutex_lock(&c->lock);
+    if (!k->body_ms) {
+        k->body_ms = mic_mono_ms();
+        k->body_bytes = 0;
+        k->busy = 1;
+        k->head_ms = 0;
+    }
+    k->body_bytes += n;
+    pthread_mutex_unlock(&c->lock);
+}
+
 void mic_conns_busy(mic_conns *c, mic_conn *k, int busy)
 {
     if (!k)
@@ -275,6 +302,7 @@ void mic_conns_busy(mic_conns *c, mic_conn *k, int busy)
     pthread_mutex_lock(&c->lock);
     k->busy = busy;
     k->head_ms = 0;
+    k->body_ms = 0;
     if (!busy) {
         k->idle_ms = mic_mono_ms();
         unlink_conn(c, k); /* idle again: the most recently idle */

@@ -41,6 +41,7 @@
 #include <pthread.h>
 #include <openssl/rand.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +106,9 @@ struct req {
     char *path;      /* for the audit log (only with one), cut at 255 bytes */
     int audited;     /* its audit line is written (when answered, or at the end) */
     int close;       /* answer with Connection: close */
+    int complete;    /* the whole request arrived (conns told: busy) */
+    const char *uri_end; /* the request target's first NUL byte in libmicrohttpd's
+                          * buffer, as uri_log saw it (request_line_cut) */
     /* The request's API key (NULL: not authenticated), inside 'keys', the
      * set it was found in, of which the request holds a reference (a
      * reload may replace the set meanwhile). */
@@ -786,11 +790,13 @@ static enum MHD_Result h_metrics(struct req *r, const char **args)
             "# TYPE mic_http_connections gauge\n"
             "mic_http_connections %d\n"
             "# HELP mic_http_connections_closed_total Connections micd closed: idle past the idle "
-            "timeout, a request head past the head timeout, the longest idle when a client "
-            "came over --max-connections, or a new one over --per-ip-connections.\n"
+            "timeout, a request head past the head timeout, a request body past the head timeout "
+            "(plus 1 s per 64 KiB of it), the longest idle when a client came over "
+            "--max-connections, or a new one over --per-ip-connections.\n"
             "# TYPE mic_http_connections_closed_total counter\n"
             "mic_http_connections_closed_total{reason=\"idle\"} %llu\n"
             "mic_http_connections_closed_total{reason=\"head\"} %llu\n"
+            "mic_http_connections_closed_total{reason=\"body\"} %llu\n"
             "mic_http_connections_closed_total{reason=\"evicted\"} %llu\n"
             "mic_http_connections_closed_total{reason=\"per_address\"} %llu\n"
             "# HELP mic_http_protocol_errors_total Complaints of libmicrohttpd about "
@@ -806,7 +812,8 @@ static enum MHD_Result h_metrics(struct req *r, const char **args)
             "# TYPE mic_http_wakes_total counter\n"
             "mic_http_wakes_total %llu\n",
             cs.open, (unsigned long long)cs.idle_closed, (unsigned long long)cs.head_closed,
-            (unsigned long long)cs.evicted, (unsigned long long)cs.per_addr_closed,
+            (unsigned long long)cs.body_closed, (unsigned long long)cs.evicted,
+            (unsigned long long)cs.per_addr_closed,
             (unsigned long long)atomic_load(&mhd_complaints), (unsigned long long)ls.resumes,
             (unsigned long long)ls.wakes);
     }
@@ -1150,6 +1157,40 @@ static int framing_ambiguous(struct MHD_Connection *conn)
     return f.differ || (f.chunked && f.lengths);
 }
 
+/* libmicrohttpd 0.9 hands the request line's method, target and version
+ * over as C strings, each cut at the first NUL byte in it: unchecked,
+ * "DELETE /v1/groups/a\0b" deletes group a and "PUT\0X /v1/topics/t" is a
+ * PUT (the %00 of a percent-encoded target is unescape's concern).  A NUL
+ * is never part of a valid request line (RFC 9112 section 3), so 1 here
+ * refuses the line.  This reads 0.9's parse of the line, in place in its
+ * buffer: "METHOD\0 [spaces]TARGET\0VERSION", the separators overwritten
+ * with NULs, 'url' and 'version' pointing into it, and uri_log called on
+ * the target before anything else in it changes (r->uri_end).  When the
+ * pointers are not laid out so (no version: HTTP/0.9, which 0.9 refuses
+ * itself; another libmicrohttpd), nothing is checked. */
+static int request_line_cut(const struct req *r, const char *method, const char *url,
+                            const char *version)
+{
+#if MHD_VERSION < 0x01000000
+    uintptr_t m = (uintptr_t)method, u = (uintptr_t)url, v = (uintptr_t)version;
+    const char *p;
+
+    if (!(m < u && u < v && v - m < 65536))
+        return 0;
+    for (p = method + strlen(method) + 1; p < url && *p == ' '; p++)
+        ;
+    if (p != url)
+        return 1; /* more method after a NUL */
+    return r->uri_end && r->uri_end != version - 1;
+#else
+    (void)r;
+    (void)method;
+    (void)url;
+    (void)version;
+    return 0;
+#endif
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
                                const char *url, const char *method,
                                const char *version, const char *upload,
@@ -1159,10 +1200,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
     struct req *r = *con_cls;
     struct mic_error e;
 
-    (void)version;
-    if (!r) {
+    if (!r || !r->h) { /* its first call (r from uri_log, or NULL) */
         const char *cl;
-        if (!(r = calloc(1, sizeof *r)))
+        if (!r && !(r = calloc(1, sizeof *r)))
             return MHD_NO;
         r->h = h;
         r->conn = conn;
@@ -1175,7 +1215,18 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
         snprintf(r->method, sizeof r->method, "%s", method);
         if (h->audit_fd >= 0)
             r->path = strndup(url, 255);
-        mic_conns_busy(h->conns, conn_of(conn), 1);
+        /* The head is complete: the body deadline until the request is
+         * (conns.h), refused here or not (libmicrohttpd may still read
+         * the body it was sent to discard it). */
+        mic_conns_body(h->conns, conn_of(conn), 0);
+        if (request_line_cut(r, method, url, version)) {
+            mic_error_set(&e, MIC_EPARSE, "bad_request", NULL,
+                          "a NUL byte in the request line");
+            atomic_store(&r->state, RS_DONE);
+            r->too_big = 1; /* no body is read into memory */
+            r->close = 1;
+            return send_error(r, &e);
+        }
         if (framing_ambiguous(conn)) {
             /* Behind a proxy, two lengths (or a length and chunks) let
              * one side read a second request where the other sees a
@@ -1213,6 +1264,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
     if (*upload_size) {
         size_t n = *upload_size;
         *upload_size = 0;
+        mic_conns_body(h->conns, conn_of(conn), n);
         if (r->too_big || r->len + n > h->cfg->max_body) {
             r->too_big = 1;
             return MHD_YES;
@@ -1231,6 +1283,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
         r->len += n;
         r->body[r->len] = 0;
         return MHD_YES;
+    }
+    if (!r->complete) { /* all of it arrived: no deadline until answered */
+        r->complete = 1;
+        mic_conns_busy(h->conns, conn_of(conn), 1);
     }
     switch (atomic_load(&r->state)) {
     case RS_DONE:
@@ -1312,6 +1368,11 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)toe;
     if (!r)
         return;
+    if (!r->h) { /* uri_log's, never handled (the head never completed) */
+        free(r);
+        *con_cls = NULL;
+        return;
+    }
     audit(cls, r); /* one that was never answered (logged once) */
     mic_conns_busy(((mic_http *)cls)->conns, conn_of(conn), 0);
     switch (r->kind) {
@@ -1362,14 +1423,19 @@ static void notify_connection(void *cls, struct MHD_Connection *conn, void **soc
 }
 
 /* The request line arrived: its head deadline starts.  The value becomes
- * the request's first con_cls: NULL, as handler() wants it. */
+ * the request's first con_cls: a struct req that only knows where the
+ * target's first NUL is (request_line_cut; NULL when out of memory, and
+ * handler() makes one), which handler() fills in at its first call or
+ * completed() frees. */
 static void *uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     mic_http *h = cls;
+    struct req *r = calloc(1, sizeof *r);
 
-    (void)uri;
     mic_conns_head(h->conns, conn_of(conn));
-    return NULL;
+    if (r && uri)
+        r->uri_end = uri + strlen(uri);
+    return r;
 }
 
 static int hexv(char c)
