@@ -633,6 +633,13 @@ static int rec_decode(uint64_t seq, const MDB_val *v, struct mic_rec *r)
     return MIC_OK;
 }
 
+int mic_rec_decode(uint64_t seq, const void *val, size_t len, struct mic_rec *r)
+{
+    MDB_val v = {len, (void *)val};
+
+    return rec_decode(seq, &v, r);
+}
+
 int mic_store_log_get(mic_txn *t, uint64_t seq, struct mic_rec *r)
 {
     uint8_t kb[8];

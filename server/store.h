@@ -161,6 +161,12 @@ int mic_store_log_put(mic_txn *t, const struct mic_rec *r);
 int mic_store_log_get(mic_txn *t, uint64_t seq, struct mic_rec *r);
 /* Number of records in the log. */
 int mic_store_log_count(mic_txn *t, uint64_t *n);
+/* Decode the stored log record 'val' (len bytes, as LMDB holds it) of
+ * 'seq' into 'r' (r->json points into 'val': valid as long as it is).
+ * Returns MIC_OK, or MIC_EIO when the bytes do not decode (too short, an
+ * unknown record format).  No allocation, no store access: the fuzz
+ * target tests/fuzz/fuzz_record.c calls it on arbitrary bytes. */
+int mic_rec_decode(uint64_t seq, const void *val, size_t len, struct mic_rec *r);
 
 /* ---- Event ids ---- */
 
