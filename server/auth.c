@@ -359,6 +359,11 @@ int mic_keys_count(const mic_keys *k)
     return k ? k->n : 0;
 }
 
+const struct mic_key *mic_keys_at(const mic_keys *k, int i)
+{
+    return k && i >= 0 && i < k->n ? &k->keys[i] : NULL;
+}
+
 const struct mic_key *mic_keys_find(const mic_keys *k, const char *secret, size_t len)
 {
     unsigned char h[SHA256_DIGEST_LENGTH];

@@ -70,6 +70,9 @@ void mic_keys_free(mic_keys *k);
 mic_keys *mic_keys_ref(mic_keys *k);
 /* How many keys 'k' holds. */
 int mic_keys_count(const mic_keys *k);
+/* The i-th key of 'k' in file order (0 <= i < mic_keys_count(k)), or
+ * NULL out of range; valid while a reference to k is held. */
+const struct mic_key *mic_keys_at(const mic_keys *k, int i);
 
 /* The key whose secret is 'secret' (len bytes), or NULL.  Every key's
  * hash is compared, each in constant time, whichever matches.  The
