@@ -457,6 +457,10 @@ static int fast(mic_jdoc *d, const char *body, size_t len)
             ((p[3] >= '8' && p[3] <= '9') || (p[3] >= 'a' && p[3] <= 'f') ||
              (p[3] >= 'A' && p[3] <= 'F')))
             return 0;
+    /* yajl's lexer takes \v and \f for whitespace, JSON does not (and a
+     * raw one inside a string is refused by both): jansson's to judge. */
+    if (memchr(body, '\v', len) || memchr(body, '\f', len))
+        return 0;
     if (!(h = yajl_alloc(&y_callbacks, NULL, d)))
         return -1;
     d->yh = h;

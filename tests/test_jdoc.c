@@ -217,6 +217,8 @@ static void edge_texts_agree(void **state)
          * literal or number, whitespace */
         "{\"payload\":1}\"payload", "{\"a\":1}\"}", "[1] \"", "[1]\"\\", "{}\"\\u12",
         "[1]tru", "[1] 12", "[1]-", "{\"a\":1} \t\r\n", "[[]]\n",
+        /* \v and \f: whitespace to yajl, not to JSON (found by fuzz_event) */
+        "{\"a\":1,\v\"b\":2}", "[1\f]", "\v[1]", "[1]\f", "[\"a\vb\"]", "[\"a\fb\"]",
     };
 
     (void)state;
