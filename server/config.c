@@ -170,10 +170,14 @@ static int apply(struct mic_config *c, const struct setting *s,
         else
             goto bad;
         return 0;
-    case C_LOGLEVEL:
-        if ((*(int *)field = mic_log_level_parse(v)) < 0)
-            goto bad;
+    case C_LOGLEVEL: {
+        int level = mic_log_level_parse(v);
+
+        if (level < 0)
+            goto bad; /* the field keeps its value */
+        *(int *)field = level;
         return 0;
+    }
     }
 bad:
     snprintf(err, errlen, "invalid value for %s: '%s'", s->name, v);

@@ -329,6 +329,16 @@ static void durability_and_log_level(void **state)
     load_one(f, "log-level", "error", 1, 1);
     assert_int_equal(f->c.log_level, MIC_LOG_ERROR);
     load_one(f, "log-level", "loud", 0, 0);
+    /* a refused line leaves the setting as it was (found by fuzz_config) */
+    {
+        struct mic_config c = f->c;
+        char err[128];
+
+        c.log_level = MIC_LOG_WARN;
+        assert_int_equal(mic_config_parse(&c, "log-level = loud\n", 17, "mem", err, sizeof err),
+                         MIC_EINVAL);
+        assert_int_equal(c.log_level, MIC_LOG_WARN);
+    }
 }
 
 /* ---- Config file ---- */
