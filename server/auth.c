@@ -259,8 +259,10 @@ int mic_keys_parse(const char *text, size_t len, mic_keys **out, char *why, size
     int line = 0, cap = 0;
 
     *out = NULL;
-    if (!k)
+    if (!k) {
+        snprintf(why, whylen, "no memory for the keys");
         return MIC_ENOMEM;
+    }
     atomic_init(&k->refs, 1);
     while (i < len) {
         size_t e = i, b;
@@ -295,6 +297,7 @@ int mic_keys_parse(const char *text, size_t len, mic_keys **out, char *why, size
                 struct mic_key *nk = realloc(k->keys, (size_t)(cap ? cap * 2 : 8) * sizeof *nk);
 
                 if (!nk) {
+                    snprintf(why, whylen, "line %d: no memory for the keys", line);
                     mic_keys_free(k);
                     return MIC_ENOMEM;
                 }
