@@ -89,6 +89,12 @@ build/san/jgen.o: tests/jgen.c tests/jgen.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
 build/san/pgfx.o: tests/pgfx.c tests/pgfx.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(TCFLAGS) -c $< -o $@
+# test_oom fails allocations: micd's objects are linked with their malloc,
+# calloc, realloc, free, strdup and strndup going to the test's wrappers
+# (tests/test_oom.c says how jansson's are routed there too).
+OOM_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free,--wrap=strdup,--wrap=strndup
+build/san/test_oom: tests/test_oom.c $(SAN_OBJ) $(LMDB_A)
+	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver $< $(SAN_OBJ) -o $@ $(OOM_WRAP) $(PKGLIBS) $(TLIBS)
 # Test binaries link micd's objects (unit tests) and libmic (the harness's
 # HTTP, and the libmic tests).
 build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) $(KIT) tests/harness.h tests/claimkit.h tests/procfx.h tests/jgen.h tests/pgfx.h $(LMDB_A) build/san/libmic.a
