@@ -115,6 +115,8 @@ FUZZ_TARGETS  := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c
 FUZZ_BINS     := $(FUZZ_TARGETS:%=build/fuzz/fuzz_%)
 FUZZ_SECONDS  ?= 60
 FUZZ_CHECK_SECONDS ?= 8
+# (named only by a pattern rule, they would be deleted as intermediates)
+.SECONDARY: $(FUZZ_OBJ)
 build/fuzz/obj/%.o: server/%.c server/*.h
 	@mkdir -p build/fuzz/obj
 	$(FUZZ_CC) $(FUZZ_WARN) -O1 -fsanitize=fuzzer-no-link $(FUZZ_SAN) $(PKGCFLAGS) -c $< -o $@
