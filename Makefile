@@ -2,8 +2,8 @@
 #
 #   make          build build/micd, build/mic, build/mic-events-replay and build/mic-relay (optimised)
 #   make run      install what is missing, build, start micd on 127.0.0.1:8080, store in ./var
-#   make test     install what is missing, build with ASan+UBSan, run every test and the
-#                 peer benchmark at tiny sizes (SMOKE=1)
+#   make test     install what is missing, build with ASan+UBSan, run every test, each fuzz
+#                 target for a few seconds and the peer benchmark at tiny sizes (SMOKE=1)
 #   make bench    MIC's own benchmarks: publish (against Redis Streams), claims, ordered, range
 #   make bench-pages  pages written and fdatasyncs per commit for W3 and W4 (strace)
 #   make bench-peers  MIC and Redis, PostgreSQL, NATS, beanstalkd side by side -> bench/RESULTS.md
@@ -12,6 +12,8 @@
 #                 flood at once (RUNS=N runs, default 3) -> bench/RESULTS.md
 #   make bench-workerloop  W3 drained by bench/workers' raw driver, by libmic and by its worker loop
 #   make bench-relay  the outbox: rows/s through 1, 2, 4 mic-relays vs a marking-only poller, relay lag
+#   make fuzz     each libFuzzer target of tests/fuzz/ for FUZZ_SECONDS (default 60); make check
+#                 runs them FUZZ_CHECK_SECONDS (default 8) each
 #   make deps     install the Debian packages (apt-get update only when something is missing)
 #   make fault-crash  T1 of tests/fault: 20 SIGKILL/restart cycles under load, then the checker
 #   make fault-power  T2/T3: 25 power cuts rebuilt from the recorded syncs, I/O error scenarios
@@ -27,7 +29,7 @@ RPKGS   := jansson libcrypto libnats
 DEBS    := build-essential pkg-config e2fsprogs mount util-linux libmicrohttpd-dev liblmdb-dev lmdb-utils \
            libjansson-dev libyajl-dev libssl-dev libcmocka-dev libcurl4-openssl-dev curl libpq-dev \
            procps libnats-dev nats-server clickhouse-server clickhouse-client \
-           prometheus python3 openssl libpq-dev faketime
+           prometheus python3 openssl libpq-dev faketime clang libclang-rt-14-dev
 WARN    := -std=c11 -Wall -Wextra -Werror -Wformat=2 -g
 SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 PKGCFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -53,7 +55,7 @@ UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
 KIT     := build/san/claimkit.o build/san/procfx.o build/san/jgen.o build/san/pgfx.o
 
-.PHONY: all examples install check-install run test check deps fault-crash soak-crash bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke bench-workerloop bench-relay peer-deps clean
+.PHONY: all examples install check-install run test check deps fault-crash soak-crash fuzz fuzz-seeds bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke bench-workerloop bench-relay peer-deps clean
 all: build/micd build/mic-events-replay build/mic build/mic-relay build/libmic.a build/libmic.so
 
 deps:
@@ -92,6 +94,12 @@ build/san/jgen.o: tests/jgen.c tests/jgen.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
 build/san/pgfx.o: tests/pgfx.c tests/pgfx.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(TCFLAGS) -c $< -o $@
+# test_oom fails allocations: micd's objects are linked with their malloc,
+# calloc, realloc, free, strdup and strndup going to the test's wrappers
+# (tests/test_oom.c says how jansson's are routed there too).
+OOM_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free,--wrap=strdup,--wrap=strndup
+build/san/test_oom: tests/test_oom.c $(SAN_OBJ) $(LMDB_A)
+	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver $< $(SAN_OBJ) -o $@ $(OOM_WRAP) $(PKGLIBS) $(TLIBS)
 # Test binaries link micd's objects (unit tests) and libmic (the harness's
 # HTTP, and the libmic tests).
 build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) $(KIT) tests/harness.h tests/claimkit.h tests/procfx.h tests/jgen.h tests/pgfx.h $(LMDB_A) build/san/libmic.a
@@ -115,6 +123,40 @@ fault-crash: build/san/crashloop $(FAULT_MICD)
 	build/san/crashloop --micd $(FAULT_MICD) --cycles 20 --log-dir build/fault/crash
 soak-crash: build/san/crashloop $(FAULT_MICD)
 	build/san/crashloop --micd $(FAULT_MICD) --cycles 500 --log-dir build/fault/soak-crash
+
+# Fuzzing (tests/fuzz/README.md): libFuzzer targets built with clang.
+# micd's objects are compiled again into build/fuzz/obj with coverage for
+# the fuzzer (fuzzer-no-link) and ASan+UBSan; each target links them and
+# the libFuzzer runtime.  tests/fuzz/run.sh writes what it finds under
+# build/fuzz/ only (the committed seeds in tests/fuzz/corpus/ are read).
+FUZZ_CC       ?= clang
+FUZZ_SAN      := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+# clang's -Wformat=2 also flags the vsnprintf of libmicrohttpd's logger
+# callback (routes.c: the format is MHD's), which gcc accepts.
+FUZZ_WARN     := $(WARN) -Wno-format-nonliteral
+FUZZ_OBJ      := $(SRV_SRC:server/%.c=build/fuzz/obj/%.o)
+FUZZ_TARGETS  := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BINS     := $(FUZZ_TARGETS:%=build/fuzz/fuzz_%)
+FUZZ_SECONDS  ?= 60
+FUZZ_CHECK_SECONDS ?= 8
+# (named only by a pattern rule, they would be deleted as intermediates)
+.SECONDARY: $(FUZZ_OBJ)
+build/fuzz/obj/%.o: server/%.c server/*.h
+	@mkdir -p build/fuzz/obj
+	$(FUZZ_CC) $(FUZZ_WARN) -O1 -fsanitize=fuzzer-no-link $(FUZZ_SAN) $(PKGCFLAGS) -c $< -o $@
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_OBJ) $(LMDB_A)
+	$(FUZZ_CC) $(FUZZ_WARN) -O1 -fsanitize=fuzzer $(FUZZ_SAN) $(PKGCFLAGS) -Iserver $< $(FUZZ_OBJ) -o $@ $(PKGLIBS)
+fuzz: deps $(FUZZ_BINS)
+	tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+# The seed corpora: tests/fuzz/make_seeds.py writes the hand-made ones,
+# gen_records the record target's (records made by the store's encoder).
+build/fuzz/gen_records: tests/fuzz/gen_records.c $(SAN_OBJ) $(LMDB_A)
+	@mkdir -p build/fuzz
+	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) -Iserver $< $(SAN_OBJ) -o $@ $(PKGLIBS)
+fuzz-seeds: build/fuzz/gen_records
+	tests/fuzz/make_seeds.py
+	mkdir -p tests/fuzz/corpus/record
+	build/fuzz/gen_records tests/fuzz/corpus/record
 
 # libmic (client/mic.h): the one HTTP/JSON client.  build/libmic.a and
 # build/libmic.so (position-independent objects), build/san/libmic.a for
@@ -238,7 +280,7 @@ check-install: all build/libmic.pc
 check: check-install build/san/micd build/san/mic-events-replay build/san/mic build/san/mic-relay $(UNIT) \
        $(EXAMPLES:%=build/san/examples/%) $(EXAMPLES:%=build/examples/%) \
        build/micd build/loadgen build/workers build/rangeread $(PEER_DRIVERS) \
-       build/mic-relay build/outbox_poller build/san/crashloop
+       build/mic-relay build/outbox_poller build/san/crashloop $(FUZZ_BINS)
 	tests/check-layers.sh
 	MICD=build/san/micd MIC_REPLAY=build/san/mic-events-replay MIC_CLI=build/san/mic \
 	    tests/run.sh $(UNIT)
@@ -246,6 +288,9 @@ check: check-install build/san/micd build/san/mic-events-replay build/san/mic bu
 	$(MAKE) --no-print-directory fault-crash
 	@# T2 and T3: power cuts rebuilt from the recorded syncs, injected I/O errors
 	$(MAKE) --no-print-directory fault-power
+	@# T7: each fuzz target for FUZZ_CHECK_SECONDS (make fuzz runs them longer);
+	@# a crash, leak or sanitizer report fails the build
+	tests/fuzz/run.sh $(FUZZ_CHECK_SECONDS) $(FUZZ_TARGETS)
 	@# the peer harness at tiny sizes (make bench-smoke), against MIC and
 	@# real redis-server, postgres, nats-server and beanstalkd
 	SMOKE=1 OUT=build/RESULTS-smoke.md bench/peers.py > build/bench-smoke.log 2>&1 || \
@@ -359,5 +404,5 @@ fault-power: $(FAULT_POWER)
 # make soak: 240 cuts.
 soak-power: $(FAULT_POWER)
 	build/fault/powercut --cuts 240 --ms 6000 --none-cuts 10
-soak: soak-crash soak-power
+soak: soak-crash soak-power fuzz
 .PHONY: fault-power soak-power soak

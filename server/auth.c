@@ -259,8 +259,10 @@ int mic_keys_parse(const char *text, size_t len, mic_keys **out, char *why, size
     int line = 0, cap = 0;
 
     *out = NULL;
-    if (!k)
+    if (!k) {
+        snprintf(why, whylen, "no memory for the keys");
         return MIC_ENOMEM;
+    }
     atomic_init(&k->refs, 1);
     while (i < len) {
         size_t e = i, b;
@@ -295,6 +297,7 @@ int mic_keys_parse(const char *text, size_t len, mic_keys **out, char *why, size
                 struct mic_key *nk = realloc(k->keys, (size_t)(cap ? cap * 2 : 8) * sizeof *nk);
 
                 if (!nk) {
+                    snprintf(why, whylen, "line %d: no memory for the keys", line);
                     mic_keys_free(k);
                     return MIC_ENOMEM;
                 }
@@ -357,6 +360,11 @@ void mic_keys_free(mic_keys *k)
 int mic_keys_count(const mic_keys *k)
 {
     return k ? k->n : 0;
+}
+
+const struct mic_key *mic_keys_at(const mic_keys *k, int i)
+{
+    return k && i >= 0 && i < k->n ? &k->keys[i] : NULL;
 }
 
 const struct mic_key *mic_keys_find(const mic_keys *k, const char *secret, size_t len)

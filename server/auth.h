@@ -10,7 +10,7 @@
  *
  * Errors: mic_keys_parse and mic_keys_load return MIC_OK, MIC_EINVAL (a bad
  * line: 'why' names it), MIC_EIO (the file cannot be read: 'why' says so)
- * or MIC_ENOMEM.  Nothing else here fails. */
+ * or MIC_ENOMEM ('why' says so too).  Nothing else here fails. */
 #ifndef MIC_AUTH_H
 #define MIC_AUTH_H
 
@@ -58,7 +58,7 @@ typedef struct mic_keys mic_keys;
 
 /* Parse a keys file's text (len bytes).  MIC_OK with *out (the caller's:
  * mic_keys_free; a file without keys gives an empty set), MIC_EINVAL with
- * "line N: reason" in 'why' (whylen bytes), MIC_ENOMEM. */
+ * "line N: reason" in 'why' (whylen bytes), MIC_ENOMEM (with a 'why'). */
 int mic_keys_parse(const char *text, size_t len, mic_keys **out, char *why, size_t whylen);
 /* Read and parse the file at 'path': as mic_keys_parse, plus MIC_EIO. */
 int mic_keys_load(const char *path, mic_keys **out, char *why, size_t whylen);
@@ -70,6 +70,9 @@ void mic_keys_free(mic_keys *k);
 mic_keys *mic_keys_ref(mic_keys *k);
 /* How many keys 'k' holds. */
 int mic_keys_count(const mic_keys *k);
+/* The i-th key of 'k' in file order (0 <= i < mic_keys_count(k)), or
+ * NULL out of range; valid while a reference to k is held. */
+const struct mic_key *mic_keys_at(const mic_keys *k, int i);
 
 /* The key whose secret is 'secret' (len bytes), or NULL.  Every key's
  * hash is compared, each in constant time, whichever matches.  The

@@ -3,9 +3,16 @@
  * Each row names a setting once: its flag, type, default, bounds, help and
  * the field of struct mic_config it fills.  Defaults are applied by parsing
  * the default text through the same path as user input, so `--help` prints
- * exactly what is used. */
+ * exactly what is used.
+ *
+ * The config file is read whole (at most CONFIG_FILE_MAX bytes) and parsed
+ * from memory by mic_config_parse, which tests/fuzz/fuzz_config.c and
+ * tests/test_oom.c call directly: a line may be of any length (a long
+ * comment is one comment, never split into a second line that would be
+ * read as a setting), and a NUL byte is refused. */
 #define _POSIX_C_SOURCE 200809L
 #include "config.h"
+#include "buf.h"
 #include "err.h"
 
 #include "log.h"
@@ -31,6 +38,7 @@ struct setting {
 #define MiB (1024ull * KiB)
 #define GiB (1024ull * MiB)
 #define TiB (1024ull * GiB)
+#define CONFIG_FILE_MAX (1024 * 1024)
 
 static const struct setting settings[] = {
     {"listen", C_STR, "127.0.0.1:8080", 0, 0, F(listen),
@@ -163,10 +171,14 @@ static int apply(struct mic_config *c, const struct setting *s,
         else
             goto bad;
         return 0;
-    case C_LOGLEVEL:
-        if ((*(int *)field = mic_log_level_parse(v)) < 0)
-            goto bad;
+    case C_LOGLEVEL: {
+        int level = mic_log_level_parse(v);
+
+        if (level < 0)
+            goto bad; /* the field keeps its value */
+        *(int *)field = level;
         return 0;
+    }
     }
 bad:
     snprintf(err, errlen, "invalid value for %s: '%s'", s->name, v);
@@ -186,48 +198,94 @@ static char *trim(char *s)
     return s;
 }
 
+/* One line of a config file (NUL-terminated, trimmed in place). */
+static int parse_line(struct mic_config *c, char *line, const char *name, int lineno,
+                      char *err, size_t errlen)
+{
+    char *p = trim(line), *eq, *k, *v;
+    const struct setting *s;
+
+    if (*p == 0 || *p == '#')
+        return 0;
+    if (!(eq = strchr(p, '='))) {
+        snprintf(err, errlen, "%s:%d: expected name = value", name, lineno);
+        return -1;
+    }
+    *eq = 0;
+    k = trim(p);
+    v = trim(eq + 1);
+    if (!(s = find(k, strlen(k)))) {
+        snprintf(err, errlen, "%s:%d: unknown setting '%.64s'", name, lineno, k);
+        return -1;
+    }
+    return apply(c, s, v, err, errlen);
+}
+
+int mic_config_parse(struct mic_config *c, const char *text, size_t len, const char *name,
+                     char *err, size_t errlen)
+{
+    char *copy, *p, *end;
+    int lineno = 0, rc = MIC_OK;
+
+    const char *nul = len ? memchr(text, 0, len) : NULL;
+
+    if (nul) {
+        for (const char *q = text; q < nul; q++)
+            lineno += *q == '\n';
+        snprintf(err, errlen, "%s:%d: a NUL byte", name, lineno + 1);
+        return MIC_EINVAL;
+    }
+    if (!(copy = malloc(len + 1))) {
+        snprintf(err, errlen, "no memory to read %s", name);
+        return MIC_ENOMEM;
+    }
+    memcpy(copy, text, len);
+    copy[len] = 0;
+    for (p = copy, end = copy + len; p < end && rc == MIC_OK; p++) {
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+
+        if (nl)
+            *nl = 0;
+        else
+            nl = end;
+        if (parse_line(c, p, name, ++lineno, err, errlen))
+            rc = MIC_EINVAL;
+        p = nl;
+    }
+    free(copy);
+    return rc;
+}
+
 static int load_file(struct mic_config *c, const char *path, char *err,
                      size_t errlen)
 {
-    char line[1024];
-    int lineno = 0, rc = 0;
-    FILE *f = fopen(path, "r");
+    struct mic_buf b;
+    int rc;
 
-    if (!f) {
-        snprintf(err, errlen, "cannot open config file %s: %s", path,
-                 strerror(errno));
-        return -1;
+    mic_buf_init(&b);
+    switch ((rc = mic_buf_read_file(&b, path, CONFIG_FILE_MAX))) {
+    case MIC_OK:
+        rc = mic_config_parse(c, b.p ? b.p : "", b.len, path, err, errlen);
+        break;
+    case MIC_ETOOBIG:
+        snprintf(err, errlen, "config file %s is larger than 1 MiB", path);
+        rc = MIC_EINVAL;
+        break;
+    case MIC_EIO:
+        snprintf(err, errlen, "cannot open config file %s: %s", path, strerror(errno));
+        break;
+    default:
+        snprintf(err, errlen, "no memory to read config file %s", path);
     }
-    while (rc == 0 && fgets(line, sizeof line, f)) {
-        char *p = trim(line), *eq, *k, *v;
-        const struct setting *s;
-
-        lineno++;
-        if (*p == 0 || *p == '#')
-            continue;
-        eq = strchr(p, '=');
-        if (!eq) {
-            snprintf(err, errlen, "%s:%d: expected name = value", path, lineno);
-            rc = -1;
-            break;
-        }
-        *eq = 0;
-        k = trim(p);
-        v = trim(eq + 1);
-        if (!(s = find(k, strlen(k)))) {
-            snprintf(err, errlen, "%s:%d: unknown setting '%s'", path, lineno, k);
-            rc = -1;
-        } else {
-            rc = apply(c, s, v, err, errlen);
-        }
-    }
-    fclose(f);
+    mic_buf_fini(&b);
     return rc;
 }
 
 int mic_config_load(struct mic_config *c, int argc, char **argv, char *err,
                     size_t errlen)
 {
+    int rc;
+
     memset(c, 0, sizeof *c);
     for (size_t i = 0; i < NSETTINGS; i++)
         if (apply(c, &settings[i], settings[i].def, err, errlen))
@@ -240,8 +298,8 @@ int mic_config_load(struct mic_config *c, int argc, char **argv, char *err,
                 snprintf(err, errlen, "--config needs a file");
                 return MIC_EINVAL;
             }
-            if (load_file(c, path, err, errlen))
-                return MIC_EINVAL;
+            if ((rc = load_file(c, path, err, errlen)))
+                return rc == MIC_ENOMEM ? MIC_ENOMEM : MIC_EINVAL;
         }
     }
     for (int i = 1; i < argc; i++) {

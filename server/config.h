@@ -42,9 +42,22 @@ struct mic_config {
  * any), then the flags in argv.  Returns MIC_OK (c->help set when --help
  * was given: the usage is printed on stdout), or MIC_EINVAL with a
  * one-line message in 'err' (errlen bytes, NUL-terminated) for a bad flag,
- * value or file line. */
+ * value, file line or a file that cannot be read (or is over 1 MiB), or
+ * MIC_ENOMEM (with a message). */
 int mic_config_load(struct mic_config *c, int argc, char **argv,
                     char *err, size_t errlen);
+
+/* Apply the text of a config file ('len' bytes, any bytes but NUL) to 'c',
+ * on top of what 'c' holds: lines of `name = value` separated by LF (a CR
+ * before it is trimmed, like spaces and tabs around names and values);
+ * blank lines and lines whose first non-blank is '#' are skipped; a line
+ * may be of any length.  'name' names the file in messages.  Returns
+ * MIC_OK, MIC_EINVAL with a one-line message in 'err' ("NAME:LINE: ..."
+ * for a line without '=', an unknown setting or a NUL byte; "invalid value
+ * for SETTING: ..." for a bad value; 'c' then holds the lines before it),
+ * or MIC_ENOMEM (one copy of the text is made, and freed). */
+int mic_config_parse(struct mic_config *c, const char *text, size_t len, const char *name,
+                     char *err, size_t errlen);
 
 /* Print the flags with their defaults and bounds. */
 void mic_config_usage(FILE *f);

@@ -49,6 +49,9 @@ struct mic_jdoc {
     int give_up, oom, busy;
     int own;                  /* a second document of the thread: freed at fini */
     int max_depth;            /* deepest nesting the fast path takes */
+    yajl_handle yh;           /* the fast path's parser while it parses */
+    size_t end;               /* bytes up to the end of the top value */
+    size_t len;               /* the text's length */
 };
 
 /* The thread's document: its buffers are kept between requests and freed
@@ -355,9 +358,19 @@ static int y_start_array(void *ctx)
     return y_open(ctx, MIC_JARRAY);
 }
 
+/* The end of the top-level value is noted (yajl's offset during a
+ * callback is just past the token being handled): fast() checks that only
+ * whitespace follows, since yajl accepts a text that goes on with an
+ * unterminated string ({"a":1}"x), which jansson refuses. */
 static int y_end(void *ctx)
 {
-    return close_container(ctx) == 0;
+    mic_jdoc *d = ctx;
+
+    if (close_container(d))
+        return 0;
+    if (d->depth == 0)
+        d->end = d->yh ? yajl_get_bytes_consumed(d->yh) : d->len;
+    return 1;
 }
 
 static const yajl_callbacks y_callbacks = {
@@ -444,15 +457,26 @@ static int fast(mic_jdoc *d, const char *body, size_t len)
             ((p[3] >= '8' && p[3] <= '9') || (p[3] >= 'a' && p[3] <= 'f') ||
              (p[3] >= 'A' && p[3] <= 'F')))
             return 0;
+    /* yajl's lexer takes \v and \f for whitespace, JSON does not (and a
+     * raw one inside a string is refused by both): jansson's to judge. */
+    if (memchr(body, '\v', len) || memchr(body, '\f', len))
+        return 0;
     if (!(h = yajl_alloc(&y_callbacks, NULL, d)))
         return -1;
-    ok = yajl_parse(h, (const unsigned char *)body, len) == yajl_status_ok &&
-         yajl_complete_parse(h) == yajl_status_ok;
+    d->yh = h;
+    d->end = 0;
+    d->len = len;
+    ok = yajl_parse(h, (const unsigned char *)body, len) == yajl_status_ok;
+    d->yh = NULL; /* a value closed while finishing ends the text */
+    ok = ok && yajl_complete_parse(h) == yajl_status_ok;
     yajl_free(h);
     if (d->oom)
         return -1;
-    if (!ok || d->give_up || d->depth || d->n < 2)
+    if (!ok || d->give_up || d->depth || d->n < 2 || d->end == 0 || d->end > len)
         return 0;
+    for (size_t i = d->end; i < len; i++)
+        if (body[i] != ' ' && body[i] != '\t' && body[i] != '\n' && body[i] != '\r')
+            return 0; /* something after the value: jansson words the error */
     return 1;
 }
 

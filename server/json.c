@@ -23,6 +23,10 @@ struct arena_block {
 #define ARENA_FIRST (64u * 1024)
 
 static _Thread_local struct mic_json_arena *current;
+/* Set when an allocation for jansson failed in this thread: jansson words
+ * some of its out-of-memory failures as syntax errors ("string or '}'
+ * expected" when it cannot copy a key), so mic_json_load asks here. */
+static _Thread_local int alloc_failed;
 /* The thread's largest block, kept from one request to the next so that a
  * busy handler thread allocates (and the kernel zeroes) nothing per request;
  * freed when the thread ends (spare_key's destructor). */
@@ -44,16 +48,22 @@ static void *arena_malloc(size_t n)
     struct mic_json_arena *a = current;
     size_t need = (n + alignof(max_align_t) - 1) & ~(alignof(max_align_t) - 1);
 
-    if (!a)
-        return malloc(n);
+    if (!a) {
+        void *p = malloc(n);
+
+        alloc_failed |= !p;
+        return p;
+    }
     if (!a->blocks || a->used + need > a->cap) {
         size_t cap = a->blocks ? a->cap * 2 : ARENA_FIRST;
         struct arena_block *b;
 
         while (cap < need)
             cap *= 2;
-        if (!(b = malloc(sizeof *b + cap)))
+        if (!(b = malloc(sizeof *b + cap))) {
+            alloc_failed = 1;
             return NULL;
+        }
         b->next = a->blocks;
         b->cap = cap;
         a->blocks = b;
@@ -142,7 +152,21 @@ int mic_json_load(const char *body, size_t len, int max_depth, json_t **out,
     if (depth_of(body, len, max_depth) > max_depth)
         return mic_error_set(err, MIC_EPARSE, "invalid_json", NULL,
                              "JSON nested deeper than %d levels", max_depth);
+    pthread_once(&funcs_once, install); /* jansson allocates through us */
+    alloc_failed = 0;
     j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    /* Out of memory is the server's failure, not the text's, whatever
+     * error jansson reports then; and a parse during which an allocation
+     * failed is not trusted even when jansson answers with a value: its
+     * lexer drops the bytes it cannot save (lex_save ignores the failure
+     * of strbuffer_append_byte), so a string or number read then may be
+     * cut short (tests/test_oom.c found it). */
+    if (j && alloc_failed) {
+        json_decref(j);
+        j = NULL;
+    }
+    if (!j && (alloc_failed || json_error_code(&jerr) == json_error_out_of_memory))
+        return mic_error_internal(err, MIC_ENOMEM);
     if (!j)
         return mic_error_set(err, MIC_EPARSE, "invalid_json", NULL,
                              "malformed JSON at line %d column %d: %s",

@@ -12,7 +12,8 @@ struct mic_error;
  * and nesting deeper than 'max_depth' (checked before jansson sees it, as
  * jansson's own limit is a compile-time 2048).  On success stores a new
  * reference in *out and returns MIC_OK; else MIC_EPARSE with 'err' filled
- * ("invalid_json"). */
+ * ("invalid_json"), or MIC_ENOMEM ("internal") when jansson ran out of
+ * memory. */
 int mic_json_load(const char *body, size_t len, int max_depth, json_t **out,
                   struct mic_error *err);
 

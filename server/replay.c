@@ -31,6 +31,7 @@ struct range {
     char from_id[MIC_EVENT_ID_MAX + 1];
     size_t from_idlen;
     int exclusive;           /* start after (from_us, from_id) */
+    int limit;               /* a page's events at most */
 };
 
 struct mic_range {
@@ -44,19 +45,19 @@ struct mic_range {
 #define BADREQ(field, ...) \
     mic_error_set(err, MIC_EINVAL, "invalid_request", field, __VA_ARGS__)
 
-static int parse_range(mic_store *s, const char *topic, const char *from,
-                       const char *to, const char *after, struct range *q,
-                       struct mic_error *err)
+int mic_range_args_parse(const char *from, const char *to, const char *after,
+                         const char *limit, int64_t now_us, struct mic_range_args *a,
+                         struct mic_error *err)
 {
-    struct mic_topic_rec tr;
-    mic_txn *t;
     int rc;
 
-    memset(q, 0, sizeof q[0]);
-    q->to_us = mic_clock_latest_us(); /* "now", whichever clock is ahead */
-    if (from && mic_time_parse(from, strlen(from), &q->from_us))
+    memset(a, 0, sizeof a[0]);
+    a->to_us = now_us;
+    if ((rc = mic_limit_arg(limit, 100, &a->limit, err)))
+        return rc;
+    if (from && mic_time_parse(from, strlen(from), &a->from_us))
         return BADREQ("from", "from is an RFC 3339 time");
-    if (to && mic_time_parse(to, strlen(to), &q->to_us))
+    if (to && mic_time_parse(to, strlen(to), &a->to_us))
         return BADREQ("to", "to is an RFC 3339 time");
     if (after) {
         const char *colon = strchr(after, ':');
@@ -64,13 +65,37 @@ static int parse_range(mic_store *s, const char *topic, const char *from,
         long long us = strtoll(after, &end, 10);
         if (!colon || end != colon || us < 0 || !mic_event_id_ok(colon + 1, strlen(colon + 1)))
             return BADREQ("after", "after takes the next cursor of the previous page");
-        if (us > q->from_us || (us == q->from_us)) {
-            q->from_us = us;
-            q->from_idlen = strlen(colon + 1);
-            memcpy(q->from_id, colon + 1, q->from_idlen);
-            q->exclusive = 1;
+        if (us > a->from_us || (us == a->from_us)) {
+            a->from_us = us;
+            a->from_idlen = strlen(colon + 1);
+            memcpy(a->from_id, colon + 1, a->from_idlen);
+            a->exclusive = 1;
         }
     }
+    return MIC_OK;
+}
+
+/* The arguments (mic_range_args_parse), then the topic (a read of the
+ * topics index): fills 'q'. */
+static int parse_range(mic_store *s, const char *topic, const char *from,
+                       const char *to, const char *after, const char *limit,
+                       struct range *q, struct mic_error *err)
+{
+    struct mic_range_args a;
+    struct mic_topic_rec tr;
+    mic_txn *t;
+    int rc;
+
+    /* "now": the later of micd's clock and the wall clock (clock.h) */
+    if ((rc = mic_range_args_parse(from, to, after, limit, mic_clock_latest_us(), &a, err)))
+        return rc;
+    memset(q, 0, sizeof q[0]);
+    q->from_us = a.from_us;
+    q->to_us = a.to_us;
+    memcpy(q->from_id, a.from_id, a.from_idlen);
+    q->from_idlen = a.from_idlen;
+    q->exclusive = a.exclusive;
+    q->limit = (int)a.limit;
     if (!mic_event_topic_ok(topic, strlen(topic)))
         return mic_error_set(err, MIC_ENOTFOUND, "not_found", NULL, "no topic %s", topic);
     if ((rc = mic_txn_begin(s, 0, &t)))
@@ -122,16 +147,13 @@ int mic_range_page(mic_store *s, const char *topic, const char *from,
 {
     struct range q;
     struct page p;
-    long lim;
     int rc;
 
-    if ((rc = mic_limit_arg(limit, 100, &lim, err)))
-        return rc;
-    if ((rc = parse_range(s, topic, from, to, after, &q, err)))
+    if ((rc = parse_range(s, topic, from, to, after, limit, &q, err)))
         return rc;
     memset(&p, 0, sizeof p);
     p.out = out;
-    p.limit = (int)lim;
+    p.limit = q.limit;
     if ((rc = mic_txn_begin(s, 0, &p.t)))
         return mic_error_internal(err, rc);
     mic_buf_puts(out, "{\"events\":[");
@@ -163,7 +185,7 @@ int mic_range_open(mic_store *s, const char *topic, const char *from,
 
     if (!r)
         return mic_error_internal(err, MIC_ENOMEM);
-    if ((rc = parse_range(s, topic, from, to, after, &r->q, err))) {
+    if ((rc = parse_range(s, topic, from, to, after, NULL, &r->q, err))) {
         free(r);
         return rc;
     }
@@ -565,7 +587,7 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
         snprintf(o->run_id, sizeof o->run_id, "r-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0],
                  rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
     }
-    if ((rc = parse_range(s, topic, from, to, NULL, &q, err)))
+    if ((rc = parse_range(s, topic, from, to, NULL, NULL, &q, err)))
         goto fail;
     if (q.from_us > q.to_us) {
         rc = BADREQ("to", "to is before from");

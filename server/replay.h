@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "event.h"
 #include "group.h"
 #include "store.h"
 #include "writer.h"
@@ -15,6 +16,28 @@ struct mic_config;
 struct mic_error;
 typedef struct mic_range mic_range;
 typedef struct mic_replay_op mic_replay_op;
+
+/* The query arguments of a range read, parsed. */
+struct mic_range_args {
+    int64_t from_us, to_us;  /* inclusive bounds, µs since the epoch */
+    char from_id[MIC_EVENT_ID_MAX + 1]; /* after=: the cursor's event_id */
+    size_t from_idlen;
+    int exclusive;           /* start after (from_us, from_id) */
+    long limit;              /* a page's events, 1..1000 */
+};
+
+/* Parse the query arguments of GET /v1/topics/{topic}/events (each
+ * NUL-terminated as libmicrohttpd decodes it, NULL when absent): from and
+ * to are RFC 3339 times (defaults: the beginning, and 'now_us'), after a
+ * page's "next" cursor "<created_at µs>:<event_id>" (it moves the start
+ * past that event when it is not before 'from'), limit 1..1000 (default
+ * 100).  A pure function: no store, no clock, no allocation
+ * (tests/fuzz/fuzz_range.c).  Returns MIC_OK with 'a' filled, or MIC_EINVAL
+ * with 'err' naming the argument ("limit" is checked first, then "from",
+ * "to", "after"). */
+int mic_range_args_parse(const char *from, const char *to, const char *after,
+                         const char *limit, int64_t now_us, struct mic_range_args *a,
+                         struct mic_error *err);
 
 /* GET /v1/topics/{topic}/events?from=&to=&after=&limit= as one JSON page:
  * {"events":[...],"next":CURSOR|null} appended to 'out'.  NULL arguments

@@ -329,6 +329,16 @@ static void durability_and_log_level(void **state)
     load_one(f, "log-level", "error", 1, 1);
     assert_int_equal(f->c.log_level, MIC_LOG_ERROR);
     load_one(f, "log-level", "loud", 0, 0);
+    /* a refused line leaves the setting as it was (found by fuzz_config) */
+    {
+        struct mic_config c = f->c;
+        char err[128];
+
+        c.log_level = MIC_LOG_WARN;
+        assert_int_equal(mic_config_parse(&c, "log-level = loud\n", 17, "mem", err, sizeof err),
+                         MIC_EINVAL);
+        assert_int_equal(c.log_level, MIC_LOG_WARN);
+    }
 }
 
 /* ---- Config file ---- */
@@ -419,6 +429,51 @@ static void bad_config_files(void **state)
     load_bad(f, ARGC(noarg), noarg, "--config");
 }
 
+/* A line longer than any line buffer is one line: a long comment that
+ * ends in "name = value" sets nothing, a long value is refused whole, and
+ * a NUL byte is refused with its line number. */
+static void long_lines_and_nul(void **state)
+{
+    struct fixture *f = *state;
+    char *argv[] = {"micd", "--config", NULL};
+    size_t n = 5000;
+    char *text = malloc(n + 64);
+
+    assert_non_null(text);
+    memset(text, 'x', n);
+    text[0] = '#';
+    strcpy(text + n, " listen = 0.0.0.0:1\nmax-batch = 9\n");
+    write_file(f, text);
+    argv[2] = f->path;
+    load_ok(f, ARGC(argv), argv);
+    assert_string_equal(f->c.listen, "127.0.0.1:8080");
+    assert_int_equal(f->c.max_batch, 9);
+    unlink(f->path);
+
+    memcpy(text, "data = ", 7);
+    strcpy(text + n, "\n");
+    write_file(f, text);
+    load_bad(f, ARGC(argv), argv, "invalid value for data");
+    free(text);
+
+    /* mic_config_parse straight from memory */
+    {
+        struct mic_config c;
+        static const char nul[] = "max-batch = 3\nlisten = a\0b\n";
+        char err[128];
+
+        load_ok(f, 1, argv);
+        c = f->c;
+        assert_int_equal(mic_config_parse(&c, nul, sizeof nul - 1, "mem", err, sizeof err),
+                         MIC_EINVAL);
+        assert_string_equal(err, "mem:2: a NUL byte");
+        assert_int_equal(mic_config_parse(&c, "max-depth = 7", 13, "mem", err, sizeof err),
+                         MIC_OK);
+        assert_int_equal(c.max_depth, 7);
+        assert_int_equal(mic_config_parse(&c, "", 0, "mem", err, sizeof err), MIC_OK);
+    }
+}
+
 /* ---- Help ---- */
 
 static void help_is_flagged(void **state)
@@ -492,6 +547,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(config_file, setup, teardown),
         cmocka_unit_test_setup_teardown(flags_override_file, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_config_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(long_lines_and_nul, setup, teardown),
         cmocka_unit_test_setup_teardown(help_is_flagged, setup, teardown),
         cmocka_unit_test_setup_teardown(usage_lists_every_flag, setup, teardown),
     };

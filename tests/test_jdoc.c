@@ -212,6 +212,13 @@ static void edge_texts_agree(void **state)
         "{\"k\":{\"k\":{\"k\":{\"k\":{\"k\":{\"k\":{\"k\":[[[[[[true,false]]]]]]}}}}}}}",
         "{\"a\\u00e9\":1,\"a\":2,\"ab\":3,\"A\":4,\"\\u00e9\":5,\"B\":6}",
         "[\"just a string\",42,-3.5,true,null]",
+        /* after the value: an unterminated string (yajl waits for its end
+         * and accepted these; found by tests/fuzz/fuzz_event.c), a partial
+         * literal or number, whitespace */
+        "{\"payload\":1}\"payload", "{\"a\":1}\"}", "[1] \"", "[1]\"\\", "{}\"\\u12",
+        "[1]tru", "[1] 12", "[1]-", "{\"a\":1} \t\r\n", "[[]]\n",
+        /* \v and \f: whitespace to yajl, not to JSON (found by fuzz_event) */
+        "{\"a\":1,\v\"b\":2}", "[1\f]", "\v[1]", "[1]\f", "[\"a\vb\"]", "[\"a\fb\"]",
     };
 
     (void)state;
