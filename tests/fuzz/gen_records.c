@@ -8,9 +8,11 @@
  * as publish.c's writer does, and is written by mic_store_log_put into a
  * store in a temporary directory.  The store is closed, opened again with
  * plain LMDB read-only, and each value of the `log` sub-database is
- * written to DIR/rec-<seq> as it is on disk; a record of format 1 (48-byte
- * header, proto/store-format.md) is made from the first by dropping
- * deliver_at.  The temporary store is removed.  `make fuzz-seeds` runs it
+ * written in fuzz_record's input form (a selector byte, then the value):
+ * DIR/rec-<seq> without its CRC, which the target computes for its own
+ * seq (odd selector), and DIR/rec-<seq>-as-stored as it is on disk; a
+ * record of format 1 (48-byte header, no CRC, proto/store-format.md) is
+ * made from the first by dropping deliver_at.  The temporary store is removed.  `make fuzz-seeds` runs it
  * into tests/fuzz/corpus/record (rerun after a record format change). */
 #define _POSIX_C_SOURCE 200809L
 #include "buf.h"
@@ -150,17 +152,32 @@ int main(int argc, char **argv)
 
         for (size_t i = 0; i < k.mv_size; i++)
             seq = seq << 8 | ((const unsigned char *)k.mv_data)[i];
+        unsigned char *in = malloc(v.mv_size + 1);
+
+        if (!in)
+            return die("malloc", 0);
         snprintf(name, sizeof name, "rec-%llu", seq);
-        put_file(argv[1], name, v.mv_data, v.mv_size);
-        if (n++ == 0 && v.mv_size > 56) { /* format 1: no deliver_at */
+        /* fuzz_record's input: a selector byte, then the value; an odd
+         * selector has the target append the CRC itself (for its seq),
+         * so the record goes without its own 4 bytes of CRC */
+        in[0] = 1;
+        memcpy(in + 1, v.mv_data, v.mv_size - 4);
+        put_file(argv[1], name, in, v.mv_size - 3);
+        in[0] = 0; /* and as stored: its CRC covers another seq */
+        memcpy(in + 1, v.mv_data, v.mv_size);
+        snprintf(name, sizeof name, "rec-%llu-as-stored", seq);
+        put_file(argv[1], name, in, v.mv_size + 1);
+        free(in);
+        if (n++ == 0 && v.mv_size > 60) { /* format 1: no deliver_at, no CRC */
             unsigned char *old = malloc(v.mv_size - 8);
 
             if (!old)
                 return die("malloc", 0);
-            memcpy(old, v.mv_data, 48);
-            memcpy(old + 48, (const unsigned char *)v.mv_data + 56, v.mv_size - 56);
             old[0] = 1;
-            put_file(argv[1], "rec-format1", old, v.mv_size - 8);
+            memcpy(old + 1, v.mv_data, 48);
+            memcpy(old + 49, (const unsigned char *)v.mv_data + 56, v.mv_size - 60);
+            old[1] = 1;
+            put_file(argv[1], "rec-format1", old, v.mv_size - 11);
             free(old);
         }
     }
