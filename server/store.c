@@ -2528,6 +2528,16 @@ struct vfy {
     struct mic_verify_report *rep;
     uint64_t *forgot; /* seqs of expiry kind-2 entries, sorted */
     size_t nforgot;
+    const struct vref *ref; /* v_ref's sub-database */
+};
+
+/* A sub-database whose keys hold a delivery's group id and seq at fixed
+ * offsets (vlen -1: a value of any size). */
+struct vref {
+    const char *name;
+    size_t klen;
+    long vlen;
+    size_t gid_off, seq_off;
 };
 
 /* 'n' bytes of a stored name, printable (corruption may have changed them). */
@@ -2727,24 +2737,25 @@ static void v_ready(struct vfy *f, const MDB_val *k, const MDB_val *v)
               v->mv_size == 8 ? get_u64(v->mv_data) : get_u64((uint8_t *)k->mv_data + 5));
 }
 
-static void v_dlq(struct vfy *f, const MDB_val *k, const MDB_val *v)
-{
-    f->rep->entries++;
-    if (k->mv_size != 12) {
-        vbad_shape(f, "dlq", k, v);
-        return;
-    }
-    v_dlv_ref(f, "dlq", get_u32(k->mv_data), get_u64((uint8_t *)k->mv_data + 4));
-}
+static const struct vref vrefs[] = {
+    {"dlq", 12, -1, 0, 4},
+    {"aq", AQ_KEY, -1, 0, 20},
+    {"unh", 20, -1, 0, 12},
+    {"poison", 20, -1, 0, 12},
+    {"timers", 20, 1, 8, 12},
+};
 
-static void v_aq(struct vfy *f, const MDB_val *k, const MDB_val *v)
+static void v_ref(struct vfy *f, const MDB_val *k, const MDB_val *v)
 {
+    const struct vref *d = f->ref;
+    const uint8_t *p = k->mv_data;
+
     f->rep->entries++;
-    if (k->mv_size != AQ_KEY) {
-        vbad_shape(f, "aq", k, v);
+    if (k->mv_size != d->klen || (d->vlen >= 0 && v->mv_size != (size_t)d->vlen)) {
+        vbad_shape(f, d->name, k, v);
         return;
     }
-    v_dlv_ref(f, "aq", get_u32(k->mv_data), get_u64((uint8_t *)k->mv_data + 20));
+    v_dlv_ref(f, d->name, get_u32(p + d->gid_off), get_u64(p + d->seq_off));
 }
 
 static void v_ags(struct vfy *f, const MDB_val *k, const MDB_val *v)
@@ -2759,37 +2770,6 @@ static void v_ags(struct vfy *f, const MDB_val *k, const MDB_val *v)
     ags_decode(v->mv_data, &a);
     if (a.active)
         v_dlv_ref(f, "ags (head)", get_u32(k->mv_data), a.active);
-}
-
-static void v_unh(struct vfy *f, const MDB_val *k, const MDB_val *v)
-{
-    f->rep->entries++;
-    if (k->mv_size != 20) {
-        vbad_shape(f, "unh", k, v);
-        return;
-    }
-    v_dlv_ref(f, "unh", get_u32(k->mv_data), get_u64((uint8_t *)k->mv_data + 12));
-}
-
-static void v_poison(struct vfy *f, const MDB_val *k, const MDB_val *v)
-{
-    f->rep->entries++;
-    if (k->mv_size != 20) {
-        vbad_shape(f, "poison", k, v);
-        return;
-    }
-    v_dlv_ref(f, "poison", get_u32(k->mv_data), get_u64((uint8_t *)k->mv_data + 12));
-}
-
-static void v_timers(struct vfy *f, const MDB_val *k, const MDB_val *v)
-{
-    f->rep->entries++;
-    if (k->mv_size != 20 || v->mv_size != 1) {
-        vbad_shape(f, "timers", k, v);
-        return;
-    }
-    v_dlv_ref(f, "timers", get_u32((uint8_t *)k->mv_data + 8),
-              get_u64((uint8_t *)k->mv_data + 12));
 }
 
 int mic_store_verify(const char *dir, FILE *out, struct mic_verify_report *rep)
@@ -2832,10 +2812,13 @@ int mic_store_verify(const char *dir, FILE *out, struct mic_verify_report *rep)
     if ((rc = vwalk(&f, "log", v_log)) || (rc = vwalk(&f, "ids", v_ids)) ||
         (rc = vwalk(&f, "time", v_time)) || (rc = vwalk(&f, "aggidx", v_aggidx)) ||
         (rc = vwalk(&f, "dlv", v_dlv)) || (rc = vwalk(&f, "ready", v_ready)) ||
-        (rc = vwalk(&f, "dlq", v_dlq)) || (rc = vwalk(&f, "aq", v_aq)) ||
-        (rc = vwalk(&f, "ags", v_ags)) || (rc = vwalk(&f, "unh", v_unh)) ||
-        (rc = vwalk(&f, "poison", v_poison)) || (rc = vwalk(&f, "timers", v_timers)))
+        (rc = vwalk(&f, "ags", v_ags)))
         goto done;
+    for (size_t i = 0; i < sizeof vrefs / sizeof vrefs[0]; i++) {
+        f.ref = &vrefs[i];
+        if ((rc = vwalk(&f, vrefs[i].name, v_ref)))
+            goto done;
+    }
     mrc = MIC_OK;
 done:
     if (rc)

@@ -165,6 +165,15 @@ static int alive(struct srv *s)
     return s->pid > 0 && kill(s->pid, 0) == 0;
 }
 
+/* Start micd on a new store directory, mounted by 'mount' in the child. */
+static void start_on(struct srv *s, int (*mount)(struct srv *s))
+{
+    snprintf(s->dir, sizeof s->dir, "/tmp/mic-full-XXXXXX");
+    assert_non_null(mkdtemp(s->dir));
+    s->before_exec = mount;
+    assert_int_equal(srv_start(s, NULL), 0);
+}
+
 static void setup_resources(struct srv *s, const char *topic_body)
 {
     json_decref(call(s, "PUT", "/v1/topics/t", topic_body, 201));
@@ -182,10 +191,7 @@ static void tmpfs_full_then_grown(void **state)
     long st;
 
     (void)state;
-    snprintf(s.dir, sizeof s.dir, "/tmp/mic-full-XXXXXX");
-    assert_non_null(mkdtemp(s.dir));
-    s.before_exec = mount_tmpfs;
-    assert_int_equal(srv_start(&s, NULL), 0);
+    start_on(&s, mount_tmpfs);
     setup_resources(&s, "{}");
     fill_up(&s, "tm", &f);
     acked = still_serving(&s, "tm-0-0");
@@ -298,10 +304,7 @@ static void ext4_full_then_retention(void **state)
     /* -m 0: no blocks reserved for root (micd runs as root here) */
     snprintf(cmd, sizeof cmd, "mkfs.ext4 -q -F -m 0 '%s' > /dev/null 2>&1", image);
     assert_int_equal(system(cmd), 0);
-    snprintf(s.dir, sizeof s.dir, "/tmp/mic-full-XXXXXX");
-    assert_non_null(mkdtemp(s.dir));
-    s.before_exec = mount_ext4;
-    assert_int_equal(srv_start(&s, NULL), 0);
+    start_on(&s, mount_ext4);
     setup_resources(&s, "{\"retention_s\":1}");
     fill_up(&s, "ex", &f);
     acked = still_serving(&s, "ex-0-0");
@@ -362,10 +365,7 @@ static void tmpfs_big_batches(void **state)
     int b, n = 500, blob = 5000;
 
     (void)state;
-    snprintf(s.dir, sizeof s.dir, "/tmp/mic-full-XXXXXX");
-    assert_non_null(mkdtemp(s.dir));
-    s.before_exec = mount_tmpfs;
-    assert_int_equal(srv_start(&s, NULL), 0);
+    start_on(&s, mount_tmpfs);
     setup_resources(&s, "{}");
     for (b = 0; b < 100; b++) {
         st = publish_n(&s, "big", b, n, blob, code, sizeof code);

@@ -909,65 +909,28 @@ static mode_t open_mode(int flags, va_list ap)
     return (flags & O_CREAT) || (flags & __O_TMPFILE) == __O_TMPFILE ? va_arg(ap, mode_t) : 0;
 }
 
-int open(const char *path, int flags, ...)
-{
-    va_list ap;
-    mode_t m;
-    int fd;
-
-    ready();
-    va_start(ap, flags);
-    m = open_mode(flags, ap);
-    va_end(ap);
-    fd = real_open(path, flags, m);
-    fd_forget(fd);
-    return fd;
-}
-
-int open64(const char *path, int flags, ...)
-{
-    va_list ap;
-    mode_t m;
-    int fd;
-
-    ready();
-    va_start(ap, flags);
-    m = open_mode(flags, ap);
-    va_end(ap);
-    fd = real_open64(path, flags, m);
-    fd_forget(fd);
-    return fd;
-}
-
-int openat(int dfd, const char *path, int flags, ...)
-{
-    va_list ap;
-    mode_t m;
-    int fd;
-
-    ready();
-    va_start(ap, flags);
-    m = open_mode(flags, ap);
-    va_end(ap);
-    fd = real_openat(dfd, path, flags, m);
-    fd_forget(fd);
-    return fd;
-}
-
-int openat64(int dfd, const char *path, int flags, ...)
-{
-    va_list ap;
-    mode_t m;
-    int fd;
-
-    ready();
-    va_start(ap, flags);
-    m = open_mode(flags, ap);
-    va_end(ap);
-    fd = real_openat64(dfd, path, flags, m);
-    fd_forget(fd);
-    return fd;
-}
+/* open and its kin: the real call with the mode when there is one, then
+ * whatever the descriptor number meant before is forgotten (its path is
+ * looked up again at its first write). */
+#define OPENER(name, real, params, args)        \
+    int name params                             \
+    {                                           \
+        va_list ap;                             \
+        mode_t m;                               \
+        int fd;                                 \
+                                                \
+        ready();                                \
+        va_start(ap, flags);                    \
+        m = open_mode(flags, ap);               \
+        va_end(ap);                             \
+        fd = real args;                         \
+        fd_forget(fd);                          \
+        return fd;                              \
+    }
+OPENER(open, real_open, (const char *path, int flags, ...), (path, flags, m))
+OPENER(open64, real_open64, (const char *path, int flags, ...), (path, flags, m))
+OPENER(openat, real_openat, (int dfd, const char *path, int flags, ...), (dfd, path, flags, m))
+OPENER(openat64, real_openat64, (int dfd, const char *path, int flags, ...), (dfd, path, flags, m))
 
 int creat(const char *path, mode_t m)
 {

@@ -56,16 +56,6 @@ static int cmp_size(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static uint64_t rnd(uint64_t *s)
-{
-    uint64_t x = *s ? *s : 88172645463325252ull;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *s = x;
-    return x * 0x2545F4914F6CDD1Dull;
-}
-
 /* Record one run of the load under the interposer into base/NAME.log.
  * Returns 0 or -1. */
 static int record(const char *base, const char *name, const char *durability, int ms,
@@ -176,9 +166,9 @@ static size_t *cut_points(const struct iof_log *l, size_t k, uint64_t *rs, int l
         if (i == 0 || l->n < 2)
             p[i] = l->n;
         else if (i % 3 == 1 || !ns || late_only)
-            p[i] = lo + (size_t)(rnd(rs) % (l->n - lo + 1));
+            p[i] = lo + (size_t)(pk_rnd(rs) % (l->n - lo + 1));
         else
-            p[i] = syncs[rnd(rs) % ns] + (i % 3 == 0 ? 1 : 0);
+            p[i] = syncs[pk_rnd(rs) % ns] + (i % 3 == 0 ? 1 : 0);
     }
     qsort(p, k, sizeof *p, cmp_size);
     free(syncs);
@@ -206,8 +196,8 @@ static int cuts(const char *base, const struct iof_log *log, const struct pk_rec
     for (size_t i = 0; i < k; i++) {
         struct pk_check c;
         size_t nu, na;
-        double up = none ? ps_none[i % 3] : ps[rnd(rs) % 4];
-        unsigned seed = (unsigned)rnd(rs);
+        double up = none ? ps_none[i % 3] : ps[pk_rnd(rs) % 4];
+        unsigned seed = (unsigned)pk_rnd(rs);
         uint64_t t_cut = pts[i] ? log->rec[pts[i] - 1]->t_ns : 0;
 
         if (pk_rebuild_cut(b, pts[i], dir, up, seed, &nu, &na)) {

@@ -39,8 +39,7 @@ const char *pk_env(const char *name, const char *dflt)
     return v && *v ? v : dflt;
 }
 
-/* xorshift64*: the programs' only randomness, seeded for reproduction. */
-static uint64_t rnd(uint64_t *s)
+uint64_t pk_rnd(uint64_t *s)
 {
     uint64_t x = *s ? *s : 0x9e3779b97f4a7c15ull;
     x ^= x >> 12;
@@ -422,14 +421,14 @@ static json_t *event_new(const char *id, const char *topic, const char *type, ui
                          const char *agg, uint64_t version)
 {
     char pad[65];
-    int n = (int)(rnd(rs) % 64);
+    int n = (int)(pk_rnd(rs) % 64);
 
     for (int i = 0; i < n; i++)
-        pad[i] = "abcdefghijklmnopqrstuvwxyz0123456789"[rnd(rs) % 36];
+        pad[i] = "abcdefghijklmnopqrstuvwxyz0123456789"[pk_rnd(rs) % 36];
     pad[n] = 0;
     json_t *e = json_pack("{s:s, s:s, s:s, s:{s:s}, s:{s:s, s:I}}", "event_id", id, "topic", topic,
                           "event_type", type, "headers", "src", "powercut", "payload", "pad", pad,
-                          "r", (json_int_t)(rnd(rs) % 1000000));
+                          "r", (json_int_t)(pk_rnd(rs) % 1000000));
     if (e && agg) {
         json_object_set_new(e, "aggregate_type", json_string("acct"));
         json_object_set_new(e, "aggregate_id", json_string(agg));
@@ -474,7 +473,7 @@ static void pub_batch(struct load *L, mic_client *c, uint64_t rs, int t)
     char id[40], agg[3][40];
 
     for (int i = 0;; i++) {
-        size_t n = 2 + rnd(&rs) % 29;
+        size_t n = 2 + pk_rnd(&rs) % 29;
         json_t *ev[30];
         struct mic_publish_result res[30];
         uint64_t ver[3] = {0, 0, 0};
@@ -484,7 +483,7 @@ static void pub_batch(struct load *L, mic_client *c, uint64_t rs, int t)
         for (int a = 0; a < 3; a++)
             snprintf(agg[a], sizeof agg[a], "b%u-%d-%d-%d", L->o->seed, t, i, a);
         for (size_t k = 0; k < n; k++) {
-            int a = (int)(rnd(&rs) % 3);
+            int a = (int)(pk_rnd(&rs) % 3);
             snprintf(id, sizeof id, "b%u-%d-%d-%zu", L->o->seed, t, i, k);
             ev[k] = event_new(id, PK_TOPIC_B, "batched", &rs, agg[a], ++ver[a]);
         }
@@ -813,7 +812,7 @@ static int put_range(int fd, const struct iof_rec *r, size_t a, size_t b)
 static int apply_torn(int fd, const struct iof_rec *r, uint64_t *rs)
 {
     size_t len = (size_t)r->len;
-    unsigned mode = (unsigned)(rnd(rs) % 100);
+    unsigned mode = (unsigned)(pk_rnd(rs) % 100);
 
     if (r->op == IOF_TRUNC)
         return ftruncate(fd, (off_t)r->off);
@@ -836,14 +835,14 @@ static int apply_torn(int fd, const struct iof_rec *r, uint64_t *rs)
     if (mode < 55)
         return put_range(fd, r, 0, len);
     if (mode < 70)
-        return put_range(fd, r, 0, (size_t)(rnd(rs) % len));
+        return put_range(fd, r, 0, (size_t)(pk_rnd(rs) % len));
     size_t sec = mode < 85 ? 4096 : 512;
     size_t start = (size_t)r->off;
     for (size_t a = 0; a < len;) {
         size_t b = ((start + a) / sec + 1) * sec - start;
         if (b > len)
             b = len;
-        if ((rnd(rs) & 1) && put_range(fd, r, a, b))
+        if ((pk_rnd(rs) & 1) && put_range(fd, r, a, b))
             return -1;
         a = b;
     }
@@ -890,10 +889,10 @@ int pk_rebuild_cut(struct pk_rebuild *b, size_t p, const char *dir, double unsyn
     if (unsynced_p > 0) {
         size_t keep = 0;
         for (size_t k = 0; k < nc; k++)
-            if ((double)(rnd(&rs) % 1000000) / 1e6 < unsynced_p)
+            if ((double)(pk_rnd(&rs) % 1000000) / 1e6 < unsynced_p)
                 cand[keep++] = cand[k];
         for (size_t k = keep; k > 1; k--) {
-            size_t j = (size_t)(rnd(&rs) % k);
+            size_t j = (size_t)(pk_rnd(&rs) % k);
             size_t t = cand[k - 1];
             cand[k - 1] = cand[j];
             cand[j] = t;
@@ -1095,7 +1094,7 @@ void pk_check_dir(const char *bin, const char *dir, const struct pk_record *rec,
             continue;
         }
         /* The lookup by id: the newest ones and a random sample. */
-        if (k + LOOKUP_SAMPLE / 2 <= nacked && rnd(&rs) % (nacked + 1) >= LOOKUP_SAMPLE / 2)
+        if (k + LOOKUP_SAMPLE / 2 <= nacked && pk_rnd(&rs) % (nacked + 1) >= LOOKUP_SAMPLE / 2)
             continue;
         if (lookup(cl, a->event_id, &doc) || !doc ||
             !same_fields(sent, json_object_get(doc, "event"))) {
@@ -1115,7 +1114,7 @@ void pk_check_dir(const char *bin, const char *dir, const struct pk_record *rec,
                 continue;
             json_object_set_new(acks, a->event_id, json_true());
             c->acks++;
-            if (rnd(&rs) % 4 && c->acks > 100)
+            if (pk_rnd(&rs) % 4 && c->acks > 100)
                 continue; /* a lookup for a quarter of them past the first 100 */
             if (lookup(cl, a->event_id, &doc) || !doc) {
                 c->ack_redelivered++;

@@ -170,6 +170,10 @@ void pk_rmdir(const char *dir);
 /* CLOCK_MONOTONIC in ns. */
 uint64_t pk_now_ns(void);
 
+/* xorshift64*: the programs' only randomness, seeded for reproduction
+ * (*s 0 takes a fixed seed). */
+uint64_t pk_rnd(uint64_t *s);
+
 /* 1 when 'bin --help' mentions "--verify". */
 int pk_has_verify(const char *bin);
 

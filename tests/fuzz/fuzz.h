@@ -43,4 +43,18 @@ static inline void fuzz_config_defaults(struct mic_config *cfg)
     }
 }
 
+/* Define LLVMFuzzerInitialize: micd's log quiet below errors and, when
+ * 'cfg' is not NULL, micd's default settings in *cfg (fuzz_config_defaults). */
+#define FUZZ_INIT(cfg)                                    \
+    int LLVMFuzzerInitialize(int *argc, char ***argv)    \
+    {                                                     \
+        struct mic_config *cfg_ = (cfg);                  \
+        (void)argc;                                       \
+        (void)argv;                                       \
+        if (cfg_)                                         \
+            fuzz_config_defaults(cfg_);                   \
+        mic_log_set_level(mic_log_level_parse("error"));  \
+        return 0;                                         \
+    }
+
 #endif

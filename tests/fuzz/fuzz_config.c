@@ -12,14 +12,7 @@
 
 static struct mic_config defaults;
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    fuzz_config_defaults(&defaults);
-    mic_log_set_level(mic_log_level_parse("error"));
-    return 0;
-}
+FUZZ_INIT(&defaults)
 
 #define TERMINATED(f) (memchr(c.f, 0, sizeof c.f) != NULL)
 

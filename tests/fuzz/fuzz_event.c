@@ -22,14 +22,7 @@
 
 static struct mic_config cfg;
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    fuzz_config_defaults(&cfg);
-    mic_log_set_level(mic_log_level_parse("error"));
-    return 0;
-}
+FUZZ_INIT(&cfg)
 
 /* The fast path against the parser of record. */
 static void check_jdoc(const char *body, size_t len)

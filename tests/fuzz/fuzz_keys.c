@@ -11,13 +11,7 @@
 
 #include <string.h>
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    mic_log_set_level(mic_log_level_parse("error"));
-    return 0;
-}
+FUZZ_INIT(NULL)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

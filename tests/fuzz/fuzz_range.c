@@ -18,13 +18,7 @@
 
 #define NOW_US 1790000000000000LL /* 2026-09-21: fixed, so runs repeat */
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    mic_log_set_level(mic_log_level_parse("error"));
-    return 0;
-}
+FUZZ_INIT(NULL)
 
 static int hexv(int c)
 {

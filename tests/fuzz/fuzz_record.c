@@ -16,13 +16,7 @@
 
 #include <string.h>
 
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    mic_log_set_level(mic_log_level_parse("error"));
-    return 0;
-}
+FUZZ_INIT(NULL)
 
 #define SEQ 42
 
