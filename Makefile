@@ -53,7 +53,7 @@ REL_OBJ := $(SRV_SRC:server/%.c=build/rel/%.o)
 SAN_OBJ := $(SRV_SRC:server/%.c=build/san/%.o)
 UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
-KIT     := build/san/claimkit.o build/san/procfx.o build/san/jgen.o build/san/pgfx.o
+KIT     := build/san/claimkit.o build/san/procfx.o build/san/jgen.o build/san/pgfx.o build/san/natsfx.o
 
 .PHONY: all examples install check-install run test check deps fault-crash soak-crash fuzz fuzz-seeds bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke bench-workerloop bench-relay peer-deps clean
 all: build/micd build/mic-events-replay build/mic build/mic-relay build/libmic.a build/libmic.so
@@ -94,6 +94,9 @@ build/san/jgen.o: tests/jgen.c tests/jgen.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
 build/san/pgfx.o: tests/pgfx.c tests/pgfx.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(TCFLAGS) -c $< -o $@
+# tests/natsfx.c: a three-node JetStream cluster for the NATS sink tests.
+build/san/natsfx.o: tests/natsfx.c tests/natsfx.h | build/san
+	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -c $< -o $@
 # test_oom fails allocations: micd's objects are linked with their malloc,
 # calloc, realloc, free, strdup and strndup going to the test's wrappers
 # (tests/test_oom.c says how jansson's are routed there too).
@@ -102,7 +105,7 @@ build/san/test_oom: tests/test_oom.c $(SAN_OBJ) $(LMDB_A)
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver $< $(SAN_OBJ) -o $@ $(OOM_WRAP) $(PKGLIBS) $(TLIBS)
 # Test binaries link micd's objects (unit tests) and libmic (the harness's
 # HTTP, and the libmic tests).
-build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) $(KIT) tests/harness.h tests/claimkit.h tests/procfx.h tests/jgen.h tests/pgfx.h $(LMDB_A) build/san/libmic.a
+build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) $(KIT) tests/harness.h tests/claimkit.h tests/procfx.h tests/jgen.h tests/pgfx.h tests/natsfx.h $(LMDB_A) build/san/libmic.a
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -Iclient $< $(SAN_OBJ) $(HARNESS) $(KIT) build/san/libmic.a -o $@ $(PKGLIBS) $(TLIBS) $(LIBMIC_LIBS)
 
 # The fault suite (tests/fault/README.md).  T1, crash cycles: the program
