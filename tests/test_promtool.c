@@ -4,6 +4,10 @@
  *   - `promtool check rules --lint=all --lint-fatal deploy/prometheus/alerts.yml`
  *   - `promtool test rules deploy/prometheus/alerts_test.yml` (each alert
  *     firing and not firing, per group);
+ *   - `promtool test rules deploy/prometheus/alerts_sink_test.yml`: a NATS
+ *     sink group's oldest-unhandled alert fires while the sink is down and
+ *     clears once the backlog drains (the shape of test_sink_cluster's
+ *     scenario (e)), and every mic_* name it uses is a spec name;
  *   - every mic_* name the rules use is a name of DESIGN section 12;
  *   - `promtool check metrics` on the /metrics of a real micd after a topic,
  *     groups (one with alert_oldest_unhandled_s), publishes, a duplicate, a
@@ -40,6 +44,8 @@
 #define PROM_DIR "deploy/prometheus"
 #define RULES PROM_DIR "/alerts.yml"
 #define RULE_TESTS PROM_DIR "/alerts_test.yml"
+/* The alert for a NATS sink group down, then back (issue 17). */
+#define SINK_RULE_TESTS PROM_DIR "/alerts_sink_test.yml"
 
 /* DESIGN section 12's metric names, plus the two the alerting needs
  * (map_max_bytes, alert_threshold_seconds).  Histograms are marked. */
@@ -216,6 +222,35 @@ static void unit_test_rules(void **state)
     assert_non_null(strstr(out, "SUCCESS"));
     assert_null(strstr(out, "FAILED"));
     assert_false(contains_ci(out, "error"));
+}
+
+static void count_unknown(const char *name, void *arg);
+static void each_mic_name(const char *text, void (*fn)(const char *name, void *arg),
+                          void *arg);
+
+/* The NATS sink group's alert fires while the sink is down and clears when
+ * the backlog has drained (deploy/prometheus/alerts_sink_test.yml). */
+static void unit_test_sink_rules(void **state)
+{
+    const char *args[] = {"test", "rules", SINK_RULE_TESTS, NULL};
+    char *out, *text;
+    int rc, unknown = 0;
+
+    (void)state;
+    need_file(SINK_RULE_TESTS);
+    rc = run_promtool(args, NULL, &out);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "SUCCESS"));
+    assert_null(strstr(out, "FAILED"));
+    assert_false(contains_ci(out, "error"));
+    text = file_read(SINK_RULE_TESTS);
+    assert_non_null(text);
+    each_mic_name(text, count_unknown, &unknown);
+    /* It checks both ways: firing, then cleared. */
+    rc = strstr(text, "exp_labels:") != NULL && strstr(text, "exp_alerts: []") != NULL;
+    free(text);
+    assert_int_equal(unknown, 0);
+    assert_true(rc);
 }
 
 /* The spec entry 'name' is, or is a histogram series of (_bucket, _sum,
@@ -656,6 +691,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(check_rules),
         cmocka_unit_test(unit_test_rules),
+        cmocka_unit_test(unit_test_sink_rules),
         cmocka_unit_test(rules_use_spec_names),
         cmocka_unit_test_setup_teardown(live_metrics, srv_setup, srv_teardown),
     };
