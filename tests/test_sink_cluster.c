@@ -543,6 +543,7 @@ static void nats_node_kill(void **state)
 {
     int victim;
     json_t *msgs;
+    int64_t at_kill;
 
     (void)state;
     assert_int_equal(natsfx_stream_add(&C, js, "SC", "mic.c.>", 3, STREAM_MS), 0);
@@ -556,6 +557,7 @@ static void nats_node_kill(void **state)
     victim = natsfx_stream_leader(&C, js, "SC");
     if (victim < 0)
         victim = 0;
+    at_kill = natsfx_stream_msgs(js, "SC");
     assert_int_equal(natsfx_kill9(&C, victim), 0);
     /* Publishing goes on while it is down. */
     publish_plain("sc.t", "sc", 300, 300);
@@ -566,6 +568,8 @@ static void nats_node_kill(void **state)
     msgs = read_exactly("SC", "mic.c.>", "sc", 600);
     json_decref(msgs);
     await_metric("mic_sink_connected", "sc.g", 1, 1);
+    print_message("stream leader n%d killed with %lld of 600 events in the stream\n", victim + 1,
+                  (long long)at_kill);
 }
 
 /* ---- (d) micd killed mid-relay ---- */
@@ -710,6 +714,7 @@ static void nats_all_down(void **state)
     g = stats_of(&S, "groups", "group", "se.g");
     assert_true(jnum(g, "pending") + jnum(g, "processing") >= 200);
     assert_true(jnum(g, "oldest_unhandled_age_s") >= 2);
+    assert_true(jnum(g, "oldest_unhandled_age_s") > age_lo); /* it grew */
     json_decref(g);
 
     /* Back: the backlog drains and the flag clears. */
