@@ -68,6 +68,7 @@ static struct srv S;
 static struct natsfx C;
 static natsConnection *nc;
 static jsCtx *js;
+static int started;  /* the group setup succeeded */
 
 /* ---- Setup ---- */
 
@@ -88,6 +89,7 @@ static int group_setup(void **state)
         natsfx_stop(&C);
         return -1;
     }
+    started = 1;
     return 0;
 }
 
@@ -96,6 +98,8 @@ static int group_teardown(void **state)
     int rc;
 
     (void)state;
+    if (!started) /* the setup failed and cleaned up after itself */
+        return 0;
     rc = srv_stop_shared(&S);
     jsCtx_Destroy(js);
     natsConnection_Destroy(nc);
