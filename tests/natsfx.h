@@ -9,7 +9,9 @@
  * and no client socket's automatically bound local port can have taken
  * one in between (tests/fault/crashloop.c, pick_port).  Each child has
  * PR_SET_PDEATHSIG(SIGKILL): if the test process dies, the cluster dies
- * with it.  Every process is stopped by its PID; every wait polls a
+ * with it (the signal follows the thread that forked the node: start and
+ * restart nodes from a thread that outlives the cluster, the main one).
+ * Every process is stopped by its PID; every wait polls a
  * condition with a bound (no fixed sleeps).
  *
  * A missing nats-server is a failure (message on stderr), never a skip:

@@ -141,9 +141,17 @@ static double jnum(json_t *o, const char *k)
     return json_is_number(v) ? json_number_value(v) : -1;
 }
 
+struct sink_want {
+    const char *group;
+    int connected;     /* 1, 0 */
+};
+
+static int sink_connected_is(void *arg);
+
 /* PUT group 'g' on 'topic' relayed to 'stream' with subject 'tmpl'; 'extra'
  * adds config fields (",\"ordered\":true" or ""); then check micd knows
- * sinks (GET shows sink_status), else fail saying so. */
+ * sinks (GET shows sink_status) and that the relay connects, else fail
+ * saying why. */
 static void put_sink_group(const char *g, const char *topic, const char *stream, const char *tmpl,
                            const char *extra)
 {
@@ -177,6 +185,21 @@ static void put_sink_group(const char *g, const char *topic, const char *stream,
                  "points 1-2 not in this build)", path);
     }
     json_decref(r);
+    /* The relay connects to the cluster (else say why not, at once). */
+    {
+        struct sink_want up = {g, 1};
+
+        if (!await(sink_connected_is, &up, STATE_MS)) {
+            char *txt;
+
+            r = call(&S, "GET", path, NULL, 200);
+            txt = json_dumps(json_object_get(r, "sink_status"), JSON_COMPACT);
+            print_error("GET %s: sink_status %s\n", path, txt ? txt : "?");
+            free(txt);
+            json_decref(r);
+            fail_msg("group %s's relay did not connect to %s within %d ms", g, C.urls, STATE_MS);
+        }
+    }
 }
 
 /* Publish 'n' events (ids PREFIX-FROM .. PREFIX-(FROM+n-1)) to 'topic' in
@@ -283,11 +306,6 @@ static json_t *read_exactly(const char *stream, const char *subject, const char 
     json_decref(seen);
     return msgs;
 }
-
-struct sink_want {
-    const char *group;
-    int connected;     /* 1, 0 */
-};
 
 static int sink_connected_is(void *arg)
 {
