@@ -101,6 +101,7 @@ struct relay {
     natsConnection *nc;     /* set once connected, kept until the relay ends */
     jsCtx *js;
     int connected;
+    int closed;             /* cnats ran our closed callback: no more come */
     char last_error[400];
     uint64_t published, failures, hist[NBUCKETS + 1];
     double puback_sum;
@@ -412,9 +413,18 @@ static void on_reconnected(natsConnection *nc, void *closure)
     pthread_mutex_unlock(&r->mu);
 }
 
+/* cnats's last callback of a connection: after it returns nothing of
+ * cnats touches the relay (relay_join waits for it before freeing). */
 static void on_closed(natsConnection *nc, void *closure)
 {
-    on_disconnected(nc, closure);
+    struct relay *r = closure;
+
+    (void)nc;
+    pthread_mutex_lock(&r->mu);
+    r->connected = 0;
+    r->closed = 1;
+    pthread_cond_broadcast(&r->done);
+    pthread_mutex_unlock(&r->mu);
 }
 
 /* Connect once; cnats then reconnects forever by itself.  Returns 0 when
@@ -779,8 +789,26 @@ static void relay_join(struct relay *r)
         natsConnection_Close(r->nc); /* ends a publish still waiting */
     for (int i = 0; i < r->npub; i++)
         pthread_join(r->pub[i], NULL);
-    jsCtx_Destroy(r->js);
-    natsConnection_Destroy(r->nc);
+    if (r->nc) {
+        struct timespec ts;
+        int closed;
+
+        /* cnats calls back on a thread of its own, after the close: wait
+         * for the last callback before freeing what it touches. */
+        deadline_after(&ts, 5000);
+        pthread_mutex_lock(&r->mu);
+        while (!r->closed && !pthread_cond_timedwait(&r->done, &r->mu, &ts))
+            ;
+        closed = r->closed;
+        pthread_mutex_unlock(&r->mu);
+        jsCtx_Destroy(r->js);
+        natsConnection_Destroy(r->nc);
+        if (!closed) {
+            mic_log(MIC_LOG_WARN, NULL, "sink: NATS did not confirm the close; the relay's "
+                    "memory is left", "group", r->name, NULL);
+            return;
+        }
+    }
     relay_free(r);
 }
 
