@@ -67,6 +67,7 @@
 #define STOP_WAIT_MS 2000   /* shutdown: wait for PubAcks this long at most */
 #define POLL_MS 200         /* the manager looks for sink groups this often */
 #define NBUCKETS 12
+#define STOPPING "micd stopped before publishing it"
 
 static const double puback_le[NBUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
                                            0.05, 0.1, 0.25, 0.5, 1, 2.5};
@@ -530,6 +531,8 @@ static void settle(struct relay *r)
         if (kind == MIC_NACK) {
             mic_buf_puts(&b, ",\"error\":");
             mic_buf_json_str(&b, err, strlen(err));
+            if (!strcmp(err, STOPPING))
+                mic_buf_puts(&b, ",\"retry_after_s\":0");
         }
         mic_buf_add(&b, "}", 1);
         if (run_op(r, kind, &b, &c) == MIC_OK)
@@ -691,14 +694,21 @@ static void *relay_main(void *arg)
         pthread_mutex_unlock(&r->mu);
     }
 
-    /* Stopping: drop what no publisher took (its leases expire), wait a
-     * bounded time for the PubAcks in flight, settle what finished. */
+    /* Stopping: hand back what no publisher took (a nack with no delay),
+     * wait a bounded time for the PubAcks in flight, settle what finished;
+     * the leases of what is still publishing then expire. */
     {
         struct timespec ts;
         int busy;
 
         deadline_after(&ts, STOP_WAIT_MS);
         pthread_mutex_lock(&r->mu);
+        for (struct job *j = r->qhead; j; j = j->qnext) {
+            j->state = J_FAIL; /* handed back at once, not left to expire */
+            snprintf(j->err, sizeof j->err, "%s", STOPPING);
+            natsMsg_Destroy(j->msg);
+            j->msg = NULL;
+        }
         r->qhead = r->qtail = NULL;
         for (;;) {
             busy = 0;
