@@ -7,7 +7,8 @@
  * aggregates arriving in version order, nats-server down (status, backlog,
  * publishing still works) then back on the same store (everything arrives
  * once: distinct Nats-Msg-Id = messages), a stream that does not exist
- * (nacked, last_error names it), a group deleted at runtime, /metrics
+ * (nacked, last_error names it), a group deleted at runtime, a lease
+ * extended while its PubAck is late (nats-server frozen), /metrics
  * (promtool clean), and micd stopped with SIGTERM mid-relay and restarted
  * on its store (everything arrives, once).
  *
@@ -850,6 +851,71 @@ static void test_delete(void **state)
     assert_true(await(gone_from_metrics, NULL, ARRIVE_MS));
 }
 
+/* ---- A PubAck slower than the lease: the relay extends it ---- */
+
+static char first_lease[64];
+static int reclaimed;
+
+/* The lease end of event le-0's delivery in group le, into 'out' ("" when
+ * not processing); sets 'reclaimed' once its attempts count is past 1 (the
+ * lease ran out and the event was claimed again, where an extension keeps
+ * the one claim). */
+static void lease_of(char *out, size_t cap)
+{
+    json_t *ev = call(&S, "GET", "/v1/events/le-0", NULL, 200), *d;
+    size_t i;
+
+    out[0] = 0;
+    json_array_foreach(json_object_get(ev, "deliveries"), i, d)
+        if (!strcmp(jstr(d, "group"), "le")) {
+            if (jint(d, "attempts") > 1)
+                reclaimed = 1;
+            if (!strcmp(jstr(d, "state"), "processing"))
+                snprintf(out, cap, "%s", jstr(d, "lease_expires_at"));
+        }
+    json_decref(ev);
+}
+
+static int leased(void *arg)
+{
+    (void)arg;
+    lease_of(first_lease, sizeof first_lease);
+    return first_lease[0] != 0 || reclaimed;
+}
+
+static int lease_extended(void *arg)
+{
+    char now[64];
+
+    (void)arg;
+    lease_of(now, sizeof now);
+    return (now[0] && strcmp(now, first_lease) > 0) /* same fixed-width UTC form */
+           || reclaimed;
+}
+
+static void test_lease_extended(void **state)
+{
+    struct want_msgs w = {"LE", 1};
+    int extended;
+
+    (void)state;
+    make_stream("LE", "le.>");
+    put_sink_group("le", "le.t", 0, "LE", "le.{topic}", ",\"lease_ttl_s\":1");
+    await_status("le", 1, NULL); /* connected before NATS freezes */
+    /* nats-server frozen (our own PID): the publish waits for its PubAck
+     * longer than the 1 s lease */
+    assert_int_equal(kill(nats_pid, SIGSTOP), 0);
+    publish_plain("le.t", "le", 0, 1);
+    extended = await(leased, NULL, ARRIVE_MS) && await(lease_extended, NULL, ARRIVE_MS);
+    assert_int_equal(kill(nats_pid, SIGCONT), 0);
+    assert_false(reclaimed);
+    assert_true(extended);
+    /* once NATS answers again the event arrives, once */
+    assert_true(await(has_msgs, &w, ARRIVE_MS));
+    json_decref(read_stream("LE", "le.>", 1));
+    json_decref(call(&S, "DELETE", "/v1/groups/le", NULL, 204));
+}
+
 /* ---- micd stopped (SIGTERM) mid-relay, then restarted on its store ---- */
 
 static int some_msgs(void *arg)
@@ -894,6 +960,7 @@ int main(void)
         cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_delete),
         cmocka_unit_test(test_no_stream),
+        cmocka_unit_test(test_lease_extended),
         cmocka_unit_test(test_nats_down),
         cmocka_unit_test(test_micd_restart),
     };
