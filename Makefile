@@ -22,7 +22,7 @@
 #                 cycles (soak-crash), 240 power cuts (soak-power), the fuzz targets (fuzz)
 
 CC      ?= cc
-PKGS    := libmicrohttpd lmdb jansson yajl openssl
+PKGS    := libmicrohttpd lmdb jansson yajl openssl libnats
 # libpq: tests/pgfx.c runs a real PostgreSQL; libpq-dev and postgresql come
 # with PEER_DEBS, which make test installs (peer-deps) before make check.
 TPKGS   := cmocka libnats libpq
