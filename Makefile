@@ -284,7 +284,7 @@ check-install: all build/libmic.pc
 check: check-install build/san/micd build/san/mic-events-replay build/san/mic build/san/mic-relay $(UNIT) \
        $(EXAMPLES:%=build/san/examples/%) $(EXAMPLES:%=build/examples/%) \
        build/micd build/loadgen build/workers build/rangeread $(PEER_DRIVERS) \
-       build/mic-relay build/outbox_poller build/san/crashloop $(FUZZ_BINS)
+       build/mic-relay build/outbox_poller build/san/crashloop $(FUZZ_BINS) build/sink_watch
 	tests/check-layers.sh
 	MICD=build/san/micd MIC_REPLAY=build/san/mic-events-replay MIC_CLI=build/san/mic \
 	    tests/run.sh $(UNIT)
@@ -308,6 +308,10 @@ check: check-install build/san/micd build/san/mic-events-replay build/san/mic bu
 	SMOKE=1 OUT=build/relay-smoke.jsonl bench/relay.sh > build/relay-smoke.log 2>&1 || \
 	    { cat build/relay-smoke.log; echo "relay smoke: FAILED"; exit 1; }
 	@echo "relay smoke: pollers and mic-relays drained the outbox into micd, lag measured (build/relay-smoke.log)"
+	@# the NATS sink bench at 2,000 events, about 15 s (make bench-sink)
+	SMOKE=1 OUT=build/sink-smoke.jsonl bench/sink.sh > build/sink-smoke.log 2>&1 || \
+	    { cat build/sink-smoke.log; echo "sink smoke: FAILED"; exit 1; }
+	@echo "sink smoke: sink groups relayed to JetStream, unordered and ordered, next to JetStream alone (build/sink-smoke.log)"
 
 test: deps peer-deps
 	$(MAKE) check

@@ -8,10 +8,10 @@
 # One nats-server with JetStream (file storage, in a temporary directory)
 # and one release micd (default durability: fsync; bench/lib.sh), both on
 # 127.0.0.1, stopped by PID at the end.  build/sink_watch creates stream
-# MICBENCH over bench.> and, started before each load, reads the run's
-# subject back until EVENTS distinct Nats-Msg-Id arrived (pull consumer).
+# MICBENCH over micsink.> and, started before each load, reads the run's
+# subject back until EVENTS distinct Nats-Msg-Id arrived (push consumer).
 # Per run, the drivers take turns (the order rotating):
-#   unordered  a sink group on a topic of its own (subject bench.{topic}),
+#   unordered  a sink group on a topic of its own (subject micsink.{topic}),
 #              EVENTS events published by build/loadgen (8 connections,
 #              batches of 100); events/s = EVENTS / time from the start of
 #              the load to the last message seen in the stream
@@ -55,7 +55,7 @@ nurl=nats://127.0.0.1:$nport
 start_micd
 trap cleanup EXIT
 i=0
-until ./build/sink_watch --url "$nurl" --stream MICBENCH --create 'bench.>' 2> /dev/null; do
+until ./build/sink_watch --url "$nurl" --stream MICBENCH --create 'micsink.>' 2> /dev/null; do
     i=$((i + 1))
     [ $i -gt 100 ] && { echo "nats-server did not start" >&2; cat "$natsdir/log" >&2; exit 1; }
     sleep 0.1
@@ -82,8 +82,8 @@ drive() { # DRIVER RUN
     esac
     topic=t$n
     if [ "$1" = ordered ]; then ord=true; else ord=false; fi
-    put "/v1/groups/g$n" "{\"topics\":[\"$topic\"],\"ordered\":$ord,\"sink\":{\"type\":\"nats\",\"url\":\"$nurl\",\"stream\":\"MICBENCH\",\"subject\":\"bench.{topic}\"}}"
-    ./build/sink_watch --url "$nurl" --stream MICBENCH --subject "bench.$topic" --count "$EVENTS" \
+    put "/v1/groups/g$n" "{\"topics\":[\"$topic\"],\"ordered\":$ord,\"sink\":{\"type\":\"nats\",\"url\":\"$nurl\",\"stream\":\"MICBENCH\",\"subject\":\"micsink.{topic}\"}}"
+    ./build/sink_watch --url "$nurl" --stream MICBENCH --subject "micsink.$topic" --count "$EVENTS" \
         --max-seconds 600 > "$dir/watch" &
     w=$!
     if [ "$1" = ordered ]; then
@@ -116,8 +116,8 @@ done
 # The latency: one connection, one event per publish, no backlog.
 n=$((n + 1))
 topic=lat$n
-put "/v1/groups/g$n" "{\"topics\":[\"$topic\"],\"sink\":{\"type\":\"nats\",\"url\":\"$nurl\",\"stream\":\"MICBENCH\",\"subject\":\"bench.{topic}\"}}"
-./build/sink_watch --url "$nurl" --stream MICBENCH --subject "bench.$topic" --count "$LAT_EVENTS" \
+put "/v1/groups/g$n" "{\"topics\":[\"$topic\"],\"sink\":{\"type\":\"nats\",\"url\":\"$nurl\",\"stream\":\"MICBENCH\",\"subject\":\"micsink.{topic}\"}}"
+./build/sink_watch --url "$nurl" --stream MICBENCH --subject "micsink.$topic" --count "$LAT_EVENTS" \
     --max-seconds 600 > "$dir/watch" &
 w=$!
 ./build/loadgen --url "$url" --conns 1 --events "$LAT_EVENTS" --batch 1 --topic "$topic" --max-seconds 600 > /dev/null

@@ -7,7 +7,7 @@
  *       window 2 min) over SUBJECTS, then exit
  *   sink_watch --url nats://HOST:PORT --stream S --subject SUBJ --count N
  *              [--max-seconds T]
- *       read the messages of SUBJ from the start of S with a pull
+ *       read the messages of SUBJ from the start of S with a push
  *       consumer until N distinct Nats-Msg-Id have arrived (or T
  *       seconds, default 300), then print one JSON line:
  *       {"messages","distinct","seconds","first_to_last_s",
@@ -222,40 +222,39 @@ int main(int argc, char **argv)
     so.Stream = stream;
     so.Config.DeliverPolicy = js_DeliverAll;
     so.Config.AckPolicy = js_AckNone;
-    if (js_PullSubscribe(&sub, js, subject, NULL, NULL, &so, NULL) != NATS_OK) {
+    /* a push consumer: each message comes as soon as the stream has it
+     * (a pull Fetch would add its own wait to the latency) */
+    if (js_SubscribeSync(&sub, js, subject, NULL, &so, NULL) != NATS_OK) {
         fprintf(stderr, "sink_watch: cannot subscribe to %s on %s\n", subject, stream);
         goto out;
     }
     while ((long)ids.n < count && wall_us() - t0 < (int64_t)max_s * 1000000) {
-        natsMsgList list = {0};
-        natsStatus s = natsSubscription_Fetch(&list, sub, 256, 500, NULL);
-        int64_t now = wall_us();
+        natsMsg *m = NULL;
+        natsStatus s = natsSubscription_NextMsg(&m, sub, 500);
+        int64_t now = wall_us(), c;
+        const char *id = NULL, *at = NULL, *atype = NULL, *aid = NULL, *ver = NULL;
 
-        if (s != NATS_OK && s != NATS_TIMEOUT)
+        if (s == NATS_TIMEOUT)
+            continue;
+        if (s != NATS_OK)
             break;
-        for (int i = 0; i < list.Count; i++) {
-            natsMsg *m = list.Msgs[i];
-            const char *id = NULL, *at = NULL, *atype = NULL, *aid = NULL, *ver = NULL;
-            int64_t c;
-
-            natsMsgHeader_Get(m, "Nats-Msg-Id", &id);
-            natsMsgHeader_Get(m, "mic-created-at", &at);
-            natsMsgHeader_Get(m, "mic-aggregate-type", &atype);
-            natsMsgHeader_Get(m, "mic-aggregate-id", &aid);
-            natsMsgHeader_Get(m, "mic-aggregate-version", &ver);
-            msgs++;
-            if (!first)
-                first = now;
-            last = now;
-            if (id && idset_add(&ids, id) == 1 && (c = parse_time(at)) > 0 && nlat < count * 2)
-                lat[nlat++] = now - c;
-            if (atype && aid && ver) {
-                char key[512];
-                snprintf(key, sizeof key, "%s\n%s", atype, aid);
-                order_bad += aggs_check(&ag, key, strtoull(ver, NULL, 10));
-            }
+        natsMsgHeader_Get(m, "Nats-Msg-Id", &id);
+        natsMsgHeader_Get(m, "mic-created-at", &at);
+        natsMsgHeader_Get(m, "mic-aggregate-type", &atype);
+        natsMsgHeader_Get(m, "mic-aggregate-id", &aid);
+        natsMsgHeader_Get(m, "mic-aggregate-version", &ver);
+        msgs++;
+        if (!first)
+            first = now;
+        last = now;
+        if (id && idset_add(&ids, id) == 1 && (c = parse_time(at)) > 0 && nlat < count * 2)
+            lat[nlat++] = now - c;
+        if (atype && aid && ver) {
+            char key[512];
+            snprintf(key, sizeof key, "%s\n%s", atype, aid);
+            order_bad += aggs_check(&ag, key, strtoull(ver, NULL, 10));
         }
-        natsMsgList_Destroy(&list);
+        natsMsg_Destroy(m);
     }
     qsort(lat, (size_t)nlat, sizeof *lat, cmp_i64);
     printf("{\"messages\":%ld,\"distinct\":%zu,\"seconds\":%.3f,\"first_to_last_s\":%.3f,"
