@@ -11,6 +11,7 @@
 #   make bench-hostile  publish/claim p99 with 2,000 idle, 300 slow connections and a malformed
 #                 flood at once (RUNS=N runs, default 3) -> bench/RESULTS.md
 #   make bench-workerloop  W3 drained by bench/workers' raw driver, by libmic and by its worker loop
+#   make bench-sink   micd's NATS sink: publish to JetStream events/s, unordered and ordered, vs JetStream alone
 #   make bench-relay  the outbox: rows/s through 1, 2, 4 mic-relays vs a marking-only poller, relay lag
 #   make fuzz     each libFuzzer target of tests/fuzz/ for FUZZ_SECONDS (default 60); make check
 #                 runs them FUZZ_CHECK_SECONDS (default 8) each
@@ -21,7 +22,7 @@
 #                 cycles (soak-crash), 240 power cuts (soak-power), the fuzz targets (fuzz)
 
 CC      ?= cc
-PKGS    := libmicrohttpd lmdb jansson yajl openssl
+PKGS    := libmicrohttpd lmdb jansson yajl openssl libnats
 # libpq: tests/pgfx.c runs a real PostgreSQL; libpq-dev and postgresql come
 # with PEER_DEBS, which make test installs (peer-deps) before make check.
 TPKGS   := cmocka libnats libpq
@@ -55,7 +56,7 @@ UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
 KIT     := build/san/claimkit.o build/san/procfx.o build/san/jgen.o build/san/pgfx.o build/san/natsfx.o
 
-.PHONY: all examples install check-install run test check deps fault-crash soak-crash fuzz fuzz-seeds bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke bench-workerloop bench-relay peer-deps clean
+.PHONY: all examples install check-install run test check deps fault-crash soak-crash fuzz fuzz-seeds bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke bench-workerloop bench-relay bench-sink peer-deps clean
 all: build/micd build/mic-events-replay build/mic build/mic-relay build/libmic.a build/libmic.so
 
 deps:
@@ -241,6 +242,9 @@ build/loadgen: bench/loadgen.c bench/peerlib.c bench/peerlib.h client/mic.h buil
 	$(CC) $(WARN) -O2 -Iclient $(LIBMIC_CFLAGS) $< bench/peerlib.c build/libmic.a -o $@ -lm -lssl $(LIBMIC_LIBS)
 build/workers: bench/workers.c client/mic.h build/libmic.a | build/rel
 	$(CC) $(WARN) -O2 -Iclient $(LIBMIC_CFLAGS) $< build/libmic.a -o $@ -lssl $(LIBMIC_LIBS)
+# The NATS sink bench's JetStream side (bench/sink.sh): libnats only.
+build/sink_watch: bench/sink_watch.c | build/rel
+	$(CC) $(WARN) -O2 $(shell pkg-config --cflags libnats) $< -o $@ $(shell pkg-config --libs libnats)
 # The outbox relay bench's database side (bench/relay.sh): libpq only.
 build/outbox_poller: bench/outbox_poller.c | build/rel
 	$(CC) $(WARN) -O2 $(shell pkg-config --cflags libpq) $< -o $@ $(shell pkg-config --libs libpq) -lpthread
@@ -283,7 +287,7 @@ check-install: all build/libmic.pc
 check: check-install build/san/micd build/san/mic-events-replay build/san/mic build/san/mic-relay $(UNIT) \
        $(EXAMPLES:%=build/san/examples/%) $(EXAMPLES:%=build/examples/%) \
        build/micd build/loadgen build/workers build/rangeread $(PEER_DRIVERS) \
-       build/mic-relay build/outbox_poller build/san/crashloop $(FUZZ_BINS)
+       build/mic-relay build/outbox_poller build/san/crashloop $(FUZZ_BINS) build/sink_watch
 	tests/check-layers.sh
 	MICD=build/san/micd MIC_REPLAY=build/san/mic-events-replay MIC_CLI=build/san/mic \
 	    tests/run.sh $(UNIT)
@@ -307,6 +311,10 @@ check: check-install build/san/micd build/san/mic-events-replay build/san/mic bu
 	SMOKE=1 OUT=build/relay-smoke.jsonl bench/relay.sh > build/relay-smoke.log 2>&1 || \
 	    { cat build/relay-smoke.log; echo "relay smoke: FAILED"; exit 1; }
 	@echo "relay smoke: pollers and mic-relays drained the outbox into micd, lag measured (build/relay-smoke.log)"
+	@# the NATS sink bench at 2,000 events, about 15 s (make bench-sink)
+	SMOKE=1 OUT=build/sink-smoke.jsonl bench/sink.sh > build/sink-smoke.log 2>&1 || \
+	    { cat build/sink-smoke.log; echo "sink smoke: FAILED"; exit 1; }
+	@echo "sink smoke: sink groups relayed to JetStream, unordered and ordered, next to JetStream alone (build/sink-smoke.log)"
 
 test: deps peer-deps
 	$(MAKE) check
@@ -355,6 +363,13 @@ bench-workerloop: deps build/micd build/loadgen build/workers
 # <!-- relay --> markers, which bench/peers.py keeps).
 bench-relay: build/micd build/mic-relay build/outbox_poller
 	bench/relay.sh
+
+# micd's NATS sink (bench/sink.sh; issue 17): events/s from a publish to
+# micd to the message in JetStream, unordered and ordered, next to
+# JetStream alone, and the latency (the table goes into bench/RESULTS.md
+# by hand, between the <!-- sink --> markers, which bench/peers.py keeps).
+bench-sink: build/micd build/loadgen build/sink_watch build/peer_nats
+	bench/sink.sh
 
 build/peer_redis: bench/peer_redis.c bench/peerlib.c bench/peerlib.h | build/rel
 	$(CC) $(WARN) -O2 $(shell pkg-config --cflags hiredis) $< bench/peerlib.c -o $@ $(shell pkg-config --libs hiredis) -lpthread -lm

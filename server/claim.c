@@ -69,6 +69,7 @@ struct mic_claim {
     int granted;
     char *replay;           /* a replay group's "replay" members, or NULL */
     int64_t lease_expires;
+    int internal;           /* the sink relay's own: no group_has_sink check */
     struct mic_error err;
 };
 
@@ -178,6 +179,14 @@ static int apply(mic_op *op, struct mic_wctx *w)
     c->requeued = 0;
     if (!gr) {
         mic_error_set(&c->err, MIC_ENOTFOUND, "not_found", NULL, "no group %s", c->group);
+        return MIC_OK;
+    }
+    /* A sink group's deliveries are micd's relay's to move (sink.c). */
+    if (mic_group_config(gr)->sink_url && !c->internal && c->kind != MIC_REQUEUE &&
+        c->kind != MIC_SKIP) {
+        mic_error_set(&c->err, MIC_ECONFLICT, "group_has_sink", NULL,
+                      "group %s has a NATS sink: micd relays it itself, workers may not "
+                      "claim, ack, nack or extend its deliveries", c->group);
         return MIC_OK;
     }
     if (c->kind == MIC_CLAIM)
@@ -417,6 +426,34 @@ fail:
 mic_op *mic_claim_op(mic_claim *c)
 {
     return &c->op;
+}
+
+void mic_claim_set_internal(mic_claim *c)
+{
+    c->internal = 1;
+}
+
+int mic_claim_grants(const mic_claim *c)
+{
+    return c->err.err ? 0 : c->kind == MIC_CLAIM ? c->granted : 0;
+}
+
+void mic_claim_grant(const mic_claim *c, int i, uint64_t *seq,
+                     char token[2 * MIC_TOKEN_LEN + 1], int64_t *lease_expires_us)
+{
+    *seq = c->seqs[i];
+    hex(c->tokens[i], MIC_TOKEN_LEN, token);
+    *lease_expires_us = c->lease_expires;
+}
+
+int mic_claim_items(const mic_claim *c)
+{
+    return c->err.err ? 0 : c->n;
+}
+
+int mic_claim_item_status(const mic_claim *c, int i)
+{
+    return c->items[i].status;
 }
 
 /* A claim's answer: the grants with their events, read from the log. */

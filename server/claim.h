@@ -7,6 +7,7 @@
 #define MIC_CLAIM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "group.h"
 #include "writer.h"
@@ -42,6 +43,23 @@ mic_op *mic_claim_op(mic_claim *c);
 int mic_claim_result(mic_claim *c, mic_store *s, struct mic_buf *out,
                      struct mic_error *err);
 void mic_claim_free(mic_claim *c);
+
+/* ---- The sink relay's own requests (sink.c) ----
+ * A claim, ack, nack or extend on a group with a NATS sink answers 409
+ * group_has_sink (DESIGN section 13), unless marked internal here (after
+ * _parse, before submitting): the relay's requests are the same ops as a
+ * worker's.  After done(): _grants is how many deliveries a claim was
+ * granted (0 on any error) and _grant gives grant 'i' (0-based): its seq,
+ * its lease token (32 hex digits and a NUL) and the lease's end (wall µs);
+ * _items is the number of items of an ack/nack/extend (0 on a request
+ * error) and _item_status the outcome of item 'i' (enum
+ * mic_delivery_status). */
+void mic_claim_set_internal(mic_claim *c);
+int mic_claim_grants(const mic_claim *c);
+void mic_claim_grant(const mic_claim *c, int i, uint64_t *seq,
+                     char token[2 * MIC_TOKEN_LEN + 1], int64_t *lease_expires_us);
+int mic_claim_items(const mic_claim *c);
+int mic_claim_item_status(const mic_claim *c, int i);
 
 /* POST /v1/aggregates/{type}/{id}/gaps/{version}/skip, in the same four
  * steps.  _parse: MIC_ENOTFOUND for a name out of bounds, MIC_EINVAL for a

@@ -111,9 +111,18 @@ static void cfg_fini(struct mic_group_cfg *c)
     free(c->topics);
     free(c->replay_run);
     free(c->replay_fields);
+    free(c->sink_url);
+    free(c->sink_stream);
+    free(c->sink_subject);
     c->topics = NULL;
     c->ntopics = 0;
     c->replay_run = c->replay_fields = NULL;
+    c->sink_url = c->sink_stream = c->sink_subject = NULL;
+}
+
+void mic_group_cfg_fini(struct mic_group_cfg *c)
+{
+    cfg_fini(c);
 }
 
 static int topic_pattern_ok(const char *s, size_t n)
@@ -159,6 +168,124 @@ static int get_uint(json_t *o, const char *k, uint64_t lo, uint64_t hi,
     return MIC_OK;
 }
 
+/* ---- NATS sink ----
+ * "sink":{"type":"nats","url":URL,"stream":S,"subject":TEMPLATE}: the url
+ * is one nats://HOST:PORT or a comma-separated list of them (a cluster);
+ * the stream [A-Za-z0-9_-]{1,64}; the subject's dot-separated tokens are
+ * each a literal of printable ASCII other than '*', '>' and space, or one
+ * of the four placeholders, never empty; at most 255 bytes. */
+
+static int sink_url_ok(const char *s)
+{
+    while (*s) {
+        const char *e = strchr(s, ','), *host, *colon;
+        size_t n = e ? (size_t)(e - s) : strlen(s), hl;
+        char *end;
+        long port;
+
+        if (n < 8 || strncmp(s, "nats://", 7))
+            return 0;
+        host = s + 7;
+        colon = memchr(host, ':', n - 7);
+        if (!colon || colon == host)
+            return 0;
+        hl = (size_t)(colon - host);
+        for (size_t i = 0; i < hl; i++)
+            if (!(host[i] >= 'a' && host[i] <= 'z') && !(host[i] >= 'A' && host[i] <= 'Z') &&
+                !(host[i] >= '0' && host[i] <= '9') && !strchr(".-_", host[i]))
+                return 0;
+        if (colon[1] < '0' || colon[1] > '9')
+            return 0;
+        port = strtol(colon + 1, &end, 10);
+        if (end != s + n || port < 1 || port > 65535)
+            return 0;
+        if (!e)
+            return 1;
+        s = e + 1;
+    }
+    return 0;
+}
+
+static int sink_stream_ok(const char *s, size_t n)
+{
+    if (n < 1 || n > 64)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!(s[i] >= 'a' && s[i] <= 'z') && !(s[i] >= 'A' && s[i] <= 'Z') &&
+            !(s[i] >= '0' && s[i] <= '9') && s[i] != '_' && s[i] != '-')
+            return 0;
+    return 1;
+}
+
+static int sink_subject_ok(const char *s, size_t n)
+{
+    static const char *const ph[] = {"{topic}", "{event_type}", "{aggregate_type}",
+                                     "{aggregate_id}", NULL};
+    size_t i = 0;
+
+    if (n < 1 || n > 255)
+        return 0;
+    while (i <= n) {
+        size_t j = i;
+        int ok = 0;
+        while (j < n && s[j] != '.')
+            j++;
+        if (j == i)
+            return 0; /* empty token */
+        for (int k = 0; ph[k] && !ok; k++)
+            ok = strlen(ph[k]) == j - i && !memcmp(ph[k], s + i, j - i);
+        for (size_t k = i; k < j && !ok; k++)
+            if (s[k] <= ' ' || s[k] > '~' || strchr("*>{}", s[k]))
+                return 0;
+        i = j + 1;
+    }
+    return 1;
+}
+
+static int sink_parse(json_t *v, struct mic_group_cfg *c, struct mic_error *err)
+{
+    json_t *t, *u, *st, *sub;
+    const char *k;
+    json_t *x;
+
+    if (!json_is_object(v))
+        return BADREQ("sink", "sink is {\"type\":\"nats\",\"url\",\"stream\",\"subject\"}");
+    json_object_foreach(v, k, x)
+        if (strcmp(k, "type") && strcmp(k, "url") && strcmp(k, "stream") && strcmp(k, "subject"))
+            return BADREQ("sink", "unknown sink field '%.64s'", k);
+    t = json_object_get(v, "type");
+    u = json_object_get(v, "url");
+    st = json_object_get(v, "stream");
+    sub = json_object_get(v, "subject");
+    if (!json_is_string(t) || strcmp(json_string_value(t), "nats"))
+        return BADREQ("sink.type", "sink.type must be \"nats\"");
+    if (!json_is_string(u) || json_string_length(u) > 1024 ||
+        strlen(json_string_value(u)) != json_string_length(u) || !sink_url_ok(json_string_value(u)))
+        return BADREQ("sink.url", "sink.url is nats://HOST:PORT, or a comma-separated list of them");
+    if (!json_is_string(st) || !sink_stream_ok(json_string_value(st), json_string_length(st)))
+        return BADREQ("sink.stream", "sink.stream is 1 to 64 of A-Z a-z 0-9 _ -");
+    if (!json_is_string(sub) || !sink_subject_ok(json_string_value(sub), json_string_length(sub)))
+        return BADREQ("sink.subject", "sink.subject is a NATS subject of at most 255 bytes whose "
+                      "dot-separated tokens are literals (no * > { } or spaces) or one of {topic}, "
+                      "{event_type}, {aggregate_type}, {aggregate_id}");
+    if (!(c->sink_url = strdup(json_string_value(u))) ||
+        !(c->sink_stream = strdup(json_string_value(st))) ||
+        !(c->sink_subject = strdup(json_string_value(sub))))
+        return mic_error_internal(err, MIC_ENOMEM);
+    return MIC_OK;
+}
+
+static int str_same(const char *a, const char *b)
+{
+    return a == b || (a && b && !strcmp(a, b));
+}
+
+static int cfg_same_sink(const struct mic_group_cfg *a, const struct mic_group_cfg *b)
+{
+    return str_same(a->sink_url, b->sink_url) && str_same(a->sink_stream, b->sink_stream) &&
+           str_same(a->sink_subject, b->sink_subject);
+}
+
 /* Parse a group's JSON (a PUT body or the stored resource) into 'c'. */
 static int cfg_parse(json_t *o, const char *name, struct mic_group_cfg *c,
                      struct mic_error *err)
@@ -166,7 +293,7 @@ static int cfg_parse(json_t *o, const char *name, struct mic_group_cfg *c,
     static const char *const known[] = {
         "name", "topics", "kind", "ordered", "max_attempts", "backoff",
         "lease_ttl_s", "start", "alert_oldest_unhandled_s", "dlq_policy",
-        "replay_run", "replay", NULL};
+        "replay_run", "replay", "sink", NULL};
     json_t *v, *b;
     const char *k;
     uint64_t n;
@@ -282,6 +409,8 @@ static int cfg_parse(json_t *o, const char *name, struct mic_group_cfg *c,
             return rc;
         c->alert_s = (int64_t)n;
     }
+    if ((v = json_object_get(o, "sink")))
+        return sink_parse(v, c, err);
     return MIC_OK;
 }
 
@@ -328,7 +457,23 @@ static void cfg_render(struct mic_buf *b, const char *name, size_t len,
         mic_buf_printf(b, ",\"alert_oldest_unhandled_s\":%lld", (long long)c->alert_s);
     else
         mic_buf_puts(b, ",\"alert_oldest_unhandled_s\":null");
-    mic_buf_printf(b, ",\"dlq_policy\":\"%s\"}", c->dlq_hold ? "hold" : "release");
+    mic_buf_printf(b, ",\"dlq_policy\":\"%s\"", c->dlq_hold ? "hold" : "release");
+    if (c->sink_url) {
+        mic_buf_puts(b, ",\"sink\":{\"type\":\"nats\",\"url\":");
+        mic_buf_json_str(b, c->sink_url, strlen(c->sink_url));
+        mic_buf_puts(b, ",\"stream\":");
+        mic_buf_json_str(b, c->sink_stream, strlen(c->sink_stream));
+        mic_buf_puts(b, ",\"subject\":");
+        mic_buf_json_str(b, c->sink_subject, strlen(c->sink_subject));
+        mic_buf_add(b, "}", 1);
+    }
+    mic_buf_add(b, "}", 1);
+}
+
+int mic_group_cfg_parse(const char *json, size_t len, const char *name,
+                        struct mic_group_cfg *c)
+{
+    return cfg_from_json(json, len, name, c);
 }
 
 static int cfg_same_topics(const struct mic_group_cfg *a, const struct mic_group_cfg *b)
@@ -852,11 +997,13 @@ static int apply(mic_op *op, struct mic_wctx *w)
     if (old) {
         if (!cfg_same_topics(&old->cfg, &o->cfg) || old->cfg.ordered != o->cfg.ordered ||
             old->cfg.start != o->cfg.start ||
-            (o->cfg.start == MIC_START_TIME && old->cfg.start_us != o->cfg.start_us)) {
+            (o->cfg.start == MIC_START_TIME && old->cfg.start_us != o->cfg.start_us) ||
+            !cfg_same_sink(&old->cfg, &o->cfg)) {
             mic_error_set(&o->err, MIC_ECONFLICT, "immutable_field",
                           !cfg_same_topics(&old->cfg, &o->cfg) ? "topics"
-                          : old->cfg.ordered != o->cfg.ordered ? "ordered" : "start",
-                          "topics, ordered and start are fixed when a group is created");
+                          : old->cfg.ordered != o->cfg.ordered ? "ordered"
+                          : !cfg_same_sink(&old->cfg, &o->cfg) ? "sink" : "start",
+                          "topics, ordered, start and sink are fixed when a group is created");
             return MIC_OK;
         }
         if ((rc = mic_store_group_get(w->txn, o->name, o->len, &rec)))
@@ -1099,6 +1246,41 @@ int mic_group_read_end(mic_txn *t, int rc, const char *name, struct mic_error *e
     return MIC_OK;
 }
 
+static void (*sink_status_fn)(void *, const char *, size_t, struct mic_buf *);
+static void *sink_status_arg;
+
+void mic_group_on_sink_status(void (*fn)(void *arg, const char *name, size_t len,
+                                         struct mic_buf *out),
+                              void *arg)
+{
+    sink_status_arg = arg;
+    sink_status_fn = fn;
+}
+
+/* A group's stored resource, with "sink_status" for a sink group (its
+ * stored config renders "sink" last, and the sequence below cannot occur
+ * inside a JSON string, where quotes are escaped). */
+static void resource(struct mic_buf *b, const char *name, size_t len,
+                     const char *config, size_t clen)
+{
+    static const char tag[] = ",\"sink\":{\"type\":";
+    int sink = 0;
+
+    for (size_t i = 0; !sink && i + sizeof tag - 1 <= clen; i++)
+        sink = config[i] == ',' && !memcmp(config + i, tag, sizeof tag - 1);
+    if (!sink || clen < 2 || config[clen - 1] != '}') {
+        mic_buf_add(b, config, clen);
+        return;
+    }
+    mic_buf_add(b, config, clen - 1);
+    mic_buf_puts(b, ",\"sink_status\":");
+    if (sink_status_fn)
+        sink_status_fn(sink_status_arg, name, len, b);
+    else
+        mic_buf_puts(b, "{\"connected\":false,\"in_flight\":0,\"last_error\":\"no relay\"}");
+    mic_buf_add(b, "}", 1);
+}
+
 int mic_group_get(mic_store *s, const char *name, struct mic_buf *out,
                   struct mic_error *err)
 {
@@ -1110,7 +1292,7 @@ int mic_group_get(mic_store *s, const char *name, struct mic_buf *out,
         return rc;
     rc = mic_store_group_get(t, name, strlen(name), &rec);
     if (rc == MIC_OK)
-        mic_buf_add(out, rec.config, rec.config_len);
+        resource(out, name, strlen(name), rec.config, rec.config_len);
     return mic_group_read_end(t, rc, name, err);
 }
 
@@ -1129,7 +1311,7 @@ static int list_one(void *arg, const char *name, size_t len,
         return 0;
     if (b->len && b->p[b->len - 1] != '[')
         mic_buf_add(b, ",", 1);
-    mic_buf_add(b, rec->config, rec->config_len);
+    resource(b, name, len, rec->config, rec->config_len);
     return 0;
 }
 

@@ -40,6 +40,12 @@ struct mic_group_cfg {
     int64_t alert_s;        /* alert_oldest_unhandled_s, -1 = none */
     char *replay_run;       /* a replay run's group: its run id, else NULL */
     char *replay_fields;    /* its claims' "replay" members, JSON text without braces */
+    /* A NATS sink (DESIGN section 13), relayed by micd itself (sink.c);
+     * sink_url NULL: none.  Validated at PUT, fixed at creation. */
+    char *sink_url;         /* nats://HOST:PORT[,nats://HOST:PORT...] */
+    char *sink_stream;      /* [A-Za-z0-9_-]{1,64} */
+    char *sink_subject;     /* tokens: literal or {topic} {event_type}
+                             * {aggregate_type} {aggregate_id} */
 };
 
 /* A live group, as the writer knows it (opaque). */
@@ -180,6 +186,21 @@ int mic_group_read_end(mic_txn *t, int rc, const char *name, struct mic_error *e
 /* Read side: the id of group 'name' (read transaction 't').  MIC_OK,
  * MIC_ENOTFOUND, or a store error. */
 int mic_group_gid(mic_txn *t, const char *name, uint32_t *gid);
+
+/* The figures GET /v1/groups shows of a sink group's relay: 'fn' appends
+ * the value of "sink_status" (a JSON object) for group 'name' (len bytes)
+ * to 'out'; it runs in a handler thread, so it must be thread-safe.  Set
+ * once at start (sink.c), before the HTTP server; without it a sink group
+ * shows {"connected":false,"in_flight":0,"last_error":"no relay"}. */
+void mic_group_on_sink_status(void (*fn)(void *arg, const char *name, size_t len,
+                                         struct mic_buf *out),
+                              void *arg);
+/* Parse a stored group configuration (as GET shows it, without
+ * sink_status) into *c (the caller's: mic_group_cfg_fini).  Any thread.
+ * Returns MIC_OK, MIC_EIO for a text that is not one, MIC_ENOMEM. */
+int mic_group_cfg_parse(const char *json, size_t len, const char *name,
+                        struct mic_group_cfg *c);
+void mic_group_cfg_fini(struct mic_group_cfg *c);
 
 /* Nonzero if 'name' is a valid group name ([A-Za-z0-9._:-]{1,200}). */
 int mic_group_name_ok(const char *name, size_t len);

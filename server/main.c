@@ -36,6 +36,7 @@
 #include "log.h"
 #include "routes.h"
 #include "schedule.h"
+#include "sink.h"
 #include "store.h"
 #include "writer.h"
 
@@ -195,6 +196,7 @@ int main(int argc, char **argv)
     mic_store *store;
     mic_writer *writer;
     mic_http *http;
+    mic_sink *sink;
     mic_keys *keys;
     char err[600], portstr[16];
     sigset_t mask, old;
@@ -280,7 +282,22 @@ int main(int argc, char **argv)
         mic_keys_free(keys);
         return 5;
     }
+    /* The relay of sink groups (its own threads; before the HTTP server,
+     * whose GET /v1/groups and /metrics show its figures). */
+    if (mic_sink_start(&sink, store, writer, &cfg)) {
+        mic_log(MIC_LOG_ERROR, NULL, "cannot start the sink relay", NULL);
+        mic_writer_stop(writer);
+        mic_writer_free(writer);
+        mic_sched_free(sched);
+        mic_groups_free(groups);
+        mic_store_close(store);
+        mic_keys_free(keys);
+        return 5;
+    }
     if (mic_http_start(&http, &cfg, store, writer, keys, &port)) {
+        mic_sink_stop(sink);
+        mic_writer_stop(writer);
+        mic_sink_free(sink);
         mic_writer_free(writer);
         mic_sched_free(sched);
         mic_groups_free(groups);
@@ -318,9 +335,13 @@ int main(int argc, char **argv)
             stop_signal == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
     mic_http_quiesce(http);
     mic_http_drain(http, 2000);
+    /* The relay stops claiming and settles what JetStream acknowledged
+     * (at most about 2 s) while the writer still runs. */
+    mic_sink_stop(sink);
     mic_writer_stop(writer);
     mic_http_drain(http, 1000);
     mic_http_stop(http);
+    mic_sink_free(sink);
     mic_writer_free(writer);
     mic_sched_free(sched);
     mic_groups_free(groups);

@@ -399,6 +399,17 @@ static void histogram(struct mic_buf *b, const char *name, const char *help,
                    (unsigned long long)cum);
 }
 
+static void (*extra_fn)(void *, const struct mic_key *, struct mic_buf *);
+static void *extra_arg;
+
+void mic_metrics_on_render(void (*fn)(void *arg, const struct mic_key *key,
+                                      struct mic_buf *out),
+                           void *arg)
+{
+    extra_arg = arg;
+    extra_fn = fn;
+}
+
 int mic_metrics_render(mic_store *s, mic_writer *w, const struct mic_key *key,
                        struct mic_buf *b)
 {
@@ -520,5 +531,7 @@ int mic_metrics_render(mic_store *s, mic_writer *w, const struct mic_key *key,
                 mic_buf_printf(b, "mic_http_requests_total{route=\"%s\",code=\"%d\"} %llu\n",
                                route_names[r], statuses[i], (unsigned long long)n);
         }
+    if (extra_fn)
+        extra_fn(extra_arg, key, b);
     return b->oom ? MIC_ENOMEM : MIC_OK;
 }

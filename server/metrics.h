@@ -25,6 +25,14 @@ void mic_metrics_topic(const char *topic, int published, int duplicate, int conf
 int mic_metrics_render(mic_store *s, mic_writer *w, const struct mic_key *key,
                        struct mic_buf *out);
 
+/* Have fn(arg, key, out) append more families to every exposition (the
+ * sink relay's, sink.c), after MIC's own; 'key' narrows them as it does
+ * the listings.  fn runs in handler threads: it must be thread-safe.  Set
+ * once at start, before the HTTP server. */
+void mic_metrics_on_render(void (*fn)(void *arg, const struct mic_key *key,
+                                      struct mic_buf *out),
+                           void *arg);
+
 /* GET /v1/stats: per group, per topic and store figures as JSON appended
  * to 'out'.  Returns MIC_OK or a store error (MIC_EIO, MIC_ENOMEM). */
 int mic_metrics_stats(mic_store *s, const struct mic_key *key, struct mic_buf *out);

@@ -4,7 +4,8 @@
 #   1. only the delivery engine (server/delivery.c) calls the store's
 #      delivery-index functions (store.h "Deliveries", "Ordered groups",
 #      "Per-group figures"), and only store.c calls LMDB;
-#   2. no two server files include each other's headers (no circle).
+#   2. no two server files include each other's headers (no circle);
+#   3. only the sink relay (server/sink.c) calls libnats (nats*_, js_*).
 cd "$(dirname "$0")/.." || exit 2
 status=0
 idx='mic_store_\(dlv\|ready\|timer\|dlq\|aq\|ags\|gstat\|unh\|poison\|oldest\|drop_step\)_*[a-z_]*('
@@ -16,6 +17,11 @@ for f in server/*.c; do
     fi
     if grep -n '\bmdb_[a-z_]*(' "$f"; then
         echo "check-layers: $f calls LMDB (only server/store.c may)"
+        status=1
+    fi
+    if [ "$f" != server/sink.c ] &&
+       grep -n '\b\(nats[A-Za-z]*_[A-Za-z]*\|js_[A-Za-z]*\|jsCtx_[A-Za-z]*\)(' "$f"; then
+        echo "check-layers: $f calls libnats (only server/sink.c may)"
         status=1
     fi
 done
@@ -30,5 +36,5 @@ for f in server/*.c; do
         fi
     done
 done
-[ $status = 0 ] && echo "check-layers: ok (delivery indexes only in delivery.c, LMDB only in store.c, no include circles)"
+[ $status = 0 ] && echo "check-layers: ok (delivery indexes only in delivery.c, LMDB only in store.c, libnats only in sink.c, no include circles)"
 exit $status
