@@ -177,7 +177,11 @@ static int get_uint(json_t *o, const char *k, uint64_t lo, uint64_t hi,
 
 static int sink_url_ok(const char *s)
 {
+    int n_urls = 0; /* the relay takes at most 16 (server/sink.c) */
+
     while (*s) {
+        if (++n_urls > 16)
+            return 0;
         const char *e = strchr(s, ','), *host, *colon;
         size_t n = e ? (size_t)(e - s) : strlen(s), hl;
         char *end;
@@ -259,9 +263,10 @@ static int sink_parse(json_t *v, struct mic_group_cfg *c, struct mic_error *err)
     sub = json_object_get(v, "subject");
     if (!json_is_string(t) || strcmp(json_string_value(t), "nats"))
         return BADREQ("sink.type", "sink.type must be \"nats\"");
-    if (!json_is_string(u) || json_string_length(u) > 1024 ||
+    if (!json_is_string(u) || json_string_length(u) > 1000 ||
         strlen(json_string_value(u)) != json_string_length(u) || !sink_url_ok(json_string_value(u)))
-        return BADREQ("sink.url", "sink.url is nats://HOST:PORT, or a comma-separated list of them");
+        return BADREQ("sink.url", "sink.url is nats://HOST:PORT, or a comma-separated list of at "
+                      "most 16 of them (1,000 bytes in all)");
     if (!json_is_string(st) || !sink_stream_ok(json_string_value(st), json_string_length(st)))
         return BADREQ("sink.stream", "sink.stream is 1 to 64 of A-Z a-z 0-9 _ -");
     if (!json_is_string(sub) || !sink_subject_ok(json_string_value(sub), json_string_length(sub)))

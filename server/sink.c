@@ -437,9 +437,17 @@ static int relay_connect(struct relay *r)
     jsCtx *js = NULL;
     jsOptions jo;
     natsStatus s;
+    char urls[1024], *sv[16], *save = NULL, *tok;
+    int nsv = 0;
 
+    /* A cluster's URLs, comma-separated: natsOptions_SetURL of cnats 3.4
+     * does not take the list (every connect then fails with "No server
+     * available"), natsOptions_SetServers does. */
+    snprintf(urls, sizeof urls, "%s", r->url);
+    for (tok = strtok_r(urls, ",", &save); tok && nsv < 16; tok = strtok_r(NULL, ",", &save))
+        sv[nsv++] = tok;
     s = natsOptions_Create(&o);
-    if (s == NATS_OK) s = natsOptions_SetURL(o, r->url);
+    if (s == NATS_OK) s = natsOptions_SetServers(o, (const char **)sv, nsv);
     if (s == NATS_OK) s = natsOptions_SetTimeout(o, 1000);
     if (s == NATS_OK) s = natsOptions_SetMaxReconnect(o, -1);
     if (s == NATS_OK) s = natsOptions_SetReconnectWait(o, 250);

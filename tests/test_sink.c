@@ -461,6 +461,8 @@ static void test_put_validation(void **state)
         {"{\"type\":\"nats\",\"url\":\"nats://127.0.0.1\",\"stream\":\"S\",\"subject\":\"a\"}", "sink.url"},
         {"{\"type\":\"nats\",\"url\":\"nats://127.0.0.1:99999\",\"stream\":\"S\",\"subject\":\"a\"}", "sink.url"},
         {"{\"type\":\"nats\",\"url\":\"nats://a:1,\",\"stream\":\"S\",\"subject\":\"a\"}", "sink.url"},
+        /* 17 servers: the relay takes at most 16 */
+        {"{\"type\":\"nats\",\"url\":\"nats://h0:4222,nats://h1:4222,nats://h2:4222,nats://h3:4222,nats://h4:4222,nats://h5:4222,nats://h6:4222,nats://h7:4222,nats://h8:4222,nats://h9:4222,nats://h10:4222,nats://h11:4222,nats://h12:4222,nats://h13:4222,nats://h14:4222,nats://h15:4222,nats://h16:4222\",\"stream\":\"S\",\"subject\":\"a\"}", "sink.url"},
         {"{\"type\":\"nats\",\"url\":\"nats://a:1\",\"stream\":\"S.x\",\"subject\":\"a\"}", "sink.stream"},
         {"{\"type\":\"nats\",\"url\":\"nats://a:1\",\"stream\":\"\",\"subject\":\"a\"}", "sink.stream"},
         {"{\"type\":\"nats\",\"url\":\"nats://a:1\",\"stream\":\"S\",\"subject\":\"a.*\"}", "sink.subject"},
