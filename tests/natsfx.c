@@ -49,9 +49,7 @@ static void nap_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* The full path of 'name': $envvar if set (it must be executable), else
- * the first on $PATH or in the sbin directories. */
-static int find_exe(const char *name, const char *envvar, char *out, size_t cap)
+int natsfx_find_exe(const char *name, const char *envvar, char *out, size_t cap)
 {
     const char *env = getenv("PATH"), *set = getenv(envvar);
     char path[2048], *save = NULL, *dir;
@@ -249,7 +247,7 @@ int natsfx_start(struct natsfx *c, int ms)
     char base[sizeof c->base];
 
     memset(c, 0, sizeof *c);
-    if (find_exe("nats-server", "NATS_SERVER", c->exe, sizeof c->exe)) {
+    if (natsfx_find_exe("nats-server", "NATS_SERVER", c->exe, sizeof c->exe)) {
         fprintf(stderr, "natsfx: nats-server not found (Debian: apt-get install nats-server, "
                 "or set NATS_SERVER)\n");
         return -1;

@@ -124,6 +124,11 @@ int natsfx_stream_read(jsCtx *js, const char *name, const char *subject, int ms,
  * *missing how many carry none. */
 void natsfx_count_ids(json_t *msgs, size_t *total, size_t *distinct, size_t *missing);
 
+/* The full path of program 'name' into 'out': $envvar if set (it must be
+ * executable), else the first on $PATH or in the sbin directories.
+ * Returns 0, or -1 (out then holds the last path tried). */
+int natsfx_find_exe(const char *name, const char *envvar, char *out, size_t cap);
+
 /* Header 'key' of message 'm' (as natsfx_stream_read returns it), or NULL. */
 const char *natsfx_hdr(json_t *m, const char *key);
 

@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "natsfx.h"
 #include "claimkit.h"
 
 #include <arpa/inet.h>
@@ -71,28 +72,6 @@ static void nap_ms(int ms)
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
 
     nanosleep(&ts, NULL);
-}
-
-/* The full path of 'name': $envvar if set (it must be executable), else
- * the first on $PATH or in the sbin directories.  Returns 0 or -1. */
-static int find_exe(const char *name, const char *envvar, char *out, size_t cap)
-{
-    const char *env = getenv("PATH"), *set = getenv(envvar);
-    char path[2048], *save = NULL, *dir;
-
-    if (set && *set) {
-        snprintf(out, cap, "%s", set);
-        return access(out, X_OK) ? -1 : 0;
-    }
-
-    snprintf(path, sizeof path, "%s:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/bin",
-             env ? env : "");
-    for (dir = strtok_r(path, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
-        snprintf(out, cap, "%s/%s", *dir ? dir : ".", name);
-        if (access(out, X_OK) == 0)
-            return 0;
-    }
-    return -1;
 }
 
 static int free_port(void)
@@ -226,7 +205,7 @@ static int nats_start(struct proc *p)
     int64_t end;
     int ok = 0;
 
-    if (find_exe("nats-server", "NATS_SERVER", exe, sizeof exe)) {
+    if (natsfx_find_exe("nats-server", "NATS_SERVER", exe, sizeof exe)) {
         fprintf(stderr, "FAIL: nats-server not found (apt-get install nats-server, "
                 "or set NATS_SERVER)\n");
         return -1;
@@ -391,7 +370,7 @@ static int ch_start(void)
     char exe[512], path[400], cfgarg[420], conf[4096];
     const char *argv[4];
 
-    if (find_exe("clickhouse-server", "CLICKHOUSE_SERVER", exe, sizeof exe)) {
+    if (natsfx_find_exe("clickhouse-server", "CLICKHOUSE_SERVER", exe, sizeof exe)) {
         fprintf(stderr, "FAIL: clickhouse-server not found (apt-get install "
                 "clickhouse-server clickhouse-client, or set CLICKHOUSE_SERVER)\n");
         return -1;

@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "natsfx.h"
 #include "claimkit.h"
 
 #include <arpa/inet.h>
@@ -77,28 +78,6 @@ static int free_port(void)
     return port;
 }
 
-/* nats-server: $NATS_SERVER if set, else the first on $PATH or in the
- * usual directories.  Returns 0 or -1. */
-static int find_exe(char *out, size_t cap)
-{
-    const char *set = getenv("NATS_SERVER"), *env = getenv("PATH");
-    char path[2048], *save = NULL, *dir;
-
-    if (set && *set) {
-        snprintf(out, cap, "%s", set);
-        return access(out, X_OK) ? -1 : 0;
-    }
-    snprintf(path, sizeof path, "%s:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/bin",
-             env ? env : "");
-    for (dir = strtok_r(path, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
-        snprintf(out, cap, "%s/nats-server", *dir ? dir : ".");
-        if (access(out, X_OK) == 0)
-            return 0;
-    }
-    out[0] = 0;
-    return -1;
-}
-
 static int nats_alive(void)
 {
     int status;
@@ -137,7 +116,7 @@ static int nats_start(void)
     int64_t end;
     pid_t pid;
 
-    if (!exe[0] && find_exe(exe, sizeof exe)) {
+    if (!exe[0] && natsfx_find_exe("nats-server", "NATS_SERVER", exe, sizeof exe)) {
         fprintf(stderr, "FAIL: nats-server not found (apt-get install nats-server, or set "
                 "NATS_SERVER)\n");
         return -1;
