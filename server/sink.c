@@ -364,7 +364,10 @@ static void *publisher_main(void *arg)
             r->hist[b]++;
             r->puback_sum += secs;
             r->published++;
-            r->last_error[0] = 0;
+            /* a PubAck handled after the disconnected callback does not
+             * wipe the error that says why the group waits */
+            if (r->connected)
+                r->last_error[0] = 0;
             j->state = J_OK;
         } else {
             if (!up)
@@ -423,6 +426,8 @@ static void on_closed(natsConnection *nc, void *closure)
     (void)nc;
     pthread_mutex_lock(&r->mu);
     r->connected = 0;
+    if (!r->last_error[0])
+        snprintf(r->last_error, sizeof r->last_error, "connection to NATS at %s closed", r->url);
     r->closed = 1;
     pthread_cond_broadcast(&r->done);
     pthread_mutex_unlock(&r->mu);

@@ -705,20 +705,28 @@ static void test_nats_down(void **state)
 
 /* ---- A stream that does not exist ---- */
 
-static int nacked(void *arg)
+static int all_dead_lettered(void *arg)
 {
     (void)arg;
-    return stats_num("nx", "redeliveries") >= 1 || stats_num("nx", "dlq") >= 1;
+    return stats_num("nx", "dlq") == 3;
 }
 
 static void test_no_stream(void **state)
 {
     (void)state;
     put_sink_group("nx", "nx.t", 0, "NO_SUCH_STREAM", "nx.{topic}",
-                   ",\"backoff\":{\"initial_ms\":50,\"max_ms\":100}");
+                   ",\"max_attempts\":2,\"backoff\":{\"initial_ms\":50,\"max_ms\":100}");
     publish_plain("nx.t", "nx", 0, 3);
     await_status("nx", 1, "NO_SUCH_STREAM");
-    assert_true(await(nacked, NULL, ARRIVE_MS));
+    /* nacked with the group's backoff, then dead-lettered at max_attempts */
+    assert_true(await(all_dead_lettered, NULL, ARRIVE_MS));
+    {
+        json_t *q = call(&S, "GET", "/v1/groups/nx/dlq", NULL, 200);
+        json_t *d = json_array_get(json_object_get(q, "deliveries"), 0);
+        assert_int_equal(jint(d, "attempts"), 2);
+        assert_non_null(strstr(jstr(d, "last_error"), "NO_SUCH_STREAM"));
+        json_decref(q);
+    }
     {
         struct resp r;
         assert_int_equal(http(&S, "GET", "/metrics", NULL, NULL, 0, NULL, &r), 0);
