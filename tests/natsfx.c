@@ -181,9 +181,7 @@ static pid_t node_spawn(struct natsfx *c, int i)
     return pid;
 }
 
-/* One node's JetStream answers an account-info request (through that node
- * alone, no reconnect).  In a cluster that needs a meta leader. */
-static int node_js_ready(const struct natsfx_node *n)
+int natsfx_js_ready(const char *url)
 {
     natsOptions *o = NULL;
     natsConnection *nc = NULL;
@@ -194,7 +192,7 @@ static int node_js_ready(const struct natsfx_node *n)
 
     if (natsOptions_Create(&o) != NATS_OK)
         return 0;
-    if (natsOptions_SetURL(o, n->url) == NATS_OK && natsOptions_SetTimeout(o, 1000) == NATS_OK &&
+    if (natsOptions_SetURL(o, url) == NATS_OK && natsOptions_SetTimeout(o, 1000) == NATS_OK &&
         natsOptions_SetAllowReconnect(o, false) == NATS_OK &&
         natsConnection_Connect(&nc, o) == NATS_OK && jsOptions_Init(&jo) == NATS_OK) {
         jo.Wait = 2000;
@@ -215,7 +213,7 @@ static int node_wait(struct natsfx *c, int i, int64_t end)
     while (now_ms() < end) {
         if (!natsfx_alive(c, i))
             return -1;
-        if (node_js_ready(&c->n[i]))
+        if (natsfx_js_ready(c->n[i].url))
             return 0;
         nap_ms(50);
     }

@@ -124,6 +124,11 @@ int natsfx_stream_read(jsCtx *js, const char *name, const char *subject, int ms,
  * *missing how many carry none. */
 void natsfx_count_ids(json_t *msgs, size_t *total, size_t *distinct, size_t *missing);
 
+/* The nats-server at 'url' answers a JetStream account-info request (one
+ * connection to it alone, 1 s to connect, no reconnect): 1, else 0.  In a
+ * cluster that needs a meta leader. */
+int natsfx_js_ready(const char *url);
+
 /* The full path of program 'name' into 'out': $envvar if set (it must be
  * executable), else the first on $PATH or in the sbin directories.
  * Returns 0, or -1 (out then holds the last path tried). */

@@ -85,28 +85,6 @@ static int nats_alive(void)
     return nats_pid > 0 && waitpid(nats_pid, &status, WNOHANG) == 0;
 }
 
-static int js_ready(void)
-{
-    jsAccountInfo *ai = NULL;
-    natsConnection *c = NULL;
-    natsOptions *o = NULL;
-    jsCtx *j = NULL;
-    int ok = 0;
-
-    if (natsOptions_Create(&o) == NATS_OK && natsOptions_SetURL(o, nats_url) == NATS_OK &&
-        natsOptions_SetTimeout(o, 2000) == NATS_OK &&
-        natsOptions_SetAllowReconnect(o, false) == NATS_OK &&
-        natsConnection_Connect(&c, o) == NATS_OK &&
-        natsConnection_JetStream(&j, c, NULL) == NATS_OK &&
-        js_GetAccountInfo(&ai, j, NULL, NULL) == NATS_OK)
-        ok = 1;
-    jsAccountInfo_Destroy(ai);
-    jsCtx_Destroy(j);
-    natsConnection_Destroy(c);
-    natsOptions_Destroy(o);
-    return ok;
-}
-
 /* Start nats-server -js on nats_port (chosen at the first start, kept
  * after) storing in nats_dir, and wait until JetStream answers. */
 static int nats_start(void)
@@ -142,7 +120,7 @@ static int nats_start(void)
         return -1;
     nats_pid = pid;
     for (end = mono_ms() + READY_MS; mono_ms() < end && nats_alive(); nap_ms(20))
-        if (js_ready())
+        if (natsfx_js_ready(nats_url))
             return 0;
     fprintf(stderr, "FAIL: nats-server did not become ready (log %s)\n", nats_log);
     return -1;
