@@ -46,8 +46,11 @@ RLIBS     = $(shell pkg-config --libs $(RPKGS) 2>/dev/null)
 
 # The peers of bench/peers.py (make bench-peers; make test runs its smoke mode).
 PEER_DRIVERS := $(patsubst bench/peer_%.c,build/peer_%,$(wildcard bench/peer_*.c))
+# tests/test_deploy.c: systemd-analyze verify of deploy/micd.service, and the
+# compose and Grafana provisioning YAML read with python3-yaml.
+DEPLOY_TEST_DEBS := systemd python3-yaml
 PEER_DEBS := redis-server libhiredis-dev postgresql libpq-dev nats-server libnats-dev beanstalkd \
-             gnuplot-nox python3 curl
+             gnuplot-nox python3 curl $(DEPLOY_TEST_DEBS)
 
 SRV_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
 REL_OBJ := $(SRV_SRC:server/%.c=build/rel/%.o)
@@ -379,6 +382,18 @@ build/peer_nats: bench/peer_nats.c bench/peerlib.c bench/peerlib.h | build/rel
 	$(CC) $(WARN) -O2 $(shell pkg-config --cflags libnats) $< bench/peerlib.c -o $@ $(shell pkg-config --libs libnats) -lpthread -lm
 build/peer_beanstalkd: bench/peer_beanstalkd.c bench/peerlib.c bench/peerlib.h | build/rel
 	$(CC) $(WARN) -O2 $< bench/peerlib.c -o $@ -lpthread -lm -lssl -lcrypto
+
+# deploy/container-test.sh: build deploy/Containerfile with podman and run
+# the image (downloads from Debian's archive: not part of make check).
+CONTAINER_DEBS := podman runc debootstrap
+container-test: build/mic
+	@missing=""; for p in $(CONTAINER_DEBS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	  --no-install-recommends $$missing >/dev/null; fi
+	deploy/container-test.sh
+.PHONY: container-test
 
 peer-deps:
 	@missing=""; for p in $(PEER_DEBS); do \
