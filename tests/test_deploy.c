@@ -489,6 +489,24 @@ static int run_healthcheck(const char *const *env)
     return rc;
 }
 
+static pid_t ep_pid; /* the entrypoint's micd while entrypoint_runs_micd runs */
+
+/* If the test failed midway, its micd is still running: stop it (ours, by
+ * PID). */
+static int ep_teardown(void **state)
+{
+    int st;
+
+    (void)state;
+    if (ep_pid > 0 && waitpid(ep_pid, &st, WNOHANG) == 0) {
+        kill(ep_pid, SIGKILL);
+        waitpid(ep_pid, &st, 0);
+    }
+    ep_pid = 0;
+    http_thread_done();
+    return 0;
+}
+
 static void entrypoint_runs_micd(void **state)
 {
     char *dir = make_tmpdir(), data[300], portf[300], e_data[320], e_port[320], e_micd[PATH_MAX + 16];
@@ -517,7 +535,7 @@ static void entrypoint_runs_micd(void **state)
     env[5] = "MIC_NO_AUTO_TOPICS=true"; /* seen below: an unknown topic is refused */
     env[6] = NULL;
     cenv = child_env(env);
-    pid = spawn(argv, cenv, NULL);
+    ep_pid = pid = spawn(argv, cenv, NULL);
     free(cenv);
     if (!await(port_file_ready, portf, 30000)) {
         kill(pid, SIGKILL);
@@ -563,6 +581,7 @@ static void entrypoint_runs_micd(void **state)
         fail_msg("micd did not stop within 60 s of SIGTERM");
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
+    ep_pid = 0;
     /* ... and the health check now says unhealthy. */
     assert_int_equal(run_healthcheck(env), 1);
     http_thread_done();
@@ -1342,7 +1361,7 @@ int main(void)
         cmocka_unit_test(containerfile_static),
         cmocka_unit_test(entrypoint_maps_every_flag),
         cmocka_unit_test(entrypoint_refuses_open_listen),
-        cmocka_unit_test(entrypoint_runs_micd),
+        cmocka_unit_test_teardown(entrypoint_runs_micd, ep_teardown),
         cmocka_unit_test(unit_verifies),
         cmocka_unit_test(prometheus_config),
         cmocka_unit_test(compose_and_provisioning),
