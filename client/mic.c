@@ -2427,15 +2427,21 @@ static const struct command *find_command(struct cli *c, int *words)
         }
     }
     if (known) {
-        char subs[200] = "";
-        size_t n = 0;
+        struct mic_buf subs = {0};
+        size_t k = 0, total = 0;
 
         /* "dlq: give list, requeue or skip": the table's words. */
         for (size_t i = 0; i < NCOMMANDS; i++)
-            if (!strcmp(commands[i].name, name) && commands[i].sub)
-                n += (size_t)snprintf(subs + n, n < sizeof subs ? sizeof subs - n : 0, "%s%s",
-                                      n ? ", " : "", commands[i].sub);
-        usage_error(c, "%s: give %s", name, subs);
+            total += !strcmp(commands[i].name, name) && commands[i].sub;
+        for (size_t i = 0; i < NCOMMANDS; i++) {
+            if (strcmp(commands[i].name, name) || !commands[i].sub)
+                continue;
+            if (k++)
+                buf_puts(&subs, k == total ? " or " : ", ");
+            buf_puts(&subs, commands[i].sub);
+        }
+        usage_error(c, "%s: give %s", name, subs.p && !subs.oom ? subs.p : "a subcommand");
+        mic_buf_fini(&subs);
     } else {
         usage_error(c, "unknown command '%s'", name);
     }
