@@ -43,6 +43,12 @@
  * answer with the same ids).  The archive formats are in
  * proto/archive-format.md.
  *
+ * Before anything is read, the NATS sink checks that --nats-stream exists
+ * and takes the topic as a subject: when it does not, the error names the
+ * stream, the subject and the way out in plain words (another stream that
+ * takes the subject, or the `nats stream add` / `nats stream edit` line),
+ * and nothing is published (exit 1).
+ *
  * HTTP: every request (micd, and ClickHouse's HTTP interface) goes through
  * libmic (client/mic.h), the repository's one HTTP client; this file calls
  * no HTTP library itself.
@@ -792,6 +798,81 @@ static int nats_fail(struct replay *r, const char *what, natsStatus s, jsErrCode
                 last && *last ? ": " : "", last && *last ? last : "");
 }
 
+/* Does NATS subject 'subj' match the stream subject 'pat' ('*' one token,
+ * '>' the rest, one token or more)? */
+static int subject_matches(const char *pat, const char *subj)
+{
+    for (;;) {
+        size_t pl = strcspn(pat, "."), sl = strcspn(subj, ".");
+
+        if (pl == 1 && *pat == '>')
+            return sl > 0;
+        if (!(pl == 1 && *pat == '*') && (pl != sl || memcmp(pat, subj, pl)))
+            return 0;
+        if (!pat[pl] || !subj[sl])
+            return !pat[pl] && !subj[sl];
+        pat += pl + 1;
+        subj += sl + 1;
+    }
+}
+
+static int stream_takes(const jsStreamInfo *si, const char *subj)
+{
+    const jsStreamConfig *c = si ? si->Config : NULL;
+
+    if (c && !c->SubjectsLen)
+        return !strcmp(c->Name, subj); /* no subjects: the stream's name is its subject */
+    for (int i = 0; c && i < c->SubjectsLen; i++)
+        if (subject_matches(c->Subjects[i], subj))
+            return 1;
+    return 0;
+}
+
+/* The stream named by --nats-stream is missing: say so in plain words,
+ * with the stream that does take the topic's subject if there is one,
+ * else the command that makes it. */
+static int stream_missing(struct replay *r)
+{
+    const struct opts *o = r->o;
+    jsStreamInfoList *list = NULL;
+    const char *other = NULL;
+    int rc;
+
+    if (js_Streams(&list, r->js, NULL, NULL) == NATS_OK)
+        for (int i = 0; list && i < list->Count && !other; i++)
+            if (stream_takes(list->List[i], o->topic))
+                other = list->List[i]->Config->Name;
+    if (other)
+        rc = fail(r, "JetStream at %s has no stream %s; the events of topic %s go to subject "
+                  "%s, which stream %s takes: pass --nats-stream %s", o->sink_arg,
+                  o->nats_stream, o->topic, o->topic, other, other);
+    else
+        rc = fail(r, "JetStream at %s has no stream %s, and no stream takes subject %s (the "
+                  "events of topic %s are published to it): create the stream first, e.g. "
+                  "nats --server %s stream add %s --subjects '%s' --defaults", o->sink_arg,
+                  o->nats_stream, o->topic, o->topic, o->sink_arg, o->nats_stream, o->topic);
+    jsStreamInfoList_Destroy(list);
+    return rc;
+}
+
+/* The stream exists but does not take the topic's subject. */
+static int stream_elsewhere(struct replay *r, const jsStreamInfo *si)
+{
+    const struct opts *o = r->o;
+    const jsStreamConfig *c = si->Config;
+    char subjects[512] = "";
+    size_t n = 0;
+
+    for (int i = 0; i < c->SubjectsLen && n < sizeof subjects; i++)
+        n += (size_t)snprintf(subjects + n, sizeof subjects - n, "%s%s", i ? "," : "",
+                              c->Subjects[i]);
+    return fail(r, "JetStream stream %s at %s does not take subject %s (its subjects: %s), "
+                "where the events of topic %s are published: add it, e.g. nats --server %s "
+                "stream edit %s --subjects '%s%s%s'", o->nats_stream, o->sink_arg, o->topic,
+                subjects[0] ? subjects : "none", o->topic, o->sink_arg, o->nats_stream,
+                subjects, subjects[0] ? "," : "", o->topic);
+}
+
 static int nats_open(struct replay *r)
 {
     const struct opts *o = r->o;
@@ -815,9 +896,20 @@ static int nats_open(struct replay *r)
     jo.Wait = NATS_WAIT_MS;
     if ((s = natsConnection_JetStream(&r->js, r->nc, &jo)) != NATS_OK)
         return nats_fail(r, "cannot use JetStream", s, 0);
-    snprintf(what, sizeof what, "no JetStream stream %s at %s", o->nats_stream, o->sink_arg);
-    if ((s = js_GetStreamInfo(&si, r->js, o->nats_stream, NULL, &jerr)) != NATS_OK)
+    snprintf(what, sizeof what, "cannot read JetStream stream %s at %s", o->nats_stream,
+             o->sink_arg);
+    if ((s = js_GetStreamInfo(&si, r->js, o->nats_stream, NULL, &jerr)) != NATS_OK) {
+        if (jerr == JSStreamNotFoundErr || s == NATS_NOT_FOUND)
+            return stream_missing(r);
         return nats_fail(r, what, s, jerr);
+    }
+    /* Every event of the run is published to subject o->topic. */
+    if (!stream_takes(si, o->topic)) {
+        int rc = stream_elsewhere(r, si);
+
+        jsStreamInfo_Destroy(si);
+        return rc;
+    }
     jsStreamInfo_Destroy(si);
     return 0;
 }
@@ -846,6 +938,10 @@ static int nats_put(struct replay *r, const struct event *ev)
     po.MaxWait = NATS_WAIT_MS;
     s = js_PublishMsg(&pa, r->js, m, &po, &jerr);
     natsMsg_Destroy(m);
+    if (s == NATS_NO_RESPONDERS)
+        return fail(r, "JetStream publication of event %s failed: no stream takes subject %s "
+                    "any more (was stream %s removed or changed?)", ev->id, ev->topic,
+                    r->o->nats_stream);
     if (s != NATS_OK) {
         snprintf(what, sizeof what, "JetStream publication of event %s to subject %s failed",
                  ev->id, ev->topic);
@@ -1213,7 +1309,10 @@ static void usage(FILE *f)
 "  --from-json FILE         an NDJSON archive (filtered, sorted if needed)\n"
 "  --from-clickhouse URL    a ClickHouse archive table (--clickhouse-table)\n"
 "SINK (at most one; none = dry run):\n"
-"  --to-nats URL --nats-stream S   JetStream; subject = the event's topic\n"
+"  --to-nats URL --nats-stream S   JetStream; subject = the event's topic.  Stream S\n"
+"                                  must exist and take that subject (else nothing is\n"
+"                                  sent, and the error says how to make it, e.g.\n"
+"                                  nats stream add S --subjects TOPIC --defaults)\n"
 "  --to-broker URL --to-topic T    republish with event_id BATCH:ID\n"
 "  --to-json FILE                  write an NDJSON archive\n"
 "  --to-clickhouse URL             insert into a ClickHouse archive table\n"

@@ -31,13 +31,27 @@
  *   - Every command frees what it allocates before it returns; main frees
  *     the rest (ASan-clean).
  *
- * NDJSON publishing reads stdin line by line and sends batches of at most
- * BATCH_EVENTS events and about BATCH_BYTES of input, each batch atomic on
- * the server.  Lines are checked (a JSON object each) before their batch
- * is sent; the first failure stops the run, and the message says which
- * stdin lines were not published (the batches before them were).  An
+ * NDJSON publishing reads a file (or stdin) line by line and sends batches
+ * of at most BATCH_EVENTS events and about BATCH_BYTES of input, each batch
+ * atomic on the server.  Lines are checked (a JSON object each) before
+ * their batch is sent; the first failure stops the run, and the message
+ * says which lines were not published (the batches before them were).  An
  * event without event_id gets one from libmic before it is sent, so a
- * retried batch is a duplicate, never stored twice.
+ * retried batch is a duplicate, never stored twice.  The run ends with one
+ * summary line on stdout (published, duplicates, failed, elapsed), also
+ * when it failed (before the error line); --verbose adds the per-event
+ * table, --json prints the server's answers instead.
+ *
+ * Resources (topic, group, replay: create, show, list, delete) map to the
+ * PUT/POST, GET and DELETE of DESIGN section 4.  A create sends --body
+ * (a JSON object from a file or stdin, as is) with the fields of the
+ * options given set over it; durations take s, m, h or d.  A create of a
+ * topic or group that exists is a PUT: it replaces the config (the server
+ * refuses a change of a field fixed at creation).
+ *
+ * --help lists every command with the first sentence of its help, wrapped
+ * at whole words (print_summary): a help text's first sentence is its
+ * summary, so it is written to stand alone.
  *
  * The server is the authority on values: the command line checks the
  * syntax of what it must put into JSON (integers, JSON payloads, SEQ:TOKEN)
@@ -58,6 +72,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PROG "mic"
@@ -77,14 +92,33 @@ enum opt_id {
     O_URL, O_JSON, O_HELP, O_TOPIC, O_ID, O_AGGREGATE, O_VERSION, O_TYPE,
     O_PRIORITY, O_PAYLOAD, O_HEADER, O_MAX, O_WAIT, O_LEASE, O_WORKER,
     O_ERROR, O_RETRY_AFTER, O_LIMIT, O_AFTER, O_REASON, O_ALL, O_KEY, O_CACERT,
-    O_ROLE, O_SCOPE, O_COUNT
+    O_ROLE, O_SCOPE, O_VERBOSE, O_BODY,
+    /* topic create */
+    O_RETENTION, O_MAX_PAYLOAD, O_REQUIRE_VERSIONS, O_DEDUPE_RETAIN,
+    /* group create */
+    O_TOPICS, O_KIND, O_ORDERED, O_MAX_ATTEMPTS, O_BACKOFF_INITIAL, O_BACKOFF_MAX,
+    O_BACKOFF_MULT, O_START, O_ALERT, O_DLQ_POLICY, O_SINK_URL, O_SINK_STREAM,
+    O_SINK_SUBJECT,
+    /* replay create */
+    O_FROM, O_TO, O_EFFECTS, O_TARGET_VERSION,
+    O_COUNT
 };
 
-#define OPT(o) (1u << (o))
+#define OPT(o) (UINT64_C(1) << (o))
+_Static_assert(O_COUNT <= 64, "a command's options are bits of a uint64_t");
 #define OPT_BASE 256
 #define COMMON (OPT(O_URL) | OPT(O_JSON) | OPT(O_HELP) | OPT(O_KEY) | OPT(O_CACERT))
 #define EVENT_OPTS (OPT(O_TOPIC) | OPT(O_ID) | OPT(O_AGGREGATE) | OPT(O_VERSION) | \
                     OPT(O_TYPE) | OPT(O_PRIORITY) | OPT(O_PAYLOAD) | OPT(O_HEADER))
+#define TOPIC_OPTS (OPT(O_BODY) | OPT(O_RETENTION) | OPT(O_MAX_PAYLOAD) | \
+                    OPT(O_REQUIRE_VERSIONS) | OPT(O_DEDUPE_RETAIN))
+#define GROUP_OPTS (OPT(O_BODY) | OPT(O_TOPICS) | OPT(O_KIND) | OPT(O_ORDERED) | \
+                    OPT(O_MAX_ATTEMPTS) | OPT(O_BACKOFF_INITIAL) | OPT(O_BACKOFF_MAX) | \
+                    OPT(O_BACKOFF_MULT) | OPT(O_LEASE) | OPT(O_START) | OPT(O_ALERT) | \
+                    OPT(O_DLQ_POLICY) | OPT(O_SINK_URL) | OPT(O_SINK_STREAM) | \
+                    OPT(O_SINK_SUBJECT))
+#define REPLAY_OPTS (OPT(O_BODY) | OPT(O_TOPIC) | OPT(O_FROM) | OPT(O_TO) | OPT(O_KIND) | \
+                     OPT(O_EFFECTS) | OPT(O_TARGET_VERSION))
 
 struct opt_def {
     const char *name;
@@ -104,7 +138,22 @@ static const struct opt_def opt_defs[O_COUNT] = {
     [O_AFTER] = {"after", 1},     [O_REASON] = {"reason", 1},
     [O_ALL] = {"all", 0},         [O_KEY] = {"key", 1},
     [O_CACERT] = {"cacert", 1},   [O_ROLE] = {"role", 1},
-    [O_SCOPE] = {"scope", 1},
+    [O_SCOPE] = {"scope", 1},     [O_VERBOSE] = {"verbose", 0},
+    [O_BODY] = {"body", 1},
+    [O_RETENTION] = {"retention", 1}, [O_MAX_PAYLOAD] = {"max-payload-bytes", 1},
+    [O_REQUIRE_VERSIONS] = {"require-versions", 0},
+    [O_DEDUPE_RETAIN] = {"dedupe-retain", 1},
+    [O_TOPICS] = {"topics", 1},   [O_KIND] = {"kind", 1},
+    [O_ORDERED] = {"ordered", 0}, [O_MAX_ATTEMPTS] = {"max-attempts", 1},
+    [O_BACKOFF_INITIAL] = {"backoff-initial-ms", 1},
+    [O_BACKOFF_MAX] = {"backoff-max-ms", 1},
+    [O_BACKOFF_MULT] = {"backoff-multiplier", 1},
+    [O_START] = {"start", 1},     [O_ALERT] = {"alert-oldest-unhandled", 1},
+    [O_DLQ_POLICY] = {"dlq-policy", 1},
+    [O_SINK_URL] = {"sink-nats", 1}, [O_SINK_STREAM] = {"sink-stream", 1},
+    [O_SINK_SUBJECT] = {"sink-subject", 1},
+    [O_FROM] = {"from", 1},       [O_TO] = {"to", 1},
+    [O_EFFECTS] = {"effects", 1}, [O_TARGET_VERSION] = {"target-version", 1},
 };
 
 struct cli;
@@ -113,7 +162,7 @@ struct cli;
 struct command {
     const char *name, *sub;       /* "dlq", "list"; sub NULL for one word */
     int (*fn)(struct cli *c);
-    unsigned opts;                /* accepted options besides COMMON */
+    uint64_t opts;                /* accepted options besides COMMON (OPT bits) */
     int min_args, max_args;       /* max -1: any number */
     const char *synopsis;         /* after "mic " */
     const char *help;             /* what it does, its options and output */
@@ -740,17 +789,44 @@ static int show_published(struct cli *c, const struct mic_publish_result *res, s
     return rc ? oom(c) : 0;
 }
 
+/* An NDJSON run: the pending batch and the counts of the summary. */
 struct ndjson {
+    FILE *in;
+    const char *src;            /* "stdin" or the file's name, for messages */
     json_t *events;             /* the pending batch */
-    long line[BATCH_EVENTS];    /* the stdin line of each */
+    long line[BATCH_EVENTS];    /* the input line of each */
     size_t bytes;               /* its input bytes */
-    long published;             /* events in batches already accepted */
+    long read;                  /* events read (lines not blank), the bad one included */
+    long stored, duplicates;    /* of the batches accepted */
     int batches;
+    struct timespec t0;
 };
+
+static long accepted(const struct ndjson *nd)
+{
+    return nd->stored + nd->duplicates;
+}
+
+/* The summary line on stdout (not with --json, whose stdout is the
+ * server's answers): "published N, duplicates N, failed N, elapsed S s".
+ * 'failed' counts the events read and not published; the run stops at the
+ * first failure, so lines after it are neither read nor counted. */
+static void ndjson_summary(const struct cli *c, const struct ndjson *nd)
+{
+    struct timespec t1;
+    double s;
+
+    if (c->json)
+        return;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    s = (double)(t1.tv_sec - nd->t0.tv_sec) + (double)(t1.tv_nsec - nd->t0.tv_nsec) / 1e9;
+    printf("published %ld, duplicates %ld, failed %ld, elapsed %.2f s\n", nd->stored,
+           nd->duplicates, nd->read - accepted(nd), s);
+}
 
 /* Send the pending batch (mic_publish_batch: one atomic batch on the one
  * node, retried with the same event ids).  Returns 0 or the exit status
- * (reported). */
+ * (c->err set, not reported: the caller prints the summary first). */
 static int ndjson_flush(struct cli *c, struct ndjson *nd)
 {
     size_t n = json_array_size(nd->events);
@@ -761,32 +837,38 @@ static int ndjson_flush(struct cli *c, struct ndjson *nd)
     if (!n)
         return 0;
     if ((rc = client(c)))
-        return report(c, rc);
-    if (!(res = calloc(n, sizeof *res)))
-        return oom(c);
+        return rc;
+    if (!(res = calloc(n, sizeof *res))) {
+        set_err(c, "out of memory");
+        return EXIT_FAIL;
+    }
     for (size_t i = 0; i < n; i++)
         evs[i] = json_array_get(nd->events, i);
     if (mic_publish_batch(c->mc, evs, n, res)) {
         const struct mic_failure *f = mic_client_failure(c->mc);
-        char note[48] = "";
+        char note[300] = "";
         size_t len, idx;
 
-        /* Name the stdin line of the event the server's field points at. */
+        /* Name the input line of the event the server's field points at. */
         if (sscanf(f->field, "events[%zu]", &idx) == 1 && idx < n)
-            snprintf(note, sizeof note, ", stdin line %ld", nd->line[idx]);
+            snprintf(note, sizeof note, ", %s line %ld", nd->src, nd->line[idx]);
         rc = fail_line(c, f, note);
         len = strlen(c->err);
-        if (nd->published)
+        if (accepted(nd))
             snprintf(c->err + len, sizeof c->err - len,
-                     "; stdin lines %ld-%ld were not published, the %ld event%s before them were",
-                     nd->line[0], nd->line[n - 1], nd->published, nd->published == 1 ? "" : "s");
+                     "; %s lines %ld-%ld were not published, the %ld event%s before them were",
+                     nd->src, nd->line[0], nd->line[n - 1], accepted(nd),
+                     accepted(nd) == 1 ? "" : "s");
         else if (rc == EXIT_FAIL)
             snprintf(c->err + len, sizeof c->err - len, "; nothing was published");
         free(res);
-        return report(c, rc);
+        return rc;
     }
-    rc = show_published(c, res, n, nd->batches == 0);
-    nd->published += (long)n;
+    for (size_t i = 0; i < n; i++) {
+        nd->duplicates += res[i].duplicate != 0;
+        nd->stored += res[i].duplicate == 0;
+    }
+    rc = c->json || c->given[O_VERBOSE] ? show_published(c, res, n, nd->batches == 0) : 0;
     nd->batches++;
     json_array_clear(nd->events);
     nd->bytes = 0;
@@ -794,19 +876,17 @@ static int ndjson_flush(struct cli *c, struct ndjson *nd)
     return rc;
 }
 
-/* NDJSON on stdin: one event object per line, blank lines ignored. */
-static int publish_ndjson(struct cli *c)
+/* Read and send every event of nd->in.  Returns 0 or the exit status
+ * (c->err set, not reported). */
+static int ndjson_run(struct cli *c, struct ndjson *nd)
 {
-    struct ndjson nd = {0};
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
     long lineno = 0;
     int rc = 0;
 
-    if (!(nd.events = json_array()))
-        return oom(c);
-    while (!rc && (len = getline(&line, &cap, stdin)) >= 0) {
+    while (!rc && (len = getline(&line, &cap, nd->in)) >= 0) {
         json_error_t je;
         json_t *ev;
         size_t n = (size_t)len, k;
@@ -818,72 +898,109 @@ static int publish_ndjson(struct cli *c)
             ;
         if (k == n)
             continue;
+        nd->read++;
         if (!(ev = json_loadb(line, n, JSON_REJECT_DUPLICATES, &je)) || !json_is_object(ev)) {
             if (ev)
-                set_err(c, "stdin line %ld is not a JSON object", lineno);
+                set_err(c, "%s line %ld is not a JSON object", nd->src, lineno);
             else
-                set_err(c, "stdin line %ld is not JSON: %s", lineno, je.text);
+                set_err(c, "%s line %ld is not JSON: %s", nd->src, lineno, je.text);
             json_decref(ev);
-            if (nd.published)
+            if (accepted(nd))
                 snprintf(c->err + strlen(c->err), sizeof c->err - strlen(c->err),
-                         "; the %ld event%s before stdin line %ld were published, nothing after",
-                         nd.published, nd.published == 1 ? "" : "s",
-                         json_array_size(nd.events) ? nd.line[0] : lineno);
+                         "; the %ld event%s before %s line %ld were published, nothing after",
+                         accepted(nd), accepted(nd) == 1 ? "" : "s", nd->src,
+                         json_array_size(nd->events) ? nd->line[0] : lineno);
             else
                 snprintf(c->err + strlen(c->err), sizeof c->err - strlen(c->err),
                          "; nothing was published");
-            rc = report(c, EXIT_USAGE);
+            rc = EXIT_USAGE;
             break;
         }
-        if (json_array_size(nd.events) &&
-            (json_array_size(nd.events) >= BATCH_EVENTS || nd.bytes + n > BATCH_BYTES) &&
-            (rc = ndjson_flush(c, &nd))) {
+        if (json_array_size(nd->events) &&
+            (json_array_size(nd->events) >= BATCH_EVENTS || nd->bytes + n > BATCH_BYTES) &&
+            (rc = ndjson_flush(c, nd))) {
             json_decref(ev);
             break;
         }
-        nd.line[json_array_size(nd.events)] = lineno;
-        nd.bytes += n;
-        if (json_array_append_new(nd.events, ev)) {
-            rc = oom(c);
+        nd->line[json_array_size(nd->events)] = lineno;
+        nd->bytes += n;
+        if (json_array_append_new(nd->events, ev)) {
+            set_err(c, "out of memory");
+            rc = EXIT_FAIL;
             break;
         }
     }
-    if (!rc && ferror(stdin)) {
-        set_err(c, "cannot read stdin: %s", strerror(errno));
-        rc = report(c, EXIT_USAGE);
+    if (!rc && ferror(nd->in)) {
+        set_err(c, "cannot read %s: %s", nd->src, strerror(errno));
+        rc = EXIT_USAGE;
     }
-    if (!rc && !nd.published && !json_array_size(nd.events)) {
-        set_err(c, "publish: no events on stdin (give --topic T to publish one from arguments)");
-        rc = report(c, EXIT_USAGE);
+    if (!rc && !nd->read) {
+        set_err(c, "publish: no events %s %s (give --topic T to publish one from arguments)",
+                nd->in == stdin ? "on" : "in", nd->src);
+        free(line);
+        return EXIT_USAGE; /* nothing to sum up */
     }
     if (!rc)
-        rc = ndjson_flush(c, &nd);
+        rc = ndjson_flush(c, nd);
     free(line);
+    ndjson_summary(c, nd);
+    return rc;
+}
+
+/* NDJSON from 'file' ("-" or NULL: stdin): one event object per line,
+ * blank lines ignored; a summary at the end. */
+static int publish_ndjson(struct cli *c, const char *file)
+{
+    struct ndjson nd;
+    int rc;
+
+    memset(&nd, 0, sizeof nd);
+    clock_gettime(CLOCK_MONOTONIC, &nd.t0);
+    nd.in = stdin;
+    nd.src = "stdin";
+    if (file && strcmp(file, "-")) {
+        if (!(nd.in = fopen(file, "r"))) {
+            set_err(c, "publish: cannot open %s: %s", file, strerror(errno));
+            return report(c, EXIT_USAGE);
+        }
+        nd.src = file;
+    }
+    if (!(nd.events = json_array())) {
+        rc = oom(c);
+        goto out;
+    }
+    if ((rc = ndjson_run(c, &nd))) {
+        fflush(stdout); /* the summary before the error line */
+        report(c, rc);
+    }
+out:
     json_decref(nd.events);
+    if (nd.in != stdin)
+        fclose(nd.in);
     return rc;
 }
 
 static int cmd_publish(struct cli *c)
 {
-    int from_stdin = c->nargs == 1;
+    int from_file = c->nargs == 1;
     struct mic_publish_result res;
     json_t *ev = NULL;
     int rc;
 
-    if (c->nargs == 1 && strcmp(c->args[0], "-"))
-        return usage_error(c, "publish: unexpected argument '%s'", c->args[0]);
-    if (!c->val[O_TOPIC] && !from_stdin) {
+    if (!c->val[O_TOPIC] && !from_file) {
         if (isatty(STDIN_FILENO))
-            return usage_error(c, "publish needs --topic T, or NDJSON events on stdin");
-        from_stdin = 1;
+            return usage_error(c, "publish needs --topic T, an NDJSON file, or NDJSON on stdin");
+        from_file = 1;
     }
-    if (from_stdin) {
+    if (from_file) {
         for (int o = 0; o < O_COUNT; o++)
             if (c->given[o] && (OPT(o) & EVENT_OPTS))
-                return usage_error(c, "--%s does not go with NDJSON on stdin "
+                return usage_error(c, "--%s does not go with NDJSON input "
                                    "(each line is a whole event)", opt_defs[o].name);
-        return publish_ndjson(c);
+        return publish_ndjson(c, c->nargs ? c->args[0] : NULL);
     }
+    if (c->given[O_VERBOSE])
+        return usage_error(c, "--verbose goes with NDJSON input (one event prints its line)");
     if ((rc = event_from_opts(c, &ev)))
         return rc;
     if (!(rc = client(c)) && mic_publish(c->mc, ev, &res)) {
@@ -1580,6 +1697,369 @@ static int cmd_aggregate(struct cli *c)
     return rc;
 }
 
+/* ---- Resources: topic, group and replay create, show, list, delete ---- */
+
+/* A duration in whole seconds: an integer, or one with a unit s, m, h or
+ * d ("90", "90s", "15m", "12h", "7d").  Returns 0 or -1. */
+static int parse_duration(const char *s, long long *out)
+{
+    static const struct { char unit; long long mult; } units[] = {
+        {'s', 1}, {'m', 60}, {'h', 3600}, {'d', 86400},
+    };
+    char num[32];
+    size_t n = s ? strlen(s) : 0;
+    long long mult = 1, v;
+
+    if (!n || n >= sizeof num)
+        return -1;
+    memcpy(num, s, n + 1);
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (num[n - 1] == units[i].unit) {
+            mult = units[i].mult;
+            num[--n] = 0;
+        }
+    if (parse_int(num, 0, INT64_MAX / 86400, &v))
+        return -1;
+    *out = v * mult;
+    return 0;
+}
+
+/* Set key 'k' of 'obj' to the duration of option 'o' (seconds) when
+ * given; 'none_null': the word "none" sets null. */
+static int opt_duration_field(struct cli *c, json_t *obj, enum opt_id o, const char *k,
+                              int none_null)
+{
+    long long v;
+
+    if (!c->val[o])
+        return 0;
+    if (none_null && !strcmp(c->val[o], "none"))
+        return json_object_set_new(obj, k, json_null()) ? oom(c) : 0;
+    if (parse_duration(c->val[o], &v))
+        return usage_error(c, "--%s takes seconds, or a number with s, m, h or d (90, 15m, "
+                           "12h, 7d)%s, not '%s'", opt_defs[o].name,
+                           none_null ? " or none" : "", c->val[o]);
+    return json_object_set_new(obj, k, json_integer(v)) ? oom(c) : 0;
+}
+
+/* Set key 'k' of 'obj' to the string of option 'o' when given. */
+static int opt_str_field(struct cli *c, json_t *obj, enum opt_id o, const char *k)
+{
+    if (!c->val[o])
+        return 0;
+    if (json_object_set_new(obj, k, json_string(c->val[o])))
+        return usage_error(c, "--%s: not UTF-8", opt_defs[o].name);
+    return 0;
+}
+
+/* The request body: --body FILE ('-': stdin) as is, else {}.  The
+ * options given then set their fields over it.  Returns 0 and *out (the
+ * caller decrefs), or the exit status (reported). */
+static int body_from(struct cli *c, json_t **out)
+{
+    const char *f = c->val[O_BODY];
+    json_error_t je;
+    json_t *b;
+
+    if (!f)
+        return (*out = json_object()) ? 0 : oom(c);
+    b = strcmp(f, "-") ? json_load_file(f, JSON_REJECT_DUPLICATES, &je)
+                       : json_loadf(stdin, JSON_REJECT_DUPLICATES, &je);
+    if (!b)
+        return usage_error(c, "--body %s: %s (line %d)", f, je.text, je.line);
+    if (!json_is_object(b)) {
+        json_decref(b);
+        return usage_error(c, "--body %s: not a JSON object", f);
+    }
+    *out = b;
+    return 0;
+}
+
+/* The object member 'k' of 'obj', made when absent; NULL after the
+ * message (it is something else, or memory). */
+static json_t *sub_object(struct cli *c, json_t *obj, const char *k)
+{
+    json_t *o = json_object_get(obj, k);
+
+    if (json_is_object(o))
+        return o;
+    if (o) {
+        usage_error(c, "--body: %s is not an object, and an option sets a member of it", k);
+        return NULL;
+    }
+    if (!(o = json_object()) || json_object_set_new(obj, k, o)) {
+        oom(c);
+        return NULL;
+    }
+    return o;
+}
+
+/* PUT (or POST) 'body' to 'path' and print what the server made: "created
+ * WHAT NAME" (201) or "updated WHAT NAME" (200) and its fields, or with
+ * --json the answer. */
+static int write_and_show(struct cli *c, const char *method, struct mic_buf *path, json_t *body,
+                          const char *what, const char *name_key)
+{
+    struct mic_response a;
+    int rc;
+
+    if ((rc = api(c, method, path, body, &a))) {
+        report(c, rc);
+    } else if (c->json) {
+        print_raw(&a);
+    } else {
+        printf("%s %s %s\n", a.status == 201 ? "created" : "updated", what,
+               gets(a.json, name_key));
+        print_fields(a.json, "  ");
+    }
+    mic_response_fini(&a);
+    return rc;
+}
+
+/* DELETE 'head'NAME; prints "deleted WHAT NAME" (nothing with --json:
+ * the 204 has no body). */
+static int delete_resource(struct cli *c, const char *head, const char *what)
+{
+    struct mic_buf path = {0};
+    struct mic_response a;
+    int rc;
+
+    if (path_of(&path, head, c->args[0], NULL)) {
+        mic_buf_fini(&path);
+        return oom(c);
+    }
+    if ((rc = api(c, "DELETE", &path, NULL, &a)))
+        report(c, rc);
+    else if (!c->json)
+        printf("deleted %s %s\n", what, c->args[0]);
+    mic_response_fini(&a);
+    mic_buf_fini(&path);
+    return rc;
+}
+
+static int cmd_topic_create(struct cli *c)
+{
+    struct mic_buf path = {0};
+    json_t *body = NULL;
+    int rc;
+
+    if ((rc = body_from(c, &body)))
+        return rc;
+    if ((rc = opt_duration_field(c, body, O_RETENTION, "retention_s", 0)) ||
+        (rc = opt_int_field(c, body, O_MAX_PAYLOAD, "max_payload_bytes", INT64_MIN)) ||
+        (rc = opt_duration_field(c, body, O_DEDUPE_RETAIN, "dedupe_retain_s", 0)))
+        goto out;
+    if (c->given[O_REQUIRE_VERSIONS])
+        json_object_set_new(body, "require_versions", json_true());
+    if (path_of(&path, "/v1/topics/", c->args[0], NULL)) {
+        rc = oom(c);
+        goto out;
+    }
+    rc = write_and_show(c, "PUT", &path, body, "topic", "name");
+out:
+    mic_buf_fini(&path);
+    json_decref(body);
+    return rc;
+}
+
+static int cmd_topic_delete(struct cli *c)
+{
+    return delete_resource(c, "/v1/topics/", "topic");
+}
+
+/* --topics a,b,c as a JSON array (each item as written: the server
+ * checks the names). */
+static int topics_field(struct cli *c, json_t *body)
+{
+    const char *p = c->val[O_TOPICS];
+    json_t *arr;
+
+    if (!p)
+        return 0;
+    if (!(arr = json_array()) || json_object_set_new(body, "topics", arr))
+        return oom(c);
+    for (;;) {
+        size_t n = strcspn(p, ",");
+
+        if (!n)
+            return usage_error(c, "--topics takes NAME[,NAME]..., not '%s'", c->val[O_TOPICS]);
+        if (json_array_append_new(arr, json_stringn(p, n)))
+            return usage_error(c, "--topics: not UTF-8");
+        if (!p[n])
+            return 0;
+        p += n + 1;
+    }
+}
+
+static int cmd_group_create(struct cli *c)
+{
+    struct mic_buf path = {0};
+    json_t *body = NULL, *o;
+    int rc;
+
+    if ((rc = body_from(c, &body)))
+        return rc;
+    if ((rc = topics_field(c, body)) || (rc = opt_str_field(c, body, O_KIND, "kind")) ||
+        (rc = opt_int_field(c, body, O_MAX_ATTEMPTS, "max_attempts", INT64_MIN)) ||
+        (rc = opt_duration_field(c, body, O_LEASE, "lease_ttl_s", 0)) ||
+        (rc = opt_str_field(c, body, O_START, "start")) ||
+        (rc = opt_duration_field(c, body, O_ALERT, "alert_oldest_unhandled_s", 1)) ||
+        (rc = opt_str_field(c, body, O_DLQ_POLICY, "dlq_policy")))
+        goto out;
+    if (c->given[O_ORDERED])
+        json_object_set_new(body, "ordered", json_true());
+    if (c->val[O_BACKOFF_INITIAL] || c->val[O_BACKOFF_MAX] || c->val[O_BACKOFF_MULT]) {
+        if (!(o = sub_object(c, body, "backoff"))) {
+            rc = EXIT_USAGE;
+            goto out;
+        }
+        if ((rc = opt_int_field(c, o, O_BACKOFF_INITIAL, "initial_ms", INT64_MIN)) ||
+            (rc = opt_int_field(c, o, O_BACKOFF_MAX, "max_ms", INT64_MIN)))
+            goto out;
+        if (c->val[O_BACKOFF_MULT]) {
+            char *end;
+            double m;
+
+            errno = 0;
+            m = strtod(c->val[O_BACKOFF_MULT], &end);
+            if (errno || *end || !*c->val[O_BACKOFF_MULT] || !isfinite(m)) {
+                rc = usage_error(c, "--backoff-multiplier takes a number, not '%s'",
+                                 c->val[O_BACKOFF_MULT]);
+                goto out;
+            }
+            json_object_set_new(o, "multiplier", json_real(m));
+        }
+    }
+    if (c->val[O_SINK_URL] || c->val[O_SINK_STREAM] || c->val[O_SINK_SUBJECT]) {
+        if (!(o = sub_object(c, body, "sink"))) {
+            rc = EXIT_USAGE;
+            goto out;
+        }
+        json_object_set_new(o, "type", json_string("nats"));
+        if ((rc = opt_str_field(c, o, O_SINK_URL, "url")) ||
+            (rc = opt_str_field(c, o, O_SINK_STREAM, "stream")) ||
+            (rc = opt_str_field(c, o, O_SINK_SUBJECT, "subject")))
+            goto out;
+    }
+    if (path_of(&path, "/v1/groups/", c->args[0], NULL)) {
+        rc = oom(c);
+        goto out;
+    }
+    rc = write_and_show(c, "PUT", &path, body, "group", "name");
+out:
+    mic_buf_fini(&path);
+    json_decref(body);
+    return rc;
+}
+
+static int cmd_group_delete(struct cli *c)
+{
+    return delete_resource(c, "/v1/groups/", "group");
+}
+
+static int cmd_replay_create(struct cli *c)
+{
+    struct mic_buf path = {0};
+    json_t *body = NULL;
+    long long v;
+    int rc;
+
+    if ((rc = body_from(c, &body)))
+        return rc;
+    if (c->nargs && json_object_set_new(body, "run_id", json_string(c->args[0]))) {
+        rc = usage_error(c, "replay create: the run id is not UTF-8");
+        goto out;
+    }
+    if ((rc = opt_str_field(c, body, O_TOPIC, "topic")) ||
+        (rc = opt_str_field(c, body, O_FROM, "from")) ||
+        (rc = opt_str_field(c, body, O_TO, "to")) ||
+        (rc = opt_str_field(c, body, O_KIND, "kind")) ||
+        (rc = opt_str_field(c, body, O_EFFECTS, "effects")))
+        goto out;
+    /* target_projection_version: an integer when it reads as one. */
+    if (c->val[O_TARGET_VERSION] &&
+        !parse_int(c->val[O_TARGET_VERSION], INT64_MIN, INT64_MAX, &v))
+        json_object_set_new(body, "target_projection_version", json_integer(v));
+    else if ((rc = opt_str_field(c, body, O_TARGET_VERSION, "target_projection_version")))
+        goto out;
+    if (buf_puts(&path, "/v1/replays")) {
+        rc = oom(c);
+        goto out;
+    }
+    rc = write_and_show(c, "POST", &path, body, "replay run", "run_id");
+out:
+    mic_buf_fini(&path);
+    json_decref(body);
+    return rc;
+}
+
+static int show_replay(struct cli *c, json_t *j)
+{
+    (void)c;
+    print_fields(j, "");
+    return 0;
+}
+
+static int show_replays(struct cli *c, json_t *j)
+{
+    static const char *const head[] = {"RUN_ID", "TOPIC", "STATE", "SELECTED", "DISPATCHED",
+                                       "PENDING", "DLQ", "FROM", "TO"};
+    json_t *run;
+    struct table t;
+    size_t i;
+    int rc;
+
+    (void)c;
+    table_init(&t, 9, head);
+    json_array_foreach(get(j, "replays"), i, run) {
+        table_json(&t, get(run, "run_id"));
+        table_json(&t, get(run, "topic"));
+        table_json(&t, get(run, "state"));
+        table_json(&t, get(run, "selected"));
+        table_json(&t, get(run, "dispatched"));
+        table_json(&t, get(run, "pending"));
+        table_json(&t, get(run, "dlq"));
+        table_json(&t, get(run, "from"));
+        table_json(&t, get(run, "to"));
+    }
+    rc = table_print(&t, 0, "(no replay runs)");
+    table_fini(&t);
+    return rc;
+}
+
+static int cmd_replay_show(struct cli *c)
+{
+    struct mic_buf path = {0};
+    int rc;
+
+    if (path_of(&path, "/v1/replays/", c->args[0], NULL)) {
+        mic_buf_fini(&path);
+        return oom(c);
+    }
+    rc = get_and_show(c, &path, show_replay);
+    mic_buf_fini(&path);
+    return rc;
+}
+
+static int cmd_replay_list(struct cli *c)
+{
+    struct mic_buf path = {0};
+    int rc;
+
+    if (buf_puts(&path, "/v1/replays")) {
+        mic_buf_fini(&path);
+        return oom(c);
+    }
+    rc = get_and_show(c, &path, show_replays);
+    mic_buf_fini(&path);
+    return rc;
+}
+
+static int cmd_replay_delete(struct cli *c)
+{
+    return delete_resource(c, "/v1/replays/", "replay run");
+}
+
 /* ---- keys new (no server involved) ---- */
 
 static int cmd_keys_new(struct cli *c)
@@ -1628,13 +2108,14 @@ static int cmd_keys_new(struct cli *c)
 /* ---- The command table ---- */
 
 static const struct command commands[] = {
-    {"publish", NULL, cmd_publish, EVENT_OPTS, 0, 1,
+    {"publish", NULL, cmd_publish, EVENT_OPTS | OPT(O_VERBOSE), 0, 1,
      "publish --topic T [--id ID] [--aggregate TYPE/ID] [--version N]\n"
      "        [--type EVENT_TYPE] [--priority P] [--payload JSON] [--header K=V]...\n"
-     "  mic publish [-] < events.ndjson",
-     "Publish one event from the options, or NDJSON from stdin: one event object\n"
-     "per line (blank lines ignored), sent in atomic batches of up to 1000 events.\n"
-     "Stdin is read when there is no --topic and stdin is not a terminal, or with '-'.\n"
+     "    or: mic publish [FILE | -] [--verbose]",
+     "Publish one event from the options, or the NDJSON events of FILE or stdin.\n"
+     "NDJSON is one event object per line (blank lines ignored), sent in atomic\n"
+     "batches of up to 1000 events.  Stdin is read with '-', or when there is no\n"
+     "--topic and no FILE and stdin is not a terminal.\n"
      "  --topic T            the event's topic (required for one event)\n"
      "  --id ID              event_id, the idempotency key (default: generated)\n"
      "  --aggregate TYPE/ID  aggregate_type and aggregate_id (split at the first '/')\n"
@@ -1643,10 +2124,14 @@ static const struct command commands[] = {
      "  --priority P         0..255, higher first\n"
      "  --payload JSON       any JSON value\n"
      "  --header K=V         a header (repeatable)\n"
-     "Prints EVENT_ID, SEQ and RESULT (stored or duplicate) per event; a duplicate\n"
-     "is a success.  With --json, one server answer per line (one per batch).\n"
-     "When a batch is refused, the message names its stdin lines; the batches\n"
-     "before it are published."},
+     "  -v, --verbose        NDJSON: also print EVENT_ID, SEQ and RESULT per event\n"
+     "One event prints EVENT_ID, SEQ and RESULT (stored or duplicate; a duplicate\n"
+     "is a success).  NDJSON prints one summary line at the end:\n"
+     "  published 2500, duplicates 0, failed 0, elapsed 0.41 s\n"
+     "(published: stored anew; failed: read but not published).  With --json,\n"
+     "one server answer per line instead (one per batch).  The first refused\n"
+     "batch or bad line stops the run: the message names its lines, and the\n"
+     "batches before it are published."},
     {"claim", NULL, cmd_claim, OPT(O_MAX) | OPT(O_WAIT) | OPT(O_LEASE) | OPT(O_WORKER), 1, 1,
      "claim GROUP [--max N] [--wait S] [--lease S] [--worker W]",
      "Lease up to N deliveries of GROUP (default 1), long-polling up to S seconds\n"
@@ -1663,8 +2148,9 @@ static const struct command commands[] = {
      "lease_lost / not_found (then the exit status is 1)."},
     {"nack", NULL, cmd_nack, OPT(O_ERROR) | OPT(O_RETRY_AFTER), 2, -1,
      "nack GROUP SEQ:TOKEN... [--error TEXT] [--retry-after S]",
-     "Give leased deliveries back: claimable again after the group's backoff, or\n"
-     "after S seconds (0: at once); dead-lettered once they reached max_attempts.\n"
+     "Give leased deliveries back, to be claimed again or dead-lettered.\n"
+     "They are claimable again after the group's backoff, or after S seconds\n"
+     "(0: at once); dead-lettered once they reached max_attempts.\n"
      "  --error TEXT       why the attempt failed (kept as last_error)\n"
      "  --retry-after S    0..86400 seconds, instead of the backoff\n"
      "Prints SEQ, STATUS (retrying, dead_lettered; lease_lost / not_found fail)\n"
@@ -1676,28 +2162,29 @@ static const struct command commands[] = {
      "lease end."},
     {"stats", NULL, cmd_stats, 0, 0, 1,
      "stats [GROUP]",
+     "The figures of every group and topic, and the store's map use.\n"
      "Per group: pending, processing, dlq, dispatched, the age of the oldest\n"
      "unhandled delivery, the poison age (oldest failed or dead-lettered event),\n"
      "blocked and gap-parked aggregates, redeliveries, and ALERT when the oldest\n"
      "unhandled age reached the group's alert_oldest_unhandled_s.  Per topic:\n"
-     "events stored, publishes, duplicates, conflicts.  The store's map use.\n"
-     "With GROUP: that group and the topics it subscribes to (--json: the whole\n"
-     "answer).  Ages read 42s, 3m12s, 2h05m, 3d04h."},
+     "events stored, publishes, duplicates, conflicts.  With GROUP: that group\n"
+     "and the topics it subscribes to (--json: the whole answer).  Ages read\n"
+     "42s, 3m12s, 2h05m, 3d04h."},
     {"oldest", NULL, cmd_oldest, OPT(O_LIMIT), 1, 1,
      "oldest GROUP [--limit N]",
-     "The oldest unhandled deliveries of GROUP (default 10), oldest first: AGE,\n"
-     "SEQ, EVENT_ID, STATE and why each waits: ready, leased by W until T, retry\n"
-     "at T after ERROR, parked on missing version V, or behind head SEQ."},
+     "The oldest unhandled deliveries of GROUP (default 10), and why each waits.\n"
+     "Oldest first: AGE, SEQ, EVENT_ID, STATE and WHY: ready, leased by W until\n"
+     "T, retry at T after ERROR, parked on missing version V, or behind head SEQ."},
     {"blocked", NULL, cmd_blocked, OPT(O_REASON) | OPT(O_LIMIT), 1, 1,
      "blocked GROUP [--reason lease|retry|gap|dlq] [--limit N]",
-     "The aggregates of an ordered group held back by their head: AGGREGATE,\n"
-     "HEAD_SEQ, REASON, AGE, WAITING (deliveries behind the head), SINCE, and the\n"
-     "missing version of a gap."},
+     "The aggregates of an ordered group held back by their head.\n"
+     "Prints AGGREGATE, HEAD_SEQ, REASON, AGE, WAITING (deliveries behind the\n"
+     "head), SINCE, and the missing version of a gap."},
     {"dlq", "list", cmd_dlq_list, OPT(O_LIMIT) | OPT(O_AFTER), 1, 1,
      "dlq list GROUP [--limit N] [--after CURSOR]",
-     "Dead-lettered deliveries in seq order, a page of N (default 100) at a time:\n"
-     "SEQ, EVENT_ID, TOPIC, ATTEMPTS, DEAD_LETTERED_AT, LAST_ERROR.  A full page\n"
-     "ends with the command for the next one (--after CURSOR)."},
+     "Dead-lettered deliveries in seq order, a page of N (default 100) at a time.\n"
+     "Prints SEQ, EVENT_ID, TOPIC, ATTEMPTS, DEAD_LETTERED_AT, LAST_ERROR.  A\n"
+     "full page ends with the command for the next one (--after CURSOR)."},
     {"dlq", "requeue", cmd_dlq_requeue, OPT(O_ALL), 1, -1,
      "dlq requeue GROUP (SEQ... | --all)",
      "Send dead-lettered deliveries back to pending with their attempts reset.\n"
@@ -1705,19 +2192,109 @@ static const struct command commands[] = {
      "with --all the number requeued."},
     {"dlq", "skip", cmd_dlq_skip, 0, 2, -1,
      "dlq skip GROUP SEQ...",
-     "Give up on dead-lettered deliveries (terminal state skipped; releases an\n"
-     "aggregate held under dlq_policy hold).  Prints SEQ and STATUS per item\n"
-     "(skipped; not_in_dlq / not_found fail)."},
+     "Give up on dead-lettered deliveries (terminal state skipped).\n"
+     "A skip releases an aggregate held under dlq_policy hold.  Prints SEQ and\n"
+     "STATUS per item (skipped; not_in_dlq / not_found fail)."},
+    {"topic", "create", cmd_topic_create, TOPIC_OPTS, 1, 1,
+     "topic create NAME [--retention D] [--max-payload-bytes N]\n"
+     "        [--require-versions] [--dedupe-retain D] [--body FILE|-]",
+     "Create topic NAME, or replace its config (PUT /v1/topics/NAME).\n"
+     "Absent fields take their defaults.  D is seconds, or a number with s, m,\n"
+     "h or d (90, 15m, 12h, 7d).\n"
+     "  --retention D          retention_s: how long events are kept (default 7d)\n"
+     "  --max-payload-bytes N  the largest payload accepted (default 1048576)\n"
+     "  --require-versions     refuse events without aggregate_version\n"
+     "  --dedupe-retain D      dedupe_retain_s: how long a removed event's id stays\n"
+     "                         known (default 7d)\n"
+     "  --body FILE|-          a JSON body to send (FILE, or stdin with '-'); the\n"
+     "                         options above set their fields over it\n"
+     "Prints 'created topic NAME' (or 'updated') and the topic's config."},
+    {"topic", "show", cmd_topics, 0, 1, 1,
+     "topic show NAME",
+     "One topic's config, a field a line."},
+    {"topic", "list", cmd_topics, 0, 0, 0,
+     "topic list",
+     "Every topic with its config, one a line."},
+    {"topic", "delete", cmd_topic_delete, 0, 1, 1,
+     "topic delete NAME",
+     "Delete an empty topic.  A topic that still holds events is refused\n"
+     "(409 topic_not_empty)."},
+    {"group", "create", cmd_group_create, GROUP_OPTS, 1, 1,
+     "group create NAME --topics T[,T]... [--ordered] [--kind K]\n"
+     "        [--max-attempts N] [--lease D] [--start S] [--dlq-policy P]\n"
+     "        [--alert-oldest-unhandled D] [--backoff-initial-ms MS]\n"
+     "        [--backoff-max-ms MS] [--backoff-multiplier X] [--sink-nats URL\n"
+     "        --sink-stream S --sink-subject T] [--body FILE|-]",
+     "Create group NAME, or replace its config (PUT /v1/groups/NAME).\n"
+     "Absent fields take their defaults; topics, ordered, start and the sink are\n"
+     "fixed at creation.  D is seconds, or a number with s, m, h or d.\n"
+     "  --topics T[,T]...           exact topic names, or prefixes ending in '*'\n"
+     "  --ordered                   hand out each aggregate's events one at a time,\n"
+     "                              in order\n"
+     "  --kind K                    projection (default) or effect\n"
+     "  --max-attempts N            claims before the DLQ, 1..1000 (default 10)\n"
+     "  --lease D                   lease_ttl_s of a claim (default 30s, at most 12h)\n"
+     "  --start S                   all (default), new, or an RFC 3339 time\n"
+     "  --dlq-policy P              ordered groups: release (default) or hold\n"
+     "  --alert-oldest-unhandled D  alert when the oldest unhandled delivery is\n"
+     "                              that old (none: no alert, the default)\n"
+     "  --backoff-initial-ms MS, --backoff-max-ms MS, --backoff-multiplier X\n"
+     "                              the retry backoff (1000, 300000, 2)\n"
+     "  --sink-nats URL --sink-stream S --sink-subject T\n"
+     "                              relay the group to a NATS JetStream stream\n"
+     "  --body FILE|-               a JSON body to send (FILE, or stdin with '-');\n"
+     "                              the options above set their fields over it\n"
+     "Prints 'created group NAME' (or 'updated') and the group's config."},
+    {"group", "show", cmd_groups, 0, 1, 1,
+     "group show NAME",
+     "One group's config, a field a line (a sink group adds its sink_status)."},
+    {"group", "list", cmd_groups, 0, 0, 0,
+     "group list",
+     "Every group with its config, one a line (replay runs' groups included)."},
+    {"group", "delete", cmd_group_delete, 0, 1, 1,
+     "group delete NAME",
+     "Delete a group and all its deliveries.  Its workers' tokens then answer\n"
+     "not_found."},
+    {"replay", "create", cmd_replay_create, REPLAY_OPTS, 0, 1,
+     "replay create [RUN_ID] --topic T [--from TIME] [--to TIME] [--kind K]\n"
+     "        [--effects forbid|allow] [--target-version V] [--body FILE|-]",
+     "Start a replay run: a topic's events in a time range, delivered again.\n"
+     "The selection is fixed once and handed out through the run's own group\n"
+     "replay.RUN_ID (POST /v1/replays); live groups are not touched.\n"
+     "  RUN_ID              [A-Za-z0-9._-]{1,64} (default: generated)\n"
+     "  --topic T           the topic to replay (it must exist)\n"
+     "  --from TIME         inclusive lower bound on created_at, RFC 3339\n"
+     "                      (default: the beginning)\n"
+     "  --to TIME           inclusive upper bound (default: now)\n"
+     "  --kind K            projection (default) or effect (needs --effects allow)\n"
+     "  --effects E         forbid (default) or allow: may the consumer cause\n"
+     "                      side effects\n"
+     "  --target-version V  a tag passed on in every delivery (integer or text)\n"
+     "  --body FILE|-       a JSON body to send; the options set their fields over it\n"
+     "Prints 'created replay run RUN_ID', its group, the number of events\n"
+     "selected and their digest.  Claim from the group like any other."},
+    {"replay", "show", cmd_replay_show, 0, 1, 1,
+     "replay show RUN_ID",
+     "A replay run's progress: selected, dispatched, pending, dlq, its state\n"
+     "(running or drained), its range and digest."},
+    {"replay", "list", cmd_replay_list, 0, 0, 0,
+     "replay list",
+     "Every replay run with its state and counts."},
+    {"replay", "delete", cmd_replay_delete, 0, 1, 1,
+     "replay delete RUN_ID",
+     "Remove a replay run and its group (live groups are not touched)."},
     {"topics", NULL, cmd_topics, 0, 0, 1,
      "topics [NAME]",
-     "Every topic with its config, or one topic's config."},
+     "Every topic with its config, or one topic's config.\n"
+     "The same as mic topic list and mic topic show NAME."},
     {"groups", NULL, cmd_groups, 0, 0, 1,
      "groups [NAME]",
-     "Every group with its config, or one group's config."},
+     "Every group with its config, or one group's config.\n"
+     "The same as mic group list and mic group show NAME."},
     {"aggregate", NULL, cmd_aggregate, 0, 2, 2,
      "aggregate TYPE ID",
-     "An aggregate's events in aggregate order, each with its state in every\n"
-     "group: VERSION, SEQ, EVENT_ID, TOPIC, CREATED_AT, GROUP, STATE, ATTEMPTS\n"
+     "An aggregate's events in aggregate order, each with its state in every group.\n"
+     "Prints VERSION, SEQ, EVENT_ID, TOPIC, CREATED_AT, GROUP, STATE, ATTEMPTS\n"
      "and the lease or retry it waits for."},
     {"keys", "new", cmd_keys_new, OPT(O_ID) | OPT(O_ROLE) | OPT(O_SCOPE), 0, 0,
      "keys new --id ID --role ROLE [--scope S]...",
@@ -1748,8 +2325,48 @@ static const char exit_help[] =
     "     answered lease_lost or not_found, a requeue not_in_dlq, ...)\n"
     "  2  usage error, or the server could not be reached\n"
     "Errors are one line on stderr, with the server's status and error code:\n"
-    "  mic: 409 event_id_conflict: event_id e1 was already published with other content (field event_id)\n"
+    "  mic: 422 invalid_request: max must be an integer from 1 to 1000 (field max)\n"
     "  mic: cannot reach " DEFAULT_URL ": Connection refused\n";
+
+#define HELP_WIDTH 79
+#define SUMMARY_INDENT 8
+
+/* The first sentence of 'help' (up to a '.' that ends a word, or the
+ * whole first paragraph), wrapped at HELP_WIDTH columns after an indent:
+ * the overview never cuts a description in the middle of a sentence. */
+static void print_summary(const char *help)
+{
+    size_t end = 0, col = SUMMARY_INDENT, i = 0;
+
+    while (help[end] && !(help[end] == '.' && (!help[end + 1] || help[end + 1] == ' ' ||
+                                               help[end + 1] == '\n')) &&
+           !(help[end] == '\n' && (help[end + 1] == ' ' || help[end + 1] == '\n')))
+        end++;
+    if (help[end] == '.')
+        end++;
+    printf("%*s", SUMMARY_INDENT, "");
+    while (i < end) {
+        size_t w;
+
+        while (i < end && (help[i] == ' ' || help[i] == '\n'))
+            i++;
+        for (w = 0; i + w < end && help[i + w] != ' ' && help[i + w] != '\n'; w++)
+            ;
+        if (!w)
+            break;
+        if (col > SUMMARY_INDENT && col + 1 + w > HELP_WIDTH) {
+            printf("\n%*s", SUMMARY_INDENT, "");
+            col = SUMMARY_INDENT;
+        } else if (col > SUMMARY_INDENT) {
+            putchar(' ');
+            col++;
+        }
+        printf("%.*s", (int)w, help + i);
+        col += w;
+        i += w;
+    }
+    putchar('\n');
+}
 
 static void usage(void)
 {
@@ -1757,26 +2374,27 @@ static void usage(void)
           "\n"
           "The admin and worker command line of MIC, the outbox broker.\n"
           "\n"
-          "Commands:\n", stdout);
+          "Commands (mic COMMAND --help for one):\n", stdout);
     for (size_t i = 0; i < NCOMMANDS; i++) {
-        const char *nl = strchr(commands[i].help, '\n');
-
-        printf("  mic %s\n        %.*s\n", commands[i].synopsis,
-               nl ? (int)(nl - commands[i].help) : (int)strlen(commands[i].help),
-               commands[i].help);
+        printf("  mic %s\n", commands[i].synopsis);
+        print_summary(commands[i].help);
     }
     printf("\n%s\n%s", common_help, exit_help);
 }
 
-/* Help for the commands named 'name' (and 'sub', when given). */
+/* Help for the commands named 'name' (and 'sub', when it names one of
+ * them; else every one of 'name'). */
 static void command_usage(const char *name, const char *sub)
 {
-    int first = 1;
+    int first = 1, sub_known = 0;
 
+    for (size_t i = 0; sub && i < NCOMMANDS; i++)
+        sub_known |= !strcmp(commands[i].name, name) && commands[i].sub &&
+                     !strcmp(commands[i].sub, sub);
     for (size_t i = 0; i < NCOMMANDS; i++) {
         const struct command *k = &commands[i];
 
-        if (strcmp(k->name, name) || (sub && k->sub && strcmp(k->sub, sub)))
+        if (strcmp(k->name, name) || (sub_known && k->sub && strcmp(k->sub, sub)))
             continue;
         printf("%susage: mic %s\n\n%s\n", first ? "" : "\n", k->synopsis, k->help);
         first = 0;
@@ -1808,12 +2426,25 @@ static const struct command *find_command(struct cli *c, int *words)
             return k;
         }
     }
-    if (known && !strcmp(name, "keys"))
-        usage_error(c, "keys: give new");
-    else if (known)
-        usage_error(c, "%s: give list, requeue or skip", name);
-    else
+    if (known) {
+        struct mic_buf subs = {0};
+        size_t k = 0, total = 0;
+
+        /* "dlq: give list, requeue or skip": the table's words. */
+        for (size_t i = 0; i < NCOMMANDS; i++)
+            total += !strcmp(commands[i].name, name) && commands[i].sub;
+        for (size_t i = 0; i < NCOMMANDS; i++) {
+            if (strcmp(commands[i].name, name) || !commands[i].sub)
+                continue;
+            if (k++)
+                buf_puts(&subs, k == total ? " or " : ", ");
+            buf_puts(&subs, commands[i].sub);
+        }
+        usage_error(c, "%s: give %s", name, subs.p && !subs.oom ? subs.p : "a subcommand");
+        mic_buf_fini(&subs);
+    } else {
         usage_error(c, "unknown command '%s'", name);
+    }
     return NULL;
 }
 
@@ -1838,7 +2469,7 @@ static int opts_parse(struct cli *c, int argc, char **argv)
     opterr = 0;
     /* "-": every non-option comes back in order as 1, whatever
      * POSIXLY_CORRECT says, so options may follow the command. */
-    while ((ch = getopt_long(argc, argv, "-h", long_opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "-hv", long_opts, NULL)) != -1) {
         int o = ch - OPT_BASE;
 
         if (ch == 1) {
@@ -1847,6 +2478,8 @@ static int opts_parse(struct cli *c, int argc, char **argv)
         }
         if (ch == 'h') {
             o = O_HELP;
+        } else if (ch == 'v') {
+            o = O_VERBOSE;
         } else if (ch == '?' || o < 0 || o >= O_COUNT) {
             if (optopt >= OPT_BASE && optopt < OPT_BASE + O_COUNT)
                 return usage_error(c, "--%s needs a value", opt_defs[optopt - OPT_BASE].name);

@@ -388,10 +388,24 @@ static int group_teardown(void **state)
 static void cli_help_and_usage(void **state)
 {
     static const char *const synopses[] = {
-        "mic publish --topic T", "mic publish [-] <", "mic claim GROUP", "mic ack GROUP",
+        "mic publish --topic T", "mic claim GROUP", "mic ack GROUP",
         "mic nack GROUP", "mic extend GROUP", "mic stats [GROUP]", "mic oldest GROUP",
         "mic blocked GROUP", "mic dlq list GROUP", "mic dlq requeue GROUP", "mic dlq skip GROUP",
-        "mic topics [NAME]", "mic groups [NAME]", "mic aggregate TYPE ID", NULL,
+        "mic topics [NAME]", "mic groups [NAME]", "mic aggregate TYPE ID",
+        "mic topic create NAME", "mic topic show NAME", "mic topic list", "mic topic delete NAME",
+        "mic group create NAME --topics", "mic group show NAME", "mic group list",
+        "mic group delete NAME", "mic replay create [RUN_ID] --topic T", "mic replay show RUN_ID",
+        "mic replay list", "mic replay delete RUN_ID", "or: mic publish [FILE | -]", NULL,
+    };
+    /* Every command, for its own --help. */
+    static const char *const each[][2] = {
+        {"publish", NULL}, {"claim", NULL}, {"ack", NULL}, {"nack", NULL}, {"extend", NULL},
+        {"stats", NULL}, {"oldest", NULL}, {"blocked", NULL}, {"dlq", "list"},
+        {"dlq", "requeue"}, {"dlq", "skip"}, {"topic", "create"}, {"topic", "show"},
+        {"topic", "list"}, {"topic", "delete"}, {"group", "create"}, {"group", "show"},
+        {"group", "list"}, {"group", "delete"}, {"replay", "create"}, {"replay", "show"},
+        {"replay", "list"}, {"replay", "delete"}, {"topics", NULL}, {"groups", NULL},
+        {"aggregate", NULL}, {"keys", "new"},
     };
     const char *const *const bad[] = {
         (const char *const[]){NULL},
@@ -418,9 +432,25 @@ static void cli_help_and_usage(void **state)
         (const char *const[]){"dlq", "skip", "g", "zero", NULL},
         (const char *const[]){"aggregate", "acc", NULL},
         (const char *const[]){"topics", "a", "b", NULL},
+        (const char *const[]){"topic", NULL},
+        (const char *const[]){"topic", "create", NULL},
+        (const char *const[]){"topic", "create", "t", "--retention", "2x", NULL},
+        (const char *const[]){"topic", "create", "t", "--ordered", NULL},
+        (const char *const[]){"topic", "list", "extra", NULL},
+        (const char *const[]){"group", "create", "g", "--topics", "a,,b", NULL},
+        (const char *const[]){"group", "create", "g", "--max-attempts", "many", NULL},
+        (const char *const[]){"group", "create", "g", "--backoff-multiplier", "x", NULL},
+        (const char *const[]){"group", "create", "g", "--body", "/nonexistent/body.json", NULL},
+        (const char *const[]){"group", "frob", NULL},
+        (const char *const[]){"replay", "create", "r", "--ordered", NULL},
+        (const char *const[]){"replay", "show", NULL},
+        (const char *const[]){"publish", "/nonexistent/events.ndjson", NULL},
+        (const char *const[]){"publish", "--topic", "t", "--verbose", NULL},
         NULL,
     };
+    char line[256], prev[256];
     struct run r;
+    int rows, in_commands = 0, summaries = 0;
 
     (void)state;
     mic(&r, NULL, "--help", NULL);
@@ -433,6 +463,54 @@ static void cli_help_and_usage(void **state)
     assert_non_null(strstr(r.out, "Exit status"));
     assert_non_null(strstr(r.out, "0  success"));
     assert_non_null(strstr(r.out, "MIC_URL"));
+    /* Each line fits 79 columns, and each command's summary (the lines
+     * after its synopsis, before the next "  mic ") is whole: it ends a
+     * sentence.  (It used to be the first line of the help, cut anywhere.) */
+    rows = count_lines(r.out);
+    for (int i = 0; i < rows; i++) {
+        line_of(r.out, i, line, sizeof line);
+        if (strlen(line) > 79)
+            fprintf(stderr, "--help line %d is %zu columns: %s\n", i, strlen(line), line);
+        assert_true(strlen(line) <= 79);
+        if (!strncmp(line, "Commands", 8)) {
+            in_commands = 1;
+        } else if (in_commands && (!strncmp(line, "  mic ", 6) || !line[0])) {
+            size_t n = strlen(line_of(r.out, i - 1, prev, sizeof prev));
+
+            if (strncmp(prev, "Commands", 8)) {
+                if (!n || prev[n - 1] != '.')
+                    fprintf(stderr, "--help: a summary cut short: '%s'\n", prev);
+                assert_true(n > 0 && prev[n - 1] == '.');
+                summaries++;
+            }
+            in_commands = line[0] != 0;
+        }
+    }
+    assert_int_equal(summaries, (int)(sizeof each / sizeof each[0]));
+    run_free(&r);
+
+    /* mic CMD [SUB] --help: that command's usage, exit 0. */
+    for (size_t i = 0; i < sizeof each / sizeof each[0]; i++) {
+        char want[64];
+
+        snprintf(want, sizeof want, "usage: mic %s%s%s", each[i][0], each[i][1] ? " " : "",
+                 each[i][1] ? each[i][1] : "");
+        if (each[i][1])
+            mic(&r, NULL, each[i][0], each[i][1], "--help", NULL);
+        else
+            mic(&r, NULL, each[i][0], "--help", NULL);
+        expect_ok(&r);
+        if (strncmp(r.out, want, strlen(want)))
+            fprintf(stderr, "%s: %.80s\n", want, r.out);
+        assert_memory_equal(r.out, want, strlen(want));
+        assert_non_null(strstr(r.out, "Exit status"));
+        run_free(&r);
+    }
+    mic(&r, NULL, "group", "--help", NULL);
+    expect_ok(&r);
+    assert_non_null(strstr(r.out, "usage: mic group create"));
+    assert_non_null(strstr(r.out, "usage: mic group delete"));
+    assert_null(strstr(r.out, "usage: mic topic"));
     run_free(&r);
 
     mic(&r, NULL, "nack", "--help", NULL);
@@ -555,14 +633,48 @@ static void cli_publish_ndjson(void **state)
     }
     mic(&r, in, "publish", NULL); /* stdin is a file, not a terminal */
     expect_ok(&r);
-    assert_int_equal(count_lines(r.out), 2501);
-    assert_string_equal(cell(r.out, 0, 0, b, sizeof b), "EVENT_ID");
-    assert_string_equal(cell(r.out, 1, 0, b, sizeof b), "nd-0");
-    assert_string_equal(cell(r.out, 2500, 0, b, sizeof b), "nd-2499");
-    assert_string_equal(cell(r.out, 2500, 2, b, sizeof b), "stored");
-    assert_null(strstr(r.out, "duplicate"));
+    /* One summary line, not a line per event. */
+    assert_int_equal(count_lines(r.out), 1);
+    assert_memory_equal(r.out, "published 2500, duplicates 0, failed 0, elapsed ",
+                        strlen("published 2500, duplicates 0, failed 0, elapsed "));
+    assert_non_null(strstr(r.out, " s\n"));
     run_free(&r);
     assert_int_equal(publish_requests("201") - before, 3); /* 1000 + 1000 + 500 */
+
+    /* The same events from a FILE argument, --verbose: every event's line
+     * (all duplicates now), then the summary. */
+    {
+        char path[128];
+
+        snprintf(path, sizeof path, "%s/events.ndjson", tmpdir);
+        write_file(path, in, len);
+        mic(&r, NULL, "publish", path, "-v", NULL);
+        expect_ok(&r);
+        assert_int_equal(count_lines(r.out), 2502);
+        assert_string_equal(cell(r.out, 0, 0, b, sizeof b), "EVENT_ID");
+        assert_string_equal(cell(r.out, 1, 0, b, sizeof b), "nd-0");
+        assert_string_equal(cell(r.out, 2500, 0, b, sizeof b), "nd-2499");
+        assert_string_equal(cell(r.out, 2500, 2, b, sizeof b), "duplicate");
+        assert_null(strstr(r.out, "stored"));
+        assert_non_null(strstr(r.out, "\npublished 0, duplicates 2500, failed 0, elapsed "));
+        run_free(&r);
+        /* A bad line in a file is named with the file's name. */
+        {
+            static const char bad[] = "{\"topic\":\"cli.nd\",\"event_id\":\"nd-0\","
+                                      "\"payload\":{\"i\":0}}\n"
+                                      "{\"topic\":\"cli.nd\",\"event_id\":\"nd-f1\"}\nnot json\n";
+            write_file(path, bad, strlen(bad));
+        }
+        mic(&r, NULL, "publish", path, NULL);
+        assert_non_null(strstr(r.err, "events.ndjson line 3 is not JSON"));
+        expect_fail(&r, 2, "nothing was published");
+        assert_memory_equal(r.out, "published 0, duplicates 0, failed 3, elapsed ",
+                            strlen("published 0, duplicates 0, failed 3, elapsed "));
+        assert_int_equal(count_lines(r.out), 1);
+        run_free(&r);
+        json_decref(call(&S, "GET", "/v1/events/nd-f1", NULL, 404));
+        unlink(path);
+    }
 
     /* All of them are on the server. */
     assert_int_equal(http(&S, "GET", "/v1/topics/cli.nd/events", NULL, NULL, 0,
@@ -606,7 +718,9 @@ static void cli_publish_ndjson(void **state)
     assert_non_null(strstr(r.err, "stdin lines 1001-1001 were not published, the 1000 events "
                                   "before them were"));
     n = count_lines(r.out);
-    assert_int_equal(n, 1001); /* header + the first batch */
+    assert_int_equal(n, 1); /* the summary, printed before the error */
+    assert_memory_equal(r.out, "published 1000, duplicates 0, failed 1, elapsed ",
+                        strlen("published 1000, duplicates 0, failed 1, elapsed "));
     run_free(&r);
     json_decref(call(&S, "GET", "/v1/events/nd2-999", NULL, 200));
 
@@ -1135,6 +1249,282 @@ static void cli_stats_oldest(void **state)
     run_free(&r);
 }
 
+/* topic create / show / list / delete: the fields reach the server; a bad
+ * value is the server's 422, exit 1, nothing changed. */
+static void cli_topic_commands(void **state)
+{
+    char b[256], path[128];
+    struct run r;
+    json_t *j;
+
+    (void)state;
+    mic(&r, NULL, "topic", "create", "cli.tc", "--retention", "2h", "--max-payload-bytes", "4096",
+        "--require-versions", "--dedupe-retain", "1d", NULL);
+    expect_ok(&r);
+    assert_string_equal(line_of(r.out, 0, b, sizeof b), "created topic cli.tc");
+    assert_non_null(strstr(r.out, "  retention_s: 7200\n"));
+    run_free(&r);
+    j = call(&S, "GET", "/v1/topics/cli.tc", NULL, 200);
+    assert_int_equal(jint(j, "retention_s"), 7200);
+    assert_int_equal(jint(j, "max_payload_bytes"), 4096);
+    assert_true(json_is_true(json_object_get(j, "require_versions")));
+    assert_int_equal(jint(j, "dedupe_retain_s"), 86400);
+    json_decref(j);
+
+    /* Again: an update (PUT replaces: the absent fields are defaults). */
+    mic(&r, NULL, "topic", "create", "cli.tc", "--retention", "90", "--json", NULL);
+    expect_ok(&r);
+    j = out_json(&r);
+    assert_int_equal(jint(j, "retention_s"), 90);
+    assert_true(json_is_false(json_object_get(j, "require_versions")));
+    json_decref(j);
+    run_free(&r);
+
+    /* --body as is, an option over it; from a file and from stdin. */
+    snprintf(path, sizeof path, "%s/body.json", tmpdir);
+    {
+        static const char body[] = "{\"retention_s\":600,\"max_payload_bytes\":100}";
+        write_file(path, body, strlen(body));
+    }
+    mic(&r, NULL, "topic", "create", "cli.tc", "--body", path, "--max-payload-bytes", "200", NULL);
+    expect_ok(&r);
+    assert_string_equal(line_of(r.out, 0, b, sizeof b), "updated topic cli.tc");
+    run_free(&r);
+    unlink(path);
+    j = call(&S, "GET", "/v1/topics/cli.tc", NULL, 200);
+    assert_int_equal(jint(j, "retention_s"), 600);
+    assert_int_equal(jint(j, "max_payload_bytes"), 200);
+    json_decref(j);
+    mic(&r, "{\"retention_s\":601}", "topic", "create", "cli.tc", "--body", "-", NULL);
+    expect_ok(&r);
+    run_free(&r);
+
+    /* Refused by the server: the 422 line, exit 1, the topic unchanged. */
+    mic(&r, NULL, "topic", "create", "cli.tc", "--max-payload-bytes", "0", NULL);
+    expect_fail(&r, 1, "mic: 422 invalid_request: ");
+    assert_non_null(strstr(r.err, "(field max_payload_bytes)"));
+    assert_string_equal(r.out, "");
+    run_free(&r);
+    mic(&r, "[1]", "topic", "create", "cli.tc", "--body", "-", NULL);
+    expect_fail(&r, 2, "not a JSON object");
+    run_free(&r);
+    j = call(&S, "GET", "/v1/topics/cli.tc", NULL, 200);
+    assert_int_equal(jint(j, "retention_s"), 601);
+    json_decref(j);
+
+    mic(&r, NULL, "topic", "show", "cli.tc", NULL);
+    expect_ok(&r);
+    assert_non_null(strstr(r.out, "name: cli.tc\n"));
+    assert_non_null(strstr(r.out, "retention_s: 601\n"));
+    run_free(&r);
+    mic(&r, NULL, "topic", "list", NULL);
+    expect_ok(&r);
+    assert_string_equal(cell(r.out, 0, 0, b, sizeof b), "NAME");
+    assert_non_null(strstr(r.out, "\ncli.tc "));
+    run_free(&r);
+
+    mic(&r, NULL, "topic", "delete", "cli.tc", NULL);
+    expect_ok(&r);
+    assert_string_equal(r.out, "deleted topic cli.tc\n");
+    run_free(&r);
+    json_decref(call(&S, "GET", "/v1/topics/cli.tc", NULL, 404));
+    mic(&r, NULL, "topic", "delete", "cli.tc", NULL);
+    expect_fail(&r, 1, "mic: 404 not_found: ");
+    run_free(&r);
+    /* A topic that holds events: 409, kept. */
+    mic(&r, NULL, "publish", "--topic", "cli.tfull", NULL);
+    expect_ok(&r);
+    run_free(&r);
+    mic(&r, NULL, "topic", "delete", "cli.tfull", NULL);
+    expect_fail(&r, 1, "mic: 409 topic_not_empty: ");
+    run_free(&r);
+    json_decref(call(&S, "GET", "/v1/topics/cli.tfull", NULL, 200));
+}
+
+/* group create with every flag, show, list, delete; refusals. */
+static void cli_group_commands(void **state)
+{
+    char b[256];
+    struct run r;
+    json_t *j, *o;
+
+    (void)state;
+    mic(&r, NULL, "group", "create", "cli.gc", "--topics", "cli.a,cli.b*", "--ordered",
+        "--kind", "effect", "--max-attempts", "4", "--lease", "2m", "--start", "new",
+        "--dlq-policy", "hold", "--alert-oldest-unhandled", "15m", "--backoff-initial-ms", "50",
+        "--backoff-max-ms", "5000", "--backoff-multiplier", "1.5", NULL);
+    expect_ok(&r);
+    assert_string_equal(line_of(r.out, 0, b, sizeof b), "created group cli.gc");
+    assert_non_null(strstr(r.out, "  topics: cli.a, cli.b*\n"));
+    run_free(&r);
+    j = call(&S, "GET", "/v1/groups/cli.gc", NULL, 200);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(j, "topics"), 1)), "cli.b*");
+    assert_true(json_is_true(json_object_get(j, "ordered")));
+    assert_string_equal(jstr(j, "kind"), "effect");
+    assert_int_equal(jint(j, "max_attempts"), 4);
+    assert_int_equal(jint(j, "lease_ttl_s"), 120);
+    assert_string_equal(jstr(j, "start"), "new");
+    assert_string_equal(jstr(j, "dlq_policy"), "hold");
+    assert_int_equal(jint(j, "alert_oldest_unhandled_s"), 900);
+    o = json_object_get(j, "backoff");
+    assert_int_equal(jint(o, "initial_ms"), 50);
+    assert_int_equal(jint(o, "max_ms"), 5000);
+    assert_true(json_number_value(json_object_get(o, "multiplier")) == 1.5);
+    json_decref(j);
+
+    /* An update: --alert-oldest-unhandled none is null; a sink from a
+     * --body with a flag over it is refused on a group made without one. */
+    mic(&r, NULL, "group", "create", "cli.gc", "--topics", "cli.a,cli.b*", "--ordered",
+        "--start", "new", "--alert-oldest-unhandled", "none", NULL);
+    expect_ok(&r);
+    assert_string_equal(line_of(r.out, 0, b, sizeof b), "updated group cli.gc");
+    run_free(&r);
+    j = call(&S, "GET", "/v1/groups/cli.gc", NULL, 200);
+    assert_true(json_is_null(json_object_get(j, "alert_oldest_unhandled_s")));
+    assert_int_equal(jint(j, "max_attempts"), 10);
+    json_decref(j);
+
+    /* Bad fields: the server's 422 (or 409), exit 1, nothing changed. */
+    mic(&r, NULL, "group", "create", "cli.gc2", "--topics", "cli.a", "--max-attempts", "0", NULL);
+    expect_fail(&r, 1, "mic: 422 invalid_request: ");
+    assert_non_null(strstr(r.err, "(field max_attempts)"));
+    assert_string_equal(r.out, "");
+    run_free(&r);
+    mic(&r, NULL, "group", "create", "cli.gc2", "--topics", "cli.a", "--kind", "both", NULL);
+    expect_fail(&r, 1, "(field kind)");
+    run_free(&r);
+    mic(&r, NULL, "group", "create", "cli.gc2", NULL);
+    expect_fail(&r, 1, "mic: 422 invalid_request: ");
+    assert_non_null(strstr(r.err, "topics"));
+    run_free(&r);
+    mic(&r, NULL, "group", "create", "cli.gc2", "--topics", "cli.a", "--sink-nats",
+        "http://x", "--sink-stream", "S", "--sink-subject", "s.{topic}", NULL);
+    expect_fail(&r, 1, "(field sink.url)");
+    run_free(&r);
+    json_decref(call(&S, "GET", "/v1/groups/cli.gc2", NULL, 404));
+    mic(&r, NULL, "group", "create", "cli.gc", "--topics", "cli.a", NULL);
+    expect_fail(&r, 1, "mic: 409 immutable_field: ");
+    run_free(&r);
+
+    /* --body from stdin, an option over it. */
+    mic(&r, "{\"topics\":[\"cli.z\"],\"max_attempts\":2,\"backoff\":{\"max_ms\":7}}",
+        "group", "create", "cli.gc3", "--body", "-", "--max-attempts", "3",
+        "--backoff-initial-ms", "5", NULL);
+    expect_ok(&r);
+    run_free(&r);
+    j = call(&S, "GET", "/v1/groups/cli.gc3", NULL, 200);
+    assert_int_equal(jint(j, "max_attempts"), 3);
+    assert_int_equal(jint(json_object_get(j, "backoff"), "initial_ms"), 5);
+    assert_int_equal(jint(json_object_get(j, "backoff"), "max_ms"), 7);
+    json_decref(j);
+
+    mic(&r, NULL, "group", "show", "cli.gc", NULL);
+    expect_ok(&r);
+    assert_non_null(strstr(r.out, "name: cli.gc\n"));
+    assert_non_null(strstr(r.out, "ordered: true\n"));
+    run_free(&r);
+    mic(&r, NULL, "group", "list", NULL);
+    expect_ok(&r);
+    assert_non_null(strstr(r.out, "\ncli.gc "));
+    assert_non_null(strstr(r.out, "\ncli.gc3 "));
+    run_free(&r);
+
+    mic(&r, NULL, "group", "delete", "cli.gc3", NULL);
+    expect_ok(&r);
+    assert_string_equal(r.out, "deleted group cli.gc3\n");
+    run_free(&r);
+    json_decref(call(&S, "GET", "/v1/groups/cli.gc3", NULL, 404));
+    mic(&r, NULL, "group", "delete", "cli.gc3", NULL);
+    expect_fail(&r, 1, "mic: 404 not_found: ");
+    run_free(&r);
+    mic(&r, NULL, "group", "show", "cli.gc3", NULL);
+    expect_fail(&r, 1, "mic: 404 not_found: ");
+    run_free(&r);
+}
+
+/* replay create / show / list / delete over a topic of three events. */
+static void cli_replay_commands(void **state)
+{
+    char b[256];
+    struct run r;
+    json_t *j;
+
+    (void)state;
+    mic(&r, "{\"topic\":\"cli.rp\",\"event_id\":\"rp-1\",\"created_at\":\"2025-01-01T00:00:01Z\"}\n"
+            "{\"topic\":\"cli.rp\",\"event_id\":\"rp-2\",\"created_at\":\"2025-01-01T00:00:02Z\"}\n"
+            "{\"topic\":\"cli.rp\",\"event_id\":\"rp-3\",\"created_at\":\"2025-01-01T00:00:03Z\"}\n",
+        "publish", NULL);
+    expect_ok(&r);
+    run_free(&r);
+
+    mic(&r, NULL, "replay", "create", "cli-r1", "--topic", "cli.rp", "--from",
+        "2025-01-01T00:00:02Z", "--to", "2025-01-01T00:00:03Z", "--target-version", "7", NULL);
+    expect_ok(&r);
+    assert_string_equal(line_of(r.out, 0, b, sizeof b), "created replay run cli-r1");
+    assert_non_null(strstr(r.out, "  selected: 2\n"));
+    assert_non_null(strstr(r.out, "  group: replay.cli-r1\n"));
+    run_free(&r);
+    j = call(&S, "GET", "/v1/replays/cli-r1", NULL, 200);
+    assert_int_equal(jint(j, "selected"), 2);
+    assert_int_equal(jint(j, "target_projection_version"), 7);
+    assert_string_equal(jstr(j, "from"), "2025-01-01T00:00:02.000000Z");
+    assert_string_equal(jstr(j, "effects"), "forbid");
+    json_decref(j);
+
+    /* Generated id, text tag, --json. */
+    mic(&r, NULL, "replay", "create", "--topic", "cli.rp", "--target-version", "v7b",
+        "--kind", "effect", "--effects", "allow", "--json", NULL);
+    expect_ok(&r);
+    j = out_json(&r);
+    assert_int_equal(jint(j, "selected"), 3);
+    assert_memory_equal(jstr(j, "run_id"), "r-", 2);
+    snprintf(b, sizeof b, "/v1/replays/%s", jstr(j, "run_id"));
+    json_decref(j);
+    run_free(&r);
+    j = call(&S, "GET", b, NULL, 200);
+    assert_string_equal(jstr(j, "target_projection_version"), "v7b");
+    assert_string_equal(jstr(j, "kind"), "effect");
+    json_decref(j);
+
+    /* Refused: kind effect without effects allow (422), an unknown topic
+     * (404), a bad time (422); nothing is made. */
+    mic(&r, NULL, "replay", "create", "cli-r2", "--topic", "cli.rp", "--kind", "effect", NULL);
+    expect_fail(&r, 1, "mic: 422 invalid_request: ");
+    assert_non_null(strstr(r.err, "(field effects)"));
+    run_free(&r);
+    mic(&r, NULL, "replay", "create", "cli-r2", "--topic", "cli.rp", "--from", "yesterday",
+        NULL);
+    expect_fail(&r, 1, "(field from)");
+    run_free(&r);
+    mic(&r, NULL, "replay", "create", "cli-r2", "--topic", "cli.nosuch", NULL);
+    expect_fail(&r, 1, "mic: 404 not_found: ");
+    run_free(&r);
+    json_decref(call(&S, "GET", "/v1/replays/cli-r2", NULL, 404));
+
+    mic(&r, NULL, "replay", "show", "cli-r1", NULL);
+    expect_ok(&r);
+    assert_non_null(strstr(r.out, "run_id: cli-r1\n"));
+    assert_non_null(strstr(r.out, "pending: 2\n"));
+    assert_non_null(strstr(r.out, "state: running\n"));
+    run_free(&r);
+    mic(&r, NULL, "replay", "list", NULL);
+    expect_ok(&r);
+    assert_string_equal(cell(r.out, 0, 0, b, sizeof b), "RUN_ID");
+    assert_int_equal(count_lines(r.out), 3);
+    assert_non_null(strstr(r.out, "\ncli-r1 "));
+    run_free(&r);
+
+    mic(&r, NULL, "replay", "delete", "cli-r1", NULL);
+    expect_ok(&r);
+    assert_string_equal(r.out, "deleted replay run cli-r1\n");
+    run_free(&r);
+    json_decref(call(&S, "GET", "/v1/replays/cli-r1", NULL, 404));
+    json_decref(call(&S, "GET", "/v1/groups/replay.cli-r1", NULL, 404));
+    mic(&r, NULL, "replay", "show", "cli-r1", NULL);
+    expect_fail(&r, 1, "mic: 404 not_found: ");
+    run_free(&r);
+}
+
 /* Nothing listens: exit 2 and the one-line message; MIC_URL is the
  * default. */
 static void cli_server_down(void **state)
@@ -1223,6 +1613,9 @@ int main(void)
         cmocka_unit_test(cli_topics_groups),
         cmocka_unit_test(cli_blocked_aggregate),
         cmocka_unit_test(cli_stats_oldest),
+        cmocka_unit_test(cli_topic_commands),
+        cmocka_unit_test(cli_group_commands),
+        cmocka_unit_test(cli_replay_commands),
         cmocka_unit_test(cli_server_down),
         cmocka_unit_test(cli_storage_full),
     };

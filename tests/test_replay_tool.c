@@ -1125,6 +1125,60 @@ static void to_broker_republishes(void **state)
     json_decref(src);
 }
 
+/* 8. A missing stream is explained in plain words, exit 1, nothing
+ * published: no stream of that name and none for the topic's subject (the
+ * `nats stream add` line to make it), no stream of that name but another
+ * takes the subject (pass that one), a stream that does not take the
+ * subject (the `nats stream edit` line).  Following the advice works. */
+static void nats_missing_stream(void **state)
+{
+    struct run r;
+    json_t *sum;
+
+    (void)state;
+    publish_n("t9.lost", 6, "l");
+    make_stream(js, "S9", "t9x.>");
+
+    RUN(&r, "--from-broker", B.url, "--topic", "t9.lost", "--to-nats", N.url,
+        "--nats-stream", "S9NEW", "--quiet");
+    if (r.status != 1)
+        fprintf(stderr, "exit %d, stderr: %s\n", r.status, r.err);
+    assert_int_equal(r.status, 1);
+    assert_non_null(strstr(r.err, "has no stream S9NEW, and no stream takes subject t9.lost"));
+    assert_non_null(strstr(r.err, "stream add S9NEW --subjects 't9.lost' --defaults"));
+    assert_non_null(strstr(r.err, N.url));
+    assert_true(strchr(r.err, '\n') == r.err + strlen(r.err) - 1); /* one line */
+    run_free(&r);
+    assert_int_equal(stream_msgs(js, "S9NEW"), -1); /* nothing made */
+
+    /* The name is wrong but S1 (t1.>) takes t1.orders: say so. */
+    RUN(&r, "--from-broker", B.url, "--topic", "t1.orders", "--to-nats", N.url,
+        "--nats-stream", "S1X", "--quiet");
+    assert_int_equal(r.status, 1);
+    assert_non_null(strstr(r.err, "has no stream S1X"));
+    assert_non_null(strstr(r.err, "which stream S1 takes: pass --nats-stream S1"));
+    run_free(&r);
+
+    /* S9 exists but takes t9x.>, not t9.lost: nothing is published. */
+    RUN(&r, "--from-broker", B.url, "--topic", "t9.lost", "--to-nats", N.url,
+        "--nats-stream", "S9", "--quiet");
+    assert_int_equal(r.status, 1);
+    assert_non_null(strstr(r.err, "stream S9 at "));
+    assert_non_null(strstr(r.err, "does not take subject t9.lost (its subjects: t9x.>)"));
+    assert_non_null(strstr(r.err, "stream edit S9 --subjects 't9x.>,t9.lost'"));
+    run_free(&r);
+    assert_int_equal(stream_msgs(js, "S9"), 0);
+
+    /* Made as the first message said: the replay goes through. */
+    make_stream(js, "S9NEW", "t9.lost");
+    RUN(&r, "--from-broker", B.url, "--topic", "t9.lost", "--to-nats", N.url,
+        "--nats-stream", "S9NEW", "--quiet");
+    sum = ok(&r);
+    assert_int_equal(num(sum, "published"), 6);
+    run_free(&r);
+    assert_int_equal(stream_msgs(js, "S9NEW"), 6);
+}
+
 /* 7. Exit statuses: 2 for usage errors, 1 for a source error, 0 and an
  * empty selection for a range with nothing in it. */
 static void usage_and_errors(void **state)
@@ -1193,6 +1247,7 @@ int main(void)
         cmocka_unit_test(range_bounds_and_ties),
         cmocka_unit_test(to_broker_republishes),
         cmocka_unit_test(usage_and_errors),
+        cmocka_unit_test(nats_missing_stream),
     };
 
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
