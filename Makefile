@@ -308,6 +308,7 @@ check: check-install build/san/micd build/san/mic-events-replay build/san/mic bu
        build/micd build/loadgen build/workers build/rangeread $(PEER_DRIVERS) \
        build/mic-relay build/outbox_poller build/san/crashloop $(FUZZ_BINS) build/sink_watch
 	tests/check-layers.sh
+	tests/check-links.sh
 	MICD=build/san/micd MIC_REPLAY=build/san/mic-events-replay MIC_CLI=build/san/mic \
 	    tests/run.sh $(UNIT)
 	@# T1 of the fault suite: 20 kill -9 cycles under load and the checker
