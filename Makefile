@@ -311,6 +311,8 @@ check: check-install build/san/micd build/san/mic-events-replay build/san/mic bu
 	tests/check-links.sh
 	MICD=build/san/micd MIC_REPLAY=build/san/mic-events-replay MIC_CLI=build/san/mic \
 	    tests/run.sh $(UNIT)
+	@# README.md's tour, run as pasted against a fresh micd (tests/readme-tour.sh)
+	MICD=build/san/micd MIC_CLI=build/san/mic tests/readme-tour.sh
 	@# T1 of the fault suite: 20 kill -9 cycles under load and the checker
 	$(MAKE) --no-print-directory fault-crash
 	@# T2 and T3: power cuts rebuilt from the recorded syncs, injected I/O errors
