@@ -8,8 +8,11 @@
 #      mailto:, file:, //host): the documents work from a clone, offline;
 #   3. no file names the team's design contract outside the repository
 #      (../shared/DESIGN.md): DESIGN.md at the root is the design document.
+#   4. a #fragment into a markdown file names one of its headings (GitHub's
+#      anchors: lowercase, punctuation dropped, spaces as hyphens), so that
+#      "DESIGN section 12" links keep pointing at section 12.
 # Links inside fenced code blocks and `code spans` are not links and are
-# skipped; a target's #fragment is ignored (only the file is checked).
+# skipped.
 cd "$(dirname "$0")/.." || exit 2
 root=$(pwd -P)
 status=0
@@ -17,6 +20,15 @@ files=$(find . -name '*.md' -not -path './build/*' -not -path './.git/*' \
              -not -path '*/node_modules/*' | sort)
 n_files=0
 n_links=0
+# The anchors of a markdown file's headings, one a line.
+anchors() {
+    awk '/^[ \t]*(```|~~~)/ { fence = !fence; next }
+         !fence && /^#+ / {
+             h = $0; sub(/^#+ +/, "", h); sub(/ +#* *$/, "", h)
+             h = tolower(h); gsub(/[^a-z0-9 _-]/, "", h); gsub(/ /, "-", h)
+             print h
+         }' "$1"
+}
 for f in $files; do
     n_files=$((n_files + 1))
     dir=$(dirname "$f")
@@ -46,7 +58,12 @@ for f in $files; do
     while IFS="$tab" read -r ln target; do
         n_links=$((n_links + 1))
         case "$target" in
-        '#'*) continue ;;                    # an anchor in the same file
+        '#'*)                                # an anchor in the same file
+            if ! anchors "$f" | grep -qxF "${target#\#}"; then
+                echo "check-links: $f:$ln: $target: no such heading in $f"
+                status=1
+            fi
+            continue ;;
         [A-Za-z]*:*|//*)
             echo "check-links: $f:$ln: $target: a link out of the repository (web or URL scheme)"
             status=1; continue ;;
@@ -71,7 +88,16 @@ for f in $files; do
         if [ ! -e "$resolved" ]; then
             echo "check-links: $f:$ln: $target: no such file"
             status=1
+            continue
         fi
+        case "$target" in
+        *.md\#*)
+            frag=${target#*\#}
+            if ! anchors "$resolved" | grep -qxF "$frag"; then
+                echo "check-links: $f:$ln: $target: no heading of $path has the anchor #$frag"
+                status=1
+            fi ;;
+        esac
     done <<EOF
 $links
 EOF
