@@ -1,9 +1,12 @@
 # MIC - build, run and test.
 #
 #   make          build build/micd, build/mic, build/mic-events-replay and build/mic-relay (optimised)
-#   make run      install what is missing, build, start micd on 127.0.0.1:8080, store in ./var
-#   make test     install what is missing, build with ASan+UBSan, run every test, each fuzz
-#                 target for a few seconds and the peer benchmark at tiny sizes (SMOKE=1)
+#   make run      install what micd needs (RUN_DEBS) if missing, build micd and mic, start micd in
+#                 the foreground on 127.0.0.1:8080 with its store in ./var; PORT=9090 changes the
+#                 port, LISTEN=HOST:PORT the whole address, DATA=DIR the store directory
+#   make test     install what is missing (RUN_DEBS, TEST_DEBS, PEER_DEBS), build with ASan+UBSan,
+#                 run every test, each fuzz target for a few seconds and the peer benchmark at
+#                 tiny sizes (SMOKE=1)
 #   make bench    MIC's own benchmarks: publish (against Redis Streams), claims, ordered, range
 #   make bench-pages  pages written and fdatasyncs per commit for W3 and W4 (strace)
 #   make bench-peers  MIC and Redis, PostgreSQL, NATS, beanstalkd side by side -> bench/RESULTS.md
@@ -15,7 +18,8 @@
 #   make bench-relay  the outbox: rows/s through 1, 2, 4 mic-relays vs a marking-only poller, relay lag
 #   make fuzz     each libFuzzer target of tests/fuzz/ for FUZZ_SECONDS (default 60); make check
 #                 runs them FUZZ_CHECK_SECONDS (default 8) each
-#   make deps     install the Debian packages (apt-get update only when something is missing)
+#   make deps     install the Debian packages micd and the tools need (RUN_DEBS; apt-get update
+#                 only when something is missing); make test-deps those only the tests need
 #   make fault-crash  T1 of tests/fault: 20 SIGKILL/restart cycles under load, then the checker
 #   make fault-power  T2/T3: 25 power cuts rebuilt from the recorded syncs, I/O error scenarios
 #   make soak     the long profile of the reliability suite (tests/fault/README.md): 500 crash
@@ -27,10 +31,16 @@ PKGS    := libmicrohttpd lmdb jansson yajl openssl libnats
 # with PEER_DEBS, which make test installs (peer-deps) before make check.
 TPKGS   := cmocka libnats libpq
 RPKGS   := jansson libcrypto libnats
-DEBS    := build-essential pkg-config e2fsprogs mount util-linux libmicrohttpd-dev liblmdb-dev lmdb-utils \
-           libjansson-dev libyajl-dev libssl-dev libcmocka-dev libcurl4-openssl-dev curl libpq-dev \
-           procps libnats-dev nats-server clickhouse-server clickhouse-client \
-           prometheus python3 openssl libpq-dev faketime clang libclang-rt-14-dev
+# Debian packages.  RUN_DEBS: what building micd, mic, mic-events-replay,
+# mic-relay and libmic needs (make run, make deps), with curl and jq for the
+# README's tour.  TEST_DEBS: what only the tests need (make test, make
+# test-deps): cmocka, nats-server, ClickHouse, Prometheus's promtool,
+# libfaketime, clang's libFuzzer, the full-disk test's mkfs and mount.
+RUN_DEBS  := build-essential pkg-config libmicrohttpd-dev liblmdb-dev lmdb-utils libjansson-dev \
+             libyajl-dev libssl-dev libcurl4-openssl-dev libnats-dev libpq-dev openssl curl jq
+TEST_DEBS := libcmocka-dev e2fsprogs mount util-linux procps nats-server clickhouse-server \
+             clickhouse-client prometheus python3 faketime clang libclang-rt-14-dev
+DEBS    := $(RUN_DEBS) $(TEST_DEBS)
 WARN    := -std=c11 -Wall -Wextra -Werror -Wformat=2 -g
 SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 PKGCFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -59,11 +69,11 @@ UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
 KIT     := build/san/claimkit.o build/san/procfx.o build/san/jgen.o build/san/pgfx.o build/san/natsfx.o
 
-.PHONY: all examples install check-install run test check deps fault-crash soak-crash fuzz fuzz-seeds bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke bench-workerloop bench-relay bench-sink peer-deps clean
+.PHONY: all examples install check-install run test check deps test-deps fault-crash soak-crash fuzz fuzz-seeds bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke bench-workerloop bench-relay bench-sink peer-deps clean
 all: build/micd build/mic-events-replay build/mic build/mic-relay build/libmic.a build/libmic.so
 
-deps:
-	@missing=""; for p in $(DEBS); do \
+# $(call apt_install,PACKAGES): apt-get install those not installed yet.
+apt_install = @missing=""; for p in $(1); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -71,6 +81,10 @@ deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    --no-install-recommends $$missing >/dev/null; \
 	fi
+deps:
+	$(call apt_install,$(RUN_DEBS))
+test-deps:
+	$(call apt_install,$(TEST_DEBS))
 
 build/rel/%.o: server/%.c server/*.h | build/rel
 	$(CC) $(WARN) -O2 $(PKGCFLAGS) -c $< -o $@
@@ -153,7 +167,7 @@ build/fuzz/obj/%.o: server/%.c server/*.h
 	$(FUZZ_CC) $(FUZZ_WARN) -O1 -fsanitize=fuzzer-no-link $(FUZZ_SAN) $(PKGCFLAGS) -c $< -o $@
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_OBJ) $(LMDB_A)
 	$(FUZZ_CC) $(FUZZ_WARN) -O1 -fsanitize=fuzzer $(FUZZ_SAN) $(PKGCFLAGS) -Iserver $< $(FUZZ_OBJ) -o $@ $(PKGLIBS)
-fuzz: deps $(FUZZ_BINS)
+fuzz: deps test-deps $(FUZZ_BINS)
 	tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 # The seed corpora: tests/fuzz/make_seeds.py writes the hand-made ones,
 # gen_records the record target's (records made by the store's encoder).
@@ -271,9 +285,14 @@ build/rangeread: bench/rangeread.c client/mic.h build/libmic.a | build/rel
 build/bench_parse: bench/bench_parse.c $(REL_OBJ) $(LMDB_A)
 	$(CC) $(WARN) -O2 $(PKGCFLAGS) -Iserver $< $(REL_OBJ) -o $@ $(PKGLIBS)
 
-run: deps build/micd
-	mkdir -p var
-	./build/micd --listen 127.0.0.1:8080 --data ./var
+# make run [PORT=8080] [LISTEN=127.0.0.1:$(PORT)] [DATA=./var]: micd in the
+# foreground (Ctrl-C stops it cleanly); build/mic is built too, for the tour.
+PORT   = 8080
+LISTEN = 127.0.0.1:$(PORT)
+DATA   = ./var
+run: deps build/micd build/mic
+	mkdir -p '$(DATA)'
+	./build/micd --listen '$(LISTEN)' --data '$(DATA)'
 
 # make install as a user runs it, into build/prefix: a program outside the
 # tree builds against the installed mic.h and libmic.so through pkg-config
@@ -292,8 +311,11 @@ check: check-install build/san/micd build/san/mic-events-replay build/san/mic bu
        build/micd build/loadgen build/workers build/rangeread $(PEER_DRIVERS) \
        build/mic-relay build/outbox_poller build/san/crashloop $(FUZZ_BINS) build/sink_watch
 	tests/check-layers.sh
+	tests/check-links.sh
 	MICD=build/san/micd MIC_REPLAY=build/san/mic-events-replay MIC_CLI=build/san/mic \
 	    tests/run.sh $(UNIT)
+	@# README.md's tour, run as pasted against a fresh micd (tests/readme-tour.sh)
+	MICD=build/san/micd MIC_CLI=build/san/mic tests/readme-tour.sh
 	@# T1 of the fault suite: 20 kill -9 cycles under load and the checker
 	$(MAKE) --no-print-directory fault-crash
 	@# T2 and T3: power cuts rebuilt from the recorded syncs, injected I/O errors
@@ -319,7 +341,7 @@ check: check-install build/san/micd build/san/mic-events-replay build/san/mic bu
 	    { cat build/sink-smoke.log; echo "sink smoke: FAILED"; exit 1; }
 	@echo "sink smoke: sink groups relayed to JetStream, unordered and ordered, next to JetStream alone (build/sink-smoke.log)"
 
-test: deps peer-deps
+test: deps test-deps peer-deps
 	$(MAKE) check
 
 BENCH_DEBS := redis-server redis-tools python3
