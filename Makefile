@@ -343,6 +343,9 @@ check: check-install build/san/micd build/san/mic-events-replay build/san/mic bu
 
 test: deps test-deps peer-deps
 	$(MAKE) check
+	@# deploy/Containerfile built with podman and run (about 2 min; its base
+	@# is made from Debian's archive with debootstrap when no image is there)
+	$(MAKE) --no-print-directory container-test
 
 BENCH_DEBS := redis-server redis-tools python3
 
