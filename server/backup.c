@@ -80,8 +80,9 @@ static void unref(struct mic_backup *b)
     free(b);
 }
 
-/* A thread of 'b' ends: when it is the last, 'b' no longer runs. */
-static void thread_end(struct mic_backup *b)
+/* A thread of 'b' is done with the copy: when it is the last, 'b' no
+ * longer runs (its slot is free).  The thread unrefs 'b' after. */
+static void stop_running(struct mic_backup *b)
 {
     pthread_mutex_lock(&glock);
     if (--b->threads == 0) {
@@ -94,7 +95,6 @@ static void thread_end(struct mic_backup *b)
         pthread_cond_broadcast(&gdone);
     }
     pthread_mutex_unlock(&glock);
-    unref(b);
 }
 
 /* Wake the reader if it waits.  With b->lock held. */
@@ -116,8 +116,12 @@ static void *copy_main(void *arg)
     b->copy_rc = rc;
     b->copy_err = err;
     pthread_mutex_unlock(&b->lock);
+    /* The read transaction is gone: this thread's part of the slot is
+     * given back before the pump can read the end, so a client that has
+     * the whole copy may start the next backup at once. */
+    stop_running(b);
     close(b->wfd); /* the pump reads the end */
-    thread_end(b);
+    unref(b);
     return NULL;
 }
 
@@ -146,21 +150,29 @@ static void *pump_main(void *arg)
         n = read(b->rfd, b->ring + at, room);
         if (n < 0 && errno == EINTR)
             continue;
-        pthread_mutex_lock(&b->lock);
-        if (n > 0) {
-            b->len += (size_t)n;
-        } else {
+        if (n <= 0) {
+            int err = n < 0 ? errno : 0;
+            /* The end (the copy has given its slot back) or a failed
+             * read: the slot is free before the reader learns it. */
+            close(b->rfd);
+            stop_running(b);
+            pthread_mutex_lock(&b->lock);
             b->eof = 1;
-            b->read_err = n < 0 ? errno : 0;
+            b->read_err = err;
+            wake_reader(b);
+            pthread_mutex_unlock(&b->lock);
+            unref(b);
+            return NULL;
         }
+        pthread_mutex_lock(&b->lock);
+        b->len += (size_t)n;
         wake_reader(b);
         pthread_mutex_unlock(&b->lock);
-        if (n <= 0)
-            break;
     }
-    /* A copy still writing now fails with EPIPE and ends. */
+    /* Cancelled: a copy still writing now fails with EPIPE and ends. */
     close(b->rfd);
-    thread_end(b);
+    stop_running(b);
+    unref(b);
     return NULL;
 }
 
@@ -222,8 +234,9 @@ int mic_backup_start(mic_backup **out, mic_store *s, void (*wake)(void *arg), vo
         b->copy_done = 1;
         b->copy_rc = MIC_EIO;
         pthread_mutex_unlock(&b->lock);
+        stop_running(b); /* the copy thread's part */
         close(b->wfd);
-        thread_end(b); /* the copy thread's part */
+        unref(b);
         mic_backup_close(b);
         return MIC_EIO;
     }

@@ -22,9 +22,11 @@
  * written to disk, so nothing is left behind.
  *
  * At most MIC_BACKUPS_MAX backups run at a time, counted from the start
- * until both threads have ended (so a new one can begin only once the
- * previous one's read transaction is gone): another is refused with
- * MIC_ECONFLICT (409 backup_running, proto/openapi.yaml).
+ * until the copy has returned (its read transaction is gone) and the pump
+ * has read the end of the pipe or stopped -- before the HTTP side is
+ * handed the end, so a client that has the whole copy may start the next
+ * backup at once: another is refused with MIC_ECONFLICT (409
+ * backup_running, proto/openapi.yaml).
  *
  * Threads: mic_backup_start, mic_backup_read and mic_backup_close from the
  * HTTP thread that serves the request; mic_backups_shutdown and
