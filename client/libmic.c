@@ -28,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #define BATCH_MAX 1000
 
@@ -1491,4 +1493,110 @@ int mic_admin_group_delete(mic_client *c, const char *name)
 int mic_admin_groups(mic_client *c, json_t **out)
 {
     return call(c, 0, "GET", "/v1/groups", NULL, 0, out);
+}
+
+/* ---- Backup ---- */
+
+struct backup_sink {
+    int fd;
+    uint64_t bytes;
+    int err;     /* errno of a failed write, 0 */
+    int (*progress)(uint64_t bytes, void *arg);
+    void *arg;
+};
+
+static int backup_piece(const char *p, size_t n, void *arg)
+{
+    struct backup_sink *k = arg;
+
+    while (n) {
+        ssize_t w = write(k->fd, p, n);
+
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            k->err = w < 0 ? errno : EIO;
+            return 1;
+        }
+        p += w;
+        n -= (size_t)w;
+        k->bytes += (uint64_t)w;
+    }
+    return k->progress ? k->progress(k->bytes, k->arg) : 0;
+}
+
+int mic_backup_fd(mic_client *c, size_t node, int fd,
+                  int (*progress)(uint64_t bytes, void *arg), void *arg, uint64_t *bytes)
+{
+    struct backup_sink k = {fd, 0, 0, progress, arg};
+    int rc = mic_stream(c, node, "/v1/backup", "application/octet-stream", backup_piece, &k);
+
+    if (rc && k.err)
+        return failf(c, MIC_FAIL_IO, (int)node, "cannot write the backup: %s", strerror(k.err));
+    if (rc)
+        return -1;
+    if (bytes)
+        *bytes = k.bytes;
+    return 0;
+}
+
+int mic_backup_file(mic_client *c, size_t node, const char *path,
+                    int (*progress)(uint64_t bytes, void *arg), void *arg, uint64_t *bytes)
+{
+    char *tmp = NULL, *dir = NULL, *slash;
+    int fd = -1, dfd, rc = -1;
+
+    if (asprintf(&tmp, "%s.tmp", path) < 0 || !(dir = strdup(path))) {
+        free(tmp);
+        return nomem(c);
+    }
+    if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0) {
+        failf(c, MIC_FAIL_IO, (int)node, "cannot create %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    if (mic_backup_fd(c, node, fd, progress, arg, bytes))
+        goto fail_tmp;
+    if (fsync(fd)) {
+        failf(c, MIC_FAIL_IO, (int)node, "cannot sync %s: %s", tmp, strerror(errno));
+        goto fail_tmp;
+    }
+    if (close(fd)) {
+        fd = -1;
+        failf(c, MIC_FAIL_IO, (int)node, "cannot write %s: %s", tmp, strerror(errno));
+        goto fail_tmp;
+    }
+    fd = -1;
+    if (rename(tmp, path)) {
+        failf(c, MIC_FAIL_IO, (int)node, "cannot rename %s to %s: %s", tmp, path,
+              strerror(errno));
+        goto fail_tmp;
+    }
+    /* The rename itself reaches the disk with its directory. */
+    slash = strrchr(dir, '/');
+    if (slash == dir)
+        dir[1] = 0;
+    else if (slash)
+        *slash = 0;
+    if ((dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
+        if (fsync(dfd) && errno != EINVAL) {
+            failf(c, MIC_FAIL_IO, (int)node, "cannot sync the directory of %s: %s", path,
+                  strerror(errno));
+            close(dfd);
+            goto out;
+        }
+        close(dfd);
+    }
+    rc = 0;
+    goto out;
+fail_tmp:
+    if (fd >= 0)
+        close(fd);
+    fd = -1;
+    unlink(tmp);
+out:
+    if (fd >= 0)
+        close(fd);
+    free(tmp);
+    free(dir);
+    return rc;
 }

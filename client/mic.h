@@ -81,6 +81,8 @@ enum mic_fail_kind {
     MIC_FAIL_PARTIAL,  /* a batch over several nodes: some items failed (see
                         * each result's failure) */
     MIC_FAIL_STOPPED,  /* the transfer was cut by mic_client_stop */
+    MIC_FAIL_IO,       /* a local file or descriptor could not be written
+                        * (mic_backup_*: message says why) */
 };
 
 struct mic_failure {
@@ -511,6 +513,32 @@ int mic_consumer_checkpoint(mic_consumer *k, const char *agg_type, const char *a
 int mic_consumer_skip(mic_consumer *k, const char *agg_type, const char *agg_id, uint64_t version);
 /* Counters since open. */
 void mic_consumer_stats(mic_consumer *k, struct mic_consumer_stats *st);
+
+/* ---- Backup (GET /v1/backup, an admin key) ---- */
+
+/* Stream a backup of node 'node' into 'fd': a consistent, compacted copy
+ * of its store (an LMDB data.mdb; a micd started on a directory holding
+ * only that file, as data.mdb, serves the store as it was when the copy
+ * began).  'progress' (may be NULL) is called after each piece written
+ * with the bytes so far; a non-zero return stops the transfer (failure
+ * STOPPED).  'fd' stays the caller's: it is written to, never synced or
+ * closed.  On success returns 0 and *bytes (may be NULL) the size.
+ * Otherwise -1, and what 'fd' received is not a usable copy: failure
+ * SERVER (401 unauthorized, 403 forbidden: not an admin key, 409
+ * backup_running: one backup at a time), CONNECT (no answer, or the
+ * transfer ended before its last chunk: the server's copy failed or the
+ * connection broke), IO (a write to 'fd' failed), STOPPED, NOMEM. */
+int mic_backup_fd(mic_client *c, size_t node, int fd,
+                  int (*progress)(uint64_t bytes, void *arg), void *arg, uint64_t *bytes);
+
+/* mic_backup_fd into the file 'path' (mode 0600), so that 'path' exists
+ * only whole: the copy goes to "path.tmp" (replaced if it exists), which
+ * is fsync'd and then renamed to 'path' (replacing it), and the directory
+ * fsync'd.  On failure "path.tmp" is removed and 'path' is left as it
+ * was.  Returns as mic_backup_fd; IO also when the file cannot be made,
+ * synced or renamed. */
+int mic_backup_file(mic_client *c, size_t node, const char *path,
+                    int (*progress)(uint64_t bytes, void *arg), void *arg, uint64_t *bytes);
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,7 @@
 #include "routes.h"
 
 #include "auth.h"
+#include "backup.h"
 #include "buf.h"
 #include "claim.h"
 #include "clock.h"
@@ -901,8 +902,109 @@ static enum MHD_Result h_metrics(struct req *r, const char **args)
             (unsigned long long)atomic_load(&mhd_complaints), (unsigned long long)ls.resumes,
             (unsigned long long)ls.wakes);
     }
+    mic_backup_metrics(&b);
     p = mic_buf_steal(&b, &len);
     return send_body(r, MHD_HTTP_OK, "text/plain; version=0.0.4", p, len);
+}
+
+/* ---- Backup (backup.h) ----
+ *
+ * The body comes from a content reader that never blocks: when the
+ * backup's ring is empty it suspends the connection and returns 0; the
+ * pump thread's backup_wake hands the connection back to its loop, which
+ * resumes it.  That resume cannot come before the suspend: the loop runs
+ * the resumes handed to it between rounds of its daemon, and the reader
+ * runs inside a round.  No Content-Length: the compacted size is known
+ * only at the end; a copy that fails after the 200 went out ends the
+ * chunked body without its last chunk, so the client sees an incomplete
+ * transfer, never a short file that looks whole. */
+
+struct backup_ctx {
+    mic_backup *b;
+    mic_http *h;
+    mic_loop *loop;
+    struct MHD_Connection *conn;
+    struct mic_resume res;   /* valid until the response is freed */
+};
+
+static void backup_wake(void *arg)
+{
+    struct backup_ctx *k = arg;
+
+    k->res.conn = k->conn;
+    mic_loop_resume(k->loop, &k->res);
+    mic_loops_kick(k->h->loops);
+}
+
+static ssize_t backup_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct backup_ctx *k = cls;
+    ssize_t n = mic_backup_read(k->b, buf, max);
+
+    (void)pos;
+    if (n > 0)
+        return n;
+    if (n == MIC_BACKUP_AGAIN) {
+        MHD_suspend_connection(k->conn);
+        return 0;
+    }
+    return n == MIC_BACKUP_END ? MHD_CONTENT_READER_END_OF_STREAM
+                               : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void backup_free(void *cls)
+{
+    struct backup_ctx *k = cls;
+
+    mic_backup_close(k->b);
+    free(k);
+}
+
+static enum MHD_Result h_backup(struct req *r, const char **args)
+{
+    struct backup_ctx *k = calloc(1, sizeof *k);
+    struct MHD_Response *resp;
+    struct mic_error e;
+    enum MHD_Result ret;
+    char disp[96], stamp[32];
+    time_t now = (time_t)(mic_now_us() / 1000000);
+    struct tm tm;
+    int rc;
+
+    (void)args;
+    if (!k)
+        return MHD_NO;
+    k->h = r->h;
+    k->loop = r->loop;
+    k->conn = r->conn;
+    if ((rc = mic_backup_start(&k->b, r->h->store, backup_wake, k))) {
+        free(k);
+        if (rc == MIC_ECONFLICT)
+            mic_error_set(&e, rc, "backup_running", NULL,
+                          "a backup is already running: one at a time; retry once it ended");
+        else
+            server_error(&e, rc);
+        return send_error(r, &e);
+    }
+    resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 256 * 1024, backup_reader, k,
+                                             backup_free);
+    if (!resp) {
+        backup_free(k);
+        return MHD_NO;
+    }
+    gmtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+    snprintf(disp, sizeof disp, "attachment; filename=\"mic-backup-%s.mdb\"", stamp);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, disp);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header(resp, "X-Request-Id", r->rid);
+    r->status = MHD_HTTP_OK;
+    audit(r->h, r);
+    ret = MHD_queue_response(r->conn, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    mic_metrics_http(r->route, MHD_HTTP_OK);
+    return ret;
 }
 
 /* ---- Route table ---- */
@@ -956,6 +1058,7 @@ static const struct route routes[] = {
     R("GET", "/healthz", "/healthz", h_healthz, OPEN, SC_OPEN),
     R("GET", "/readyz", "/readyz", h_readyz, OPEN, SC_OPEN),
     R("GET", "/metrics", "/metrics", h_metrics, MONITOR, SC_SELF),
+    R("GET", "/v1/backup", "/v1/backup", h_backup, ADMIN, SC_ALL),
 };
 #undef R
 #define NROUTES (int)(sizeof routes / sizeof routes[0])
@@ -1403,8 +1506,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
     return dispatch(r, url, method);
 }
 
-/* One audit line (DESIGN section 13) for a request that changes state or
- * was refused 401/403: no secret and no payload goes in it. */
+/* One audit line (DESIGN section 13) for a request that changes state, is
+ * an admin's (GET /v1/backup), or was refused 401/403: no secret and no
+ * payload goes in it. */
 static void audit(mic_http *h, struct req *r)
 {
     const union MHD_ConnectionInfo *ci =
@@ -1417,7 +1521,9 @@ static void audit(mic_http *h, struct req *r)
     r->audited = 1;
     if (h->audit_fd < 0 || (r->status != MHD_HTTP_UNAUTHORIZED &&
                             r->status != MHD_HTTP_FORBIDDEN && (!strcmp(r->method, "GET") ||
-                                                                !strcmp(r->method, "HEAD"))))
+                                                                !strcmp(r->method, "HEAD")) &&
+                            !(r->route >= 0 && r->route < NROUTES &&
+                              routes[r->route].perm == MIC_PERM_ADMIN)))
         return;
     if (ci && ci->client_addr) {
         const struct sockaddr *sa = ci->client_addr;
@@ -1922,6 +2028,9 @@ void mic_http_stop(mic_http *h)
 {
     if (!h)
         return;
+    /* Running backups end (their connections resumed) before the loops
+     * stop libmicrohttpd, and their copies before the store closes. */
+    mic_backups_shutdown();
     mic_loops_stop(h->loops);
     free_http(h);
 }

@@ -55,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define REC_HDR 56    /* log record header, record formats 2 and 3 */
@@ -78,6 +79,7 @@ struct mic_store {
     int jlock;          /* --durability none: the store lock, else -1 */
     _Atomic int disk_full; /* the last write transaction met a full
                             * filesystem (not the map's limit) */
+    _Atomic int copying; /* mic_store_copy_fd calls running: no map growth */
 };
 
 struct mic_txn {
@@ -449,7 +451,28 @@ int mic_store_grow(mic_store *s)
     if (s->map_size >= s->map_max || atomic_load(&s->disk_full))
         return MIC_ENOSPC;
     next = s->map_size * 2 > s->map_max ? s->map_max : s->map_size * 2;
-    pthread_rwlock_wrlock(&s->resize);
+    /* A copy (mic_store_copy_fd) holds 'resize' shared for its whole
+     * length: waiting for it would queue every read transaction behind
+     * this writer-preferring lock until the copy ends.  So no growth while
+     * one runs; and a copy that began between the check and the lock is
+     * found at the next check, 100 ms later at most. */
+    for (;;) {
+        struct timespec ts;
+
+        if (atomic_load(&s->copying)) {
+            mic_log(MIC_LOG_WARN, NULL, "map full while a backup runs: it grows once the "
+                    "backup ends", NULL);
+            return MIC_ENOSPC;
+        }
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        if (pthread_rwlock_timedwrlock(&s->resize, &ts) == 0)
+            break;
+    }
     rc = mdb_env_set_mapsize(s->env, next);
     if (rc == 0)
         s->map_size = next;
@@ -460,6 +483,28 @@ int mic_store_grow(mic_store *s)
         mic_log(MIC_LOG_INFO, NULL, "map grown", "map_size", sz, NULL);
     }
     return from_mdb(rc);
+}
+
+int mic_store_copy_fd(mic_store *s, int fd, int *oserr)
+{
+    int rc;
+
+    *oserr = 0;
+    /* Counted before the lock is taken: a grow that saw no copy holds the
+     * lock a moment only; one that comes later finds the count. */
+    atomic_fetch_add(&s->copying, 1);
+    pthread_rwlock_rdlock(&s->resize);
+    rc = mdb_env_copyfd2(s->env, fd, MDB_CP_COMPACT);
+    pthread_rwlock_unlock(&s->resize);
+    atomic_fetch_sub(&s->copying, 1);
+    if (rc == 0)
+        return MIC_OK;
+    *oserr = rc;
+    if (rc == ENOMEM)
+        return MIC_ENOMEM;
+    if (rc != EPIPE)
+        mic_log(MIC_LOG_ERROR, NULL, "store copy failed", "error", mdb_strerror(rc), NULL);
+    return MIC_EIO;
 }
 
 void mic_store_usage(mic_store *s, uint64_t *map_size, uint64_t *used,

@@ -124,6 +124,29 @@ int mic_store_grow(mic_store *s);
  * and write transaction answers MIC_EIO.  Call before the store opens. */
 void mic_store_on_fatal(void (*fn)(const char *what, int err));
 
+/* Write a consistent, compacted copy of the store to 'fd': an LMDB
+ * data.mdb as of one read transaction (every batch committed before the
+ * call, none committed after it began), free pages left out and pages
+ * renumbered (mdb_env_copyfd2 with MDB_CP_COMPACT).  A micd started on a
+ * directory holding only that file as data.mdb serves that state.
+ *
+ * Blocks until the whole copy is written or fails (any thread but the
+ * writer).  LMDB takes its own read transaction for the whole copy, which
+ * pins every page it sees: under load the store's file may grow while a
+ * copy runs.  It writes with write(2) from a thread of its own in which
+ * SIGPIPE is blocked, so a pipe whose reader went away fails the copy
+ * with EPIPE.  'fd' stays the caller's (never closed here); nothing else
+ * is written to disk.  While a copy runs the map does not grow:
+ * mic_store_grow answers MIC_ENOSPC at once (a write that needs more map
+ * answers 507 until the copy ends) rather than wait for the copy with
+ * every other read transaction queued behind it.
+ *
+ * Returns MIC_OK; MIC_ENOMEM; MIC_EIO for anything else, with LMDB's or
+ * the system's error code in *oserr (EPIPE: the reader of 'fd' went away;
+ * MDB_INCOMPATIBLE: LMDB refuses to compact a store with leaked pages).
+ * *oserr is 0 on success. */
+int mic_store_copy_fd(mic_store *s, int fd, int *oserr);
+
 /* Current map size, bytes in use, and the growth limit. */
 void mic_store_usage(mic_store *s, uint64_t *map_size, uint64_t *used,
                      uint64_t *map_max);
