@@ -259,6 +259,8 @@ function renderChart(hist, group) {
       const px = x(times[i]).toFixed(1), py = (H - B - (v / max) * (H - T - B)).toFixed(1);
       d += (pen ? ' L' : ' M') + px + ' ' + py;
       pen = true;
+      // a dot per sample: a lone one (a young micd) shows too
+      mk('circle', {cx: px, cy: py, r: 2.2, class: cls + '-dot'});
     });
     if (d) mk('path', {d: d.trim(), class: cls});
     return d !== '';
