@@ -100,6 +100,13 @@ function age(s) {
   return Math.floor(s / 86400) + ' d ' + Math.floor((s % 86400) / 3600) + ' h';
 }
 
+/* A short age for the chart's axes: "45s", "12min", "3h". */
+function shortAge(s) {
+  if (s < 120) return (s < 10 && s % 1 ? s.toFixed(1) : Math.round(s)) + 's';
+  if (s < 7200) return Math.round(s / 60) + 'min';
+  return Math.round(s / 3600) + 'h';
+}
+
 function when(t) {
   if (!t) return '–';
   const d = new Date(t);
@@ -241,7 +248,7 @@ function renderChart(hist, group) {
   for (let i = 0; i <= 4; i++) {
     const y = T + (i / 4) * (H - T - B);
     mk('line', {x1: L, x2: W - R, y1: y, y2: y, class: 'grid'});
-    mk('text', {x: L - 4, y: y + 4, 'text-anchor': 'end'}, age(amax * (1 - i / 4)).replace(' ', ''));
+    mk('text', {x: L - 4, y: y + 4, 'text-anchor': 'end'}, shortAge(amax * (1 - i / 4)));
     mk('text', {x: W - R + 4, y: y + 4}, String(Math.round(bmax * (1 - i / 4))));
   }
   mk('line', {x1: L, x2: W - R, y1: H - B, y2: H - B, class: 'axis'});
@@ -249,7 +256,7 @@ function renderChart(hist, group) {
     const back = span * (1 - i / 6);
     const xx = x(now - back);
     mk('line', {x1: xx, x2: xx, y1: H - B, y2: H - B + 4, class: 'axis'});
-    mk('text', {x: xx, y: H - 8, 'text-anchor': 'middle'}, i === 6 ? 'now' : '-' + age(back / 1000).replace(/ 0 s$/, ''));
+    mk('text', {x: xx, y: H - 8, 'text-anchor': 'middle'}, i === 6 ? 'now' : `-${shortAge(back / 1000)}`);
   }
   const series = (vals, max, cls) => {
     let d = '';
