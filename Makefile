@@ -69,7 +69,7 @@ UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
 KIT     := build/san/claimkit.o build/san/procfx.o build/san/jgen.o build/san/pgfx.o build/san/natsfx.o
 
-.PHONY: all examples install check-install run test check deps test-deps fault-crash soak-crash fuzz fuzz-seeds bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke bench-workerloop bench-relay bench-sink peer-deps clean
+.PHONY: all examples install check-install run test check deps test-deps fault-crash soak-crash fuzz fuzz-seeds bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke bench-workerloop bench-relay bench-sink peer-deps ui-deps clean
 all: build/micd build/mic-events-replay build/mic build/mic-relay build/libmic.a build/libmic.so
 
 # $(call apt_install,PACKAGES): apt-get install those not installed yet.
@@ -101,6 +101,16 @@ build/micd: $(REL_OBJ) build/rel/main.o $(LMDB_A)
 	$(CC) $(WARN) -O2 $(filter %.o,$^) -o $@ $(PKGLIBS)
 build/san/micd: $(SAN_OBJ) build/san/main.o $(LMDB_A)
 	$(CC) $(WARN) $(SAN) $(filter %.o,$^) -o $@ $(PKGLIBS)
+
+# The admin page (GET /ui; server/ui/README.md): server/ui/embed.c turns
+# its files into build/ui_files.h, which server/ui.c includes, so every
+# build of micd (release, sanitizers, fuzz) carries them.
+UI_FILES := server/ui/index.html server/ui/app.js server/ui/app.css
+build/ui-embed: server/ui/embed.c | build/rel
+	$(CC) $(WARN) -O2 $< -o $@
+build/ui_files.h: build/ui-embed $(UI_FILES)
+	build/ui-embed $(UI_FILES) > $@.tmp && mv $@.tmp $@
+build/rel/ui.o build/san/ui.o build/fuzz/obj/ui.o: build/ui_files.h
 
 $(HARNESS): tests/harness.c tests/harness.h client/mic.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -Iclient -c $< -o $@
@@ -341,11 +351,28 @@ check: check-install build/san/micd build/san/mic-events-replay build/san/mic bu
 	    { cat build/sink-smoke.log; echo "sink smoke: FAILED"; exit 1; }
 	@echo "sink smoke: sink groups relayed to JetStream, unordered and ordered, next to JetStream alone (build/sink-smoke.log)"
 
-test: deps test-deps peer-deps
+test: deps test-deps peer-deps ui-deps
 	$(MAKE) check
 	@# deploy/Containerfile built with podman and run (about 2 min; its base
 	@# is made from Debian's archive with debootstrap when no image is there)
 	$(MAKE) --no-print-directory container-test
+
+# The admin page's browser test (tests/test_ui.c) needs Debian's chromium,
+# node and npm (puppeteer-core, pinned by tests/ui/package-lock.json, into
+# tests/ui/node_modules).  nodejs and npm come from Debian only when
+# missing: a nodesource nodejs carries its own npm, which Debian's npm
+# package would conflict with.
+UI_DEBS := chromium
+ui-deps:
+	@missing=""; for p in $(UI_DEBS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	command -v node > /dev/null || missing="$$missing nodejs"; \
+	command -v npm > /dev/null || missing="$$missing npm"; \
+	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	  --no-install-recommends $$missing >/dev/null; fi
+	@[ tests/ui/node_modules/.package-lock.json -nt tests/ui/package-lock.json ] || \
+	  (cd tests/ui && npm ci --no-audit --no-fund --loglevel=error)
 
 BENCH_DEBS := redis-server redis-tools python3
 

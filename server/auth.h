@@ -25,7 +25,7 @@ enum mic_perm {
     MIC_PERM_OPEN,       /* /healthz, /readyz: no key */
     MIC_PERM_PUBLISH,    /* POST /v1/events: producer, admin */
     MIC_PERM_INSPECT,    /* GET an event, an aggregate: monitor, admin */
-    MIC_PERM_TOPICS,     /* GET /v1/topics, a topic: every role */
+    MIC_PERM_TOPICS,     /* GET /v1/topics, a topic, /v1/whoami: every role */
     MIC_PERM_RANGE,      /* GET a topic's events: consumer, monitor, admin */
     MIC_PERM_GROUPS,     /* GET groups, a group, its dlq, oldest, blocked:
                           * consumer, monitor, admin */

@@ -33,6 +33,7 @@
 #include "config.h"
 #include "err.h"
 #include "group.h"
+#include "history.h"
 #include "log.h"
 #include "routes.h"
 #include "schedule.h"
@@ -196,6 +197,7 @@ int main(int argc, char **argv)
     mic_store *store;
     mic_writer *writer;
     mic_http *http;
+    mic_history *history = NULL;
     mic_sink *sink;
     mic_keys *keys;
     char err[600], portstr[16];
@@ -304,6 +306,15 @@ int main(int argc, char **argv)
         mic_store_close(store);
         return 6;
     }
+    /* The admin page's chart (history.h): optional, so a failure to
+     * start it is logged and micd serves without it (503 on its route). */
+    if (mic_history_new(&history, store) || mic_history_start(history, MIC_HISTORY_INTERVAL_MS)) {
+        mic_log(MIC_LOG_WARN, NULL, "cannot start the stats history: GET /v1/stats/history "
+                "answers 503", NULL);
+        mic_history_free(history);
+        history = NULL;
+    }
+    mic_http_set_history(http, history);
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
@@ -341,6 +352,7 @@ int main(int argc, char **argv)
     mic_writer_stop(writer);
     mic_http_drain(http, 1000);
     mic_http_stop(http);
+    mic_history_free(history); /* after the server that renders it */
     mic_sink_free(sink);
     mic_writer_free(writer);
     mic_sched_free(sched);

@@ -38,11 +38,13 @@
 #include "log.h"
 #include "loops.h"
 #include "group.h"
+#include "history.h"
 #include "metrics.h"
 #include "views.h"
 #include "publish.h"
 #include "replay.h"
 #include "topic.h"
+#include "ui.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -81,6 +83,8 @@ struct mic_http {
     mic_conns *conns;      /* deadlines and the connection limits' policy */
     unsigned mhd_flags;    /* of every daemon (make_daemon) */
     char *tls_cert, *tls_key;
+    /* GET /v1/stats/history's ring (mic_http_set_history), or NULL. */
+    _Atomic(mic_history *) history;
 };
 
 /* libmicrohttpd's log lines so far (mhd_log), for /metrics. */
@@ -1007,6 +1011,104 @@ static enum MHD_Result h_backup(struct req *r, const char **args)
     return ret;
 }
 
+/* ---- The admin page and its routes (issue 18; ui.h, history.h) ---- */
+
+/* One embedded file of the page (ui.h): 200, or 304 when If-None-Match
+ * names its ETag; never a key needed (the files hold no data). */
+static enum MHD_Result send_ui(struct req *r, const char *path)
+{
+    const char *inm = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                                  MHD_HTTP_HEADER_IF_NONE_MATCH);
+    struct MHD_Response *resp;
+    struct mic_ui_file f;
+    enum MHD_Result ret;
+    unsigned status;
+
+    if (!mic_ui_find(path, &f))
+        return MHD_NO; /* every route below names a file of ui.c's table */
+    status = mic_ui_not_modified(inm, f.etag) ? MHD_HTTP_NOT_MODIFIED : MHD_HTTP_OK;
+    resp = MHD_create_response_from_buffer(status == MHD_HTTP_OK ? f.len : 0, (void *)f.data,
+                                           MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    if (status == MHD_HTTP_OK)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, f.content_type);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, f.etag);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, MIC_UI_CACHE);
+    MHD_add_response_header(resp, "Content-Security-Policy", MIC_UI_CSP);
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
+    MHD_add_response_header(resp, "X-Request-Id", r->rid);
+    if (r->close)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    r->status = status;
+    audit(r->h, r);
+    ret = MHD_queue_response(r->conn, status, resp);
+    MHD_destroy_response(resp);
+    mic_metrics_http(r->route, (int)status);
+    return ret;
+}
+
+static enum MHD_Result h_ui(struct req *r, const char **args)
+{
+    (void)args;
+    return send_ui(r, "/ui");
+}
+
+static enum MHD_Result h_ui_js(struct req *r, const char **args)
+{
+    (void)args;
+    return send_ui(r, "/ui/app.js");
+}
+
+static enum MHD_Result h_ui_css(struct req *r, const char **args)
+{
+    (void)args;
+    return send_ui(r, "/ui/app.css");
+}
+
+/* GET /v1/whoami: the key's id and role, {"key_id":null,"role":"admin"}
+ * without keys (every request may do everything then). */
+static enum MHD_Result h_whoami(struct req *r, const char **args)
+{
+    const char *role = r->key ? mic_role_name(r->key->role) : "admin";
+    struct mic_buf b;
+
+    (void)args;
+    mic_buf_init(&b);
+    mic_buf_puts(&b, "{\"key_id\":");
+    if (r->key)
+        mic_buf_json_str(&b, r->key->id, strlen(r->key->id));
+    else
+        mic_buf_puts(&b, "null");
+    mic_buf_puts(&b, ",\"role\":");
+    mic_buf_json_str(&b, role, strlen(role));
+    mic_buf_puts(&b, "}");
+    return send_buf(r, MHD_HTTP_OK, &b);
+}
+
+static enum MHD_Result h_history(struct req *r, const char **args)
+{
+    mic_history *hist = atomic_load(&r->h->history);
+    struct mic_error e;
+    struct mic_buf b;
+    int rc;
+
+    (void)args;
+    mic_buf_init(&b);
+    if (!hist)
+        rc = mic_error_set(&e, MIC_ENOTREADY, "not_ready", NULL,
+                           "this micd keeps no history (see its log)");
+    else if ((rc = mic_history_render(hist, r->key, &b)))
+        server_error(&e, rc);
+    return answer(r, rc, &b, &e, MHD_HTTP_OK);
+}
+
+void mic_http_set_history(mic_http *h, mic_history *hist)
+{
+    atomic_store(&h->history, hist);
+}
+
 /* ---- Route table ---- */
 
 #define SC_OPEN MIC_SCOPE_OPEN
@@ -1059,6 +1161,13 @@ static const struct route routes[] = {
     R("GET", "/readyz", "/readyz", h_readyz, OPEN, SC_OPEN),
     R("GET", "/metrics", "/metrics", h_metrics, MONITOR, SC_SELF),
     R("GET", "/v1/backup", "/v1/backup", h_backup, ADMIN, SC_ALL),
+    /* The admin page (issue 18): its files are open, its data is not. */
+    R("GET", "/ui", "/ui", h_ui, OPEN, SC_OPEN),
+    R("GET", "/ui/", "/ui/", h_ui, OPEN, SC_OPEN),
+    R("GET", "/ui/app.js", "/ui/app.js", h_ui_js, OPEN, SC_OPEN),
+    R("GET", "/ui/app.css", "/ui/app.css", h_ui_css, OPEN, SC_OPEN),
+    R("GET", "/v1/whoami", "/v1/whoami", h_whoami, TOPICS, SC_SELF),
+    R("GET", "/v1/stats/history", "/v1/stats/history", h_history, MONITOR, SC_SELF),
 };
 #undef R
 #define NROUTES (int)(sizeof routes / sizeof routes[0])

@@ -8,6 +8,7 @@
 #include "writer.h"
 
 #include "auth.h"
+#include "history.h"
 #include "loops.h"
 
 struct mic_config;
@@ -34,6 +35,10 @@ void mic_http_set_keys(mic_http *h, mic_keys *keys);
  * covers, a publish checks each event's topic, an event its topic). */
 enum mic_scope { MIC_SCOPE_OPEN, MIC_SCOPE_TOPIC, MIC_SCOPE_GROUP, MIC_SCOPE_ALL,
                  MIC_SCOPE_SELF };
+
+/* Serve GET /v1/stats/history from 'hist' (borrowed: it must outlive
+ * the server; until this is called the route answers 503).  Any thread. */
+void mic_http_set_history(mic_http *h, mic_history *hist);
 
 /* Route i of the route table (tests/test_auth.c builds its matrix from
  * it): 1 with *out filled (static strings: 'name' is the path template,
