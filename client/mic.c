@@ -549,6 +549,13 @@ static json_t *get(json_t *o, const char *k)
     return json_object_get(o, k);
 }
 
+/* One cell per member keys[0..n) of 'o' (table_json of each), in order. */
+static void table_members(struct table *t, json_t *o, const char *const *keys, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        table_json(t, get(o, keys[i]));
+}
+
 static const char *gets(json_t *o, const char *k)
 {
     const char *s = json_string_value(json_object_get(o, k));
@@ -1549,11 +1556,10 @@ static int show_topics(struct cli *c, json_t *j)
     }
     table_init(&t, 5, head);
     json_array_foreach(get(j, "topics"), i, tp) {
-        table_json(&t, get(tp, "name"));
-        table_json(&t, get(tp, "retention_s"));
-        table_json(&t, get(tp, "max_payload_bytes"));
-        table_json(&t, get(tp, "require_versions"));
-        table_json(&t, get(tp, "dedupe_retain_s"));
+        static const char *const keys[] = {"name", "retention_s", "max_payload_bytes",
+                                           "require_versions", "dedupe_retain_s"};
+
+        table_members(&t, tp, keys, 5);
     }
     rc = table_print(&t, 0, "(no topics)");
     table_fini(&t);
@@ -1576,6 +1582,9 @@ static int show_groups(struct cli *c, json_t *j)
     }
     table_init(&t, 10, head);
     json_array_foreach(get(j, "groups"), i, g) {
+        static const char *const keys[] = {"kind", "ordered", "max_attempts", "lease_ttl_s",
+                                           "start", "dlq_policy", "alert_oldest_unhandled_s",
+                                           "replay_run"};
         struct mic_buf topics = {0};
         char b[32];
 
@@ -1584,14 +1593,7 @@ static int show_groups(struct cli *c, json_t *j)
                 t.oom = 1;
         table_json(&t, get(g, "name"));
         table_cell(&t, "%s", topics.p ? topics.p : "-");
-        table_json(&t, get(g, "kind"));
-        table_json(&t, get(g, "ordered"));
-        table_json(&t, get(g, "max_attempts"));
-        table_json(&t, get(g, "lease_ttl_s"));
-        table_json(&t, get(g, "start"));
-        table_json(&t, get(g, "dlq_policy"));
-        table_json(&t, get(g, "alert_oldest_unhandled_s"));
-        table_json(&t, get(g, "replay_run"));
+        table_members(&t, g, keys, 8);
         mic_buf_fini(&topics);
     }
     rc = table_print(&t, 0, "(no groups)");
@@ -1656,14 +1658,12 @@ static int show_aggregate(struct cli *c, json_t *j)
 
         for (k = 0; k < (n ? n : 1); k++) {
             d = json_array_get(dl, k);
-            table_json(&t, get(ev, "aggregate_version"));
-            table_json(&t, get(ev, "seq"));
-            table_json(&t, get(ev, "event_id"));
-            table_json(&t, get(ev, "topic"));
-            table_json(&t, get(ev, "created_at"));
-            table_json(&t, get(d, "group"));
-            table_json(&t, get(d, "state"));
-            table_json(&t, get(d, "attempts"));
+            static const char *const evk[] = {"aggregate_version", "seq", "event_id", "topic",
+                                              "created_at"};
+            static const char *const dk[] = {"group", "state", "attempts"};
+
+            table_members(&t, ev, evk, 5);
+            table_members(&t, d, dk, 3);
             if (get(d, "lease_expires_at"))
                 table_cell(&t, "leased%s%s until %s", get(d, "worker") ? " by " : "",
                            gets(d, "worker"), gets(d, "lease_expires_at"));
@@ -1816,6 +1816,21 @@ static int write_and_show(struct cli *c, const char *method, struct mic_buf *pat
     return rc;
 }
 
+/* PUT 'body' to 'head'NAME (NAME the command's first argument) and print
+ * it as write_and_show does. */
+static int put_resource(struct cli *c, const char *head, json_t *body, const char *what)
+{
+    struct mic_buf path = {0};
+    int rc;
+
+    if (path_of(&path, head, c->args[0], NULL))
+        rc = oom(c);
+    else
+        rc = write_and_show(c, "PUT", &path, body, what, "name");
+    mic_buf_fini(&path);
+    return rc;
+}
+
 /* DELETE 'head'NAME; prints "deleted WHAT NAME" (nothing with --json:
  * the 204 has no body). */
 static int delete_resource(struct cli *c, const char *head, const char *what)
@@ -1839,7 +1854,6 @@ static int delete_resource(struct cli *c, const char *head, const char *what)
 
 static int cmd_topic_create(struct cli *c)
 {
-    struct mic_buf path = {0};
     json_t *body = NULL;
     int rc;
 
@@ -1851,13 +1865,8 @@ static int cmd_topic_create(struct cli *c)
         goto out;
     if (c->given[O_REQUIRE_VERSIONS])
         json_object_set_new(body, "require_versions", json_true());
-    if (path_of(&path, "/v1/topics/", c->args[0], NULL)) {
-        rc = oom(c);
-        goto out;
-    }
-    rc = write_and_show(c, "PUT", &path, body, "topic", "name");
+    rc = put_resource(c, "/v1/topics/", body, "topic");
 out:
-    mic_buf_fini(&path);
     json_decref(body);
     return rc;
 }
@@ -1893,7 +1902,6 @@ static int topics_field(struct cli *c, json_t *body)
 
 static int cmd_group_create(struct cli *c)
 {
-    struct mic_buf path = {0};
     json_t *body = NULL, *o;
     int rc;
 
@@ -1941,13 +1949,8 @@ static int cmd_group_create(struct cli *c)
             (rc = opt_str_field(c, o, O_SINK_SUBJECT, "subject")))
             goto out;
     }
-    if (path_of(&path, "/v1/groups/", c->args[0], NULL)) {
-        rc = oom(c);
-        goto out;
-    }
-    rc = write_and_show(c, "PUT", &path, body, "group", "name");
+    rc = put_resource(c, "/v1/groups/", body, "group");
 out:
-    mic_buf_fini(&path);
     json_decref(body);
     return rc;
 }
@@ -2012,15 +2015,10 @@ static int show_replays(struct cli *c, json_t *j)
     (void)c;
     table_init(&t, 9, head);
     json_array_foreach(get(j, "replays"), i, run) {
-        table_json(&t, get(run, "run_id"));
-        table_json(&t, get(run, "topic"));
-        table_json(&t, get(run, "state"));
-        table_json(&t, get(run, "selected"));
-        table_json(&t, get(run, "dispatched"));
-        table_json(&t, get(run, "pending"));
-        table_json(&t, get(run, "dlq"));
-        table_json(&t, get(run, "from"));
-        table_json(&t, get(run, "to"));
+        static const char *const keys[] = {"run_id", "topic", "state", "selected",
+                                           "dispatched", "pending", "dlq", "from", "to"};
+
+        table_members(&t, run, keys, 9);
     }
     rc = table_print(&t, 0, "(no replay runs)");
     table_fini(&t);

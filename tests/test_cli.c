@@ -395,7 +395,8 @@ static void cli_help_and_usage(void **state)
         "mic topic create NAME", "mic topic show NAME", "mic topic list", "mic topic delete NAME",
         "mic group create NAME --topics", "mic group show NAME", "mic group list",
         "mic group delete NAME", "mic replay create [RUN_ID] --topic T", "mic replay show RUN_ID",
-        "mic replay list", "mic replay delete RUN_ID", "or: mic publish [FILE | -]", NULL,
+        "mic replay list", "mic replay delete RUN_ID", "or: mic publish [FILE | -]", "mic backup FILE",
+        NULL,
     };
     /* Every command, for its own --help. */
     static const char *const each[][2] = {
@@ -405,7 +406,7 @@ static void cli_help_and_usage(void **state)
         {"topic", "list"}, {"topic", "delete"}, {"group", "create"}, {"group", "show"},
         {"group", "list"}, {"group", "delete"}, {"replay", "create"}, {"replay", "show"},
         {"replay", "list"}, {"replay", "delete"}, {"topics", NULL}, {"groups", NULL},
-        {"aggregate", NULL}, {"keys", "new"},
+        {"aggregate", NULL}, {"keys", "new"}, {"backup", NULL},
     };
     const char *const *const bad[] = {
         (const char *const[]){NULL},
