@@ -15,6 +15,8 @@
 #                 flood at once (RUNS=N runs, default 3) -> bench/RESULTS.md
 #   make bench-workerloop  W3 drained by bench/workers' raw driver, by libmic and by its worker loop
 #   make bench-sink   micd's NATS sink: publish to JetStream events/s, unordered and ordered, vs JetStream alone
+#   make bench-backup  GET /v1/backup's MiB/s alone and under publishes, the publishes' rate and p99
+#                 with and without a backup running, the copy restored
 #   make bench-relay  the outbox: rows/s through 1, 2, 4 mic-relays vs a marking-only poller, relay lag
 #   make fuzz     each libFuzzer target of tests/fuzz/ for FUZZ_SECONDS (default 60); make check
 #                 runs them FUZZ_CHECK_SECONDS (default 8) each
@@ -69,7 +71,7 @@ UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
 KIT     := build/san/claimkit.o build/san/procfx.o build/san/jgen.o build/san/pgfx.o build/san/natsfx.o
 
-.PHONY: all examples install check-install run test check deps test-deps fault-crash soak-crash fuzz fuzz-seeds bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke bench-workerloop bench-relay bench-sink peer-deps ui-deps clean
+.PHONY: all examples install check-install run test check deps test-deps fault-crash soak-crash fuzz fuzz-seeds bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke bench-workerloop bench-relay bench-sink bench-backup peer-deps ui-deps clean
 all: build/micd build/mic-events-replay build/mic build/mic-relay build/libmic.a build/libmic.so
 
 # $(call apt_install,PACKAGES): apt-get install those not installed yet.
@@ -319,7 +321,7 @@ check-install: all build/libmic.pc
 check: check-install build/san/micd build/san/mic-events-replay build/san/mic build/san/mic-relay $(UNIT) \
        $(EXAMPLES:%=build/san/examples/%) $(EXAMPLES:%=build/examples/%) \
        build/micd build/loadgen build/workers build/rangeread $(PEER_DRIVERS) \
-       build/mic-relay build/outbox_poller build/san/crashloop $(FUZZ_BINS) build/sink_watch
+       build/mic-relay build/outbox_poller build/san/crashloop $(FUZZ_BINS) build/sink_watch build/mic
 	tests/check-layers.sh
 	tests/check-links.sh
 	MICD=build/san/micd MIC_REPLAY=build/san/mic-events-replay MIC_CLI=build/san/mic \
@@ -350,6 +352,10 @@ check: check-install build/san/micd build/san/mic-events-replay build/san/mic bu
 	SMOKE=1 OUT=build/sink-smoke.jsonl bench/sink.sh > build/sink-smoke.log 2>&1 || \
 	    { cat build/sink-smoke.log; echo "sink smoke: FAILED"; exit 1; }
 	@echo "sink smoke: sink groups relayed to JetStream, unordered and ordered, next to JetStream alone (build/sink-smoke.log)"
+	@# the backup bench at 5,000 events, about 15 s (make bench-backup)
+	SMOKE=1 OUT=build/backup-smoke.jsonl bench/backup.sh > build/backup-smoke.log 2>&1 || \
+	    { cat build/backup-smoke.log; echo "backup smoke: FAILED"; exit 1; }
+	@echo "backup smoke: backups alone and under publishes, the copy restored (build/backup-smoke.log)"
 
 test: deps test-deps peer-deps ui-deps
 	$(MAKE) check
@@ -375,6 +381,9 @@ ui-deps:
 	  (cd tests/ui && npm ci --no-audit --no-fund --loglevel=error)
 
 BENCH_DEBS := redis-server redis-tools python3
+
+bench-backup: deps build/micd build/mic build/loadgen
+	bench/backup.sh
 
 bench: deps build/micd build/loadgen build/workers build/rangeread build/bench_parse
 	@missing=""; for p in $(BENCH_DEBS); do \

@@ -1,0 +1,111 @@
+#!/bin/sh
+# bench/backup.sh - the online backup (GET /v1/backup, `mic backup FILE`)
+# under publish load (make bench-backup).
+#
+# Starts build/micd (defaults: --durability fsync) with a temporary store,
+# fills it with FILL events (batches of 100), then, RUNS times each and in
+# alternation:
+#   quiet   a backup with nothing else running: its size and MiB/s;
+#   load    W1-like single-event publishes (32 connections, LOAD events)
+#           with no backup: events/s and p99;
+#   backup  the same publishes while `mic backup` runs one backup after
+#           another until the publishes end: events/s and p99 under a
+#           backup, and the backups' MiB/s under load.
+# The restored copy is checked too: a micd started on a directory holding
+# only the last backup's file answers /readyz and holds at least FILL
+# events (GET /v1/stats, store.events).
+# Environment: FILL (default 200000), LOAD (default 40000), RUNS (3),
+# SMOKE=1 (FILL 5000, LOAD 2000, RUNS 1).  Output: a Markdown table on
+# stdout; raw lines in $OUT (default bench/last-backup.jsonl).
+set -eu
+cd "$(dirname "$0")/.."
+. bench/lib.sh
+if [ "${SMOKE:-0}" = 1 ]; then FILL=${FILL:-5000}; LOAD=${LOAD:-2000}; RUNS=${RUNS:-1}; fi
+FILL=${FILL:-200000}
+LOAD=${LOAD:-40000}
+RUNS=${RUNS:-3}
+OUT=${OUT:-bench/last-backup.jsonl}
+: > "$OUT"
+
+start_micd
+rpid=""
+stop_all() {
+    [ -n "$rpid" ] && { kill "$rpid" 2>/dev/null || true; wait "$rpid" 2>/dev/null || true; }
+    stop_micd
+}
+trap stop_all EXIT
+
+./build/loadgen --url "$url" --conns 16 --events "$FILL" --batch 100 --topic fill \
+    --max-seconds 300 > "$dir/fill.json"
+
+# One backup to FILE: prints {"bytes":N,"seconds":S}.
+backup_once() {
+    t0=$(date +%s.%N)
+    ./build/mic --url "$url" backup "$1" 2> "$dir/backup.err" ||
+        { cat "$dir/backup.err" >&2; exit 1; }
+    t1=$(date +%s.%N)
+    printf '{"bytes":%s,"seconds":%s}\n' "$(stat -c %s "$1")" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')"
+}
+
+for r in $(seq 1 "$RUNS"); do
+    printf '{"run":%s,"case":"quiet","backup":%s}\n' "$r" "$(backup_once "$dir/b.mdb")" >> "$OUT"
+
+    ./build/loadgen --url "$url" --conns 32 --events "$LOAD" --batch 1 --topic load \
+        --max-seconds 120 > "$dir/load.json"
+    printf '{"run":%s,"case":"load","publish":%s}\n' "$r" "$(cat "$dir/load.json")" >> "$OUT"
+
+    ./build/loadgen --url "$url" --conns 32 --events "$LOAD" --batch 1 --topic load \
+        --max-seconds 120 > "$dir/load.json" &
+    lpid=$!
+    n=0
+    : > "$dir/backups.jsonl"
+    while kill -0 "$lpid" 2>/dev/null; do
+        backup_once "$dir/b.mdb" >> "$dir/backups.jsonl"
+        n=$((n + 1))
+    done
+    wait "$lpid"
+    printf '{"run":%s,"case":"backup","publish":%s,"backups":[%s]}\n' "$r" \
+        "$(cat "$dir/load.json")" "$(paste -sd, "$dir/backups.jsonl")" >> "$OUT"
+done
+
+# The last copy, restored: a micd on a directory holding only that file.
+mkdir "$dir/restored"
+cp "$dir/b.mdb" "$dir/restored/data.mdb"
+./build/micd --listen 127.0.0.1:0 --data "$dir/restored" --port-file "$dir/rport" \
+    2> "$dir/restored.log" &
+rpid=$!
+i=0
+while [ ! -s "$dir/rport" ]; do
+    i=$((i + 1))
+    [ $i -gt 400 ] && { echo "restored micd did not start" >&2; cat "$dir/restored.log" >&2; exit 1; }
+    sleep 0.05
+done
+events=$(curl -sf "http://127.0.0.1:$(cat "$dir/rport")/v1/stats" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["store"]["events"])')
+[ "$events" -ge "$FILL" ] || { echo "restored copy holds $events events, fewer than $FILL" >&2; exit 1; }
+printf '{"case":"restored","events":%s}\n' "$events" >> "$OUT"
+
+python3 - "$OUT" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+def med(xs):
+    xs = sorted(xs)
+    return statistics.median(xs), xs[0], xs[-1]
+def fmt(v, unit="", nd=1):
+    m, lo, hi = v
+    return f"{m:,.{nd}f}{unit} ({lo:,.{nd}f}-{hi:,.{nd}f})"
+mib = lambda b: b["bytes"] / 1048576 / max(b["seconds"], 1e-9)
+quiet = [r["backup"] for r in rows if r.get("case") == "quiet"]
+load = [r["publish"] for r in rows if r.get("case") == "load"]
+under = [r for r in rows if r.get("case") == "backup"]
+ub = [b for r in under for b in r["backups"]]
+restored = [r for r in rows if r.get("case") == "restored"][0]
+print("| what | median (min-max) |")
+print("|---|---|")
+print(f"| backup size | {fmt(med([b['bytes'] / 1048576 for b in quiet]), ' MiB')} |")
+print(f"| backup, nothing else running | {fmt(med([mib(b) for b in quiet]), ' MiB/s')} |")
+print(f"| backup, under the publishes | {fmt(med([mib(b) for b in ub]), ' MiB/s')} ({len(ub)} backups) |")
+print(f"| single-event publishes, 32 connections, no backup | {fmt(med([p['events_per_s'] for p in load]), ' ev/s', 0)}, p99 {fmt(med([p['p99_ms'] for p in load]), ' ms', 2)} |")
+print(f"| the same while backups run back to back | {fmt(med([r['publish']['events_per_s'] for r in under]), ' ev/s', 0)}, p99 {fmt(med([r['publish']['p99_ms'] for r in under]), ' ms', 2)} |")
+print(f"| the last backup restored | a micd on it holds {restored['events']:,} events |")
+EOF
