@@ -19,10 +19,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#define ROUTES_MAX 48
+#define ROUTES_MAX 64
 
-static const int statuses[] = {200, 201, 204, 400, 404, 405, 409, 413,
-                               415, 422, 429, 500, 503, 507};
+static const int statuses[] = {200, 201, 204, 304, 400, 401, 403, 404, 405, 409,
+                               413, 415, 422, 429, 500, 503, 507};
 #define NSTATUS (int)(sizeof statuses / sizeof statuses[0])
 
 static const char *const *route_names;

@@ -449,6 +449,36 @@ static void whoami(void **state)
     srv_cleanup(&open_srv);
 }
 
+/* Refusals are counted in mic_http_requests_total (the dashboard's HTTP
+ * panel shows them): a 403 under its route; a 401 under route "unknown",
+ * as micd tells nothing about the path before the key is known. */
+static long refusal_count(const char *route, const char *code)
+{
+    char series[160];
+    struct resp r;
+    const char *p;
+    long n = 0;
+
+    snprintf(series, sizeof series, "mic_http_requests_total{route=\"%s\",code=\"%s\"} ", route,
+             code);
+    assert_int_equal(call("GET", "/metrics", NULL, hdr_of(3, 0), &r), 200);
+    if ((p = strstr(r.body, series)))
+        n = strtol(p + strlen(series), NULL, 10);
+    resp_free(&r);
+    return n;
+}
+
+static void refusals_counted(void **state)
+{
+    long u0 = refusal_count("unknown", "401"), f0 = refusal_count("/v1/stats", "403");
+
+    (void)state;
+    assert_int_equal(status_of("GET", "/v1/stats", NULL, NULL), 401);
+    assert_int_equal(status_of("GET", "/v1/stats", NULL, hdr_of(0, 0)), 403);
+    assert_int_equal(refusal_count("unknown", "401"), u0 + 1);
+    assert_int_equal(refusal_count("/v1/stats", "403"), f0 + 1);
+}
+
 /* The audit log: one JSON line per changing or refused request, the
  * fields of DESIGN section 13, and no secret anywhere. */
 static void audit_log(void **state)
@@ -832,6 +862,7 @@ int main(void)
         cmocka_unit_test(matrix),
         cmocka_unit_test(listings_are_narrowed),
         cmocka_unit_test(whoami),
+        cmocka_unit_test(refusals_counted),
         cmocka_unit_test(audit_log),
         cmocka_unit_test(reload),
         cmocka_unit_test(cli_keys),
