@@ -44,6 +44,13 @@ void srv_cleanup(struct srv *s);
 int srv_start_shared(struct srv *s, const char *const *args);
 int srv_stop_shared(struct srv *s);
 
+/* A TCP port of 127.0.0.1 that was free a moment ago (bound, read back and
+ * released: the kernel's pick), or -1 if no socket could be had. */
+int free_port(void);
+
+/* Sleep 'ms' milliseconds (where a test paces a poll of a condition). */
+void nap_ms(int ms);
+
 /* The whole file at 'path', NUL-terminated (free() it); NULL if it cannot
  * be opened or memory runs out. */
 char *file_read(const char *path);

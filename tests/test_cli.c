@@ -329,24 +329,6 @@ static int claimed(const struct run *r, char items[][64], int max)
     return n;
 }
 
-static int free_port(void)
-{
-    struct sockaddr_in a;
-    socklen_t len = sizeof a;
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-
-    assert_true(fd >= 0);
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    assert_true(port > 0);
-    return port;
-}
-
 /* ---- Setup ---- */
 
 static int group_setup(void **state)
@@ -1532,9 +1514,11 @@ static void cli_server_down(void **state)
 {
     char url[64], want[128];
     struct run r;
+    int port = free_port();
 
     (void)state;
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", free_port());
+    assert_true(port > 0);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
     snprintf(want, sizeof want, "mic: cannot reach %s: Connection refused\n", url);
 
     mic_v(&r, NULL, NULL, (const char *const[]){"--url", url, "topics", NULL});

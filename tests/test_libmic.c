@@ -246,20 +246,6 @@ static void expect_field(mic_client *c, const char *id, const char *group, const
     free(v);
 }
 
-/* A free TCP port on 127.0.0.1 (bound, then released). */
-static int free_port(void)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-    assert_true(fd >= 0);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static void rm_lmdb_dir(const char *dir)
 {
     char p[300];
@@ -584,10 +570,12 @@ static void publish_batch_partial(void **state)
     json_t *ev[12];
     struct mic_publish_result r[12];
     int ok = 0, down = 0;
+    int port = free_port();
 
     (void)state;
+    assert_true(port > 0);
     memset(&dead, 0, sizeof dead);
-    snprintf(dead.url, sizeof dead.url, "http://127.0.0.1:%d", free_port());
+    snprintf(dead.url, sizeof dead.url, "http://127.0.0.1:%d", port);
     c = client_of(v, 2, -1);
     events_over_aggregates(ev, 12, "lm.part", "p");
     assert_int_equal(mic_publish_batch(c, ev, 12, r), -1);
@@ -942,9 +930,11 @@ static void connect_refused(void **state)
     json_t *e = event("lm.refused", NULL, 0, 1);
     struct mic_publish_result r;
     int64_t t0;
+    int port = free_port();
 
     (void)state;
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", free_port());
+    assert_true(port > 0);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
     o.urls = urls;
     o.nurls = 1;
     o.retries = -1;

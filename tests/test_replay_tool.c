@@ -67,31 +67,6 @@ static char tool[512], tmpdir[64];
 
 /* ---- Processes ---- */
 
-static void nap_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
-
-    nanosleep(&ts, NULL);
-}
-
-static int free_port(void)
-{
-    struct sockaddr_in a;
-    socklen_t len = sizeof a;
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-
-    if (fd < 0)
-        return -1;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
-
 /* fork + exec 'argv' with stdout to 'out' and stderr to 'err' (files,
  * truncated; NULL = /dev/null), stdin from /dev/null. */
 static pid_t spawn(const char *const *argv, const char *out, const char *err)
