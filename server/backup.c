@@ -33,9 +33,21 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define RING (1u << 20)
+#define RATE_STEP (64u << 10)
+
+/* The monotonic clock in µs: the pace of --backup-rate (the same clock
+ * as the pump's timed waits; micd's own clock is for stored times). */
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 
 struct mic_backup {
     mic_store *store;
@@ -54,6 +66,9 @@ struct mic_backup {
     int stopping;           /* micd stops */
     int ended;              /* the reader was handed the whole copy */
     int refs;               /* HTTP side + threads still holding it */
+    uint64_t rate;          /* bytes a second at most, 0 = no limit */
+    uint64_t pumped;        /* bytes the pump has read so far */
+    int64_t t0_us;          /* when the backup began (mono_us) */
     /* under glock */
     int threads;            /* threads still running */
     struct mic_backup *next; /* in the list of running backups */
@@ -136,6 +151,23 @@ static void *pump_main(void *arg)
         pthread_mutex_lock(&b->lock);
         while (b->len == RING && !b->cancel)
             pthread_cond_wait(&b->space, &b->lock);
+        /* --backup-rate: no byte before its time (a cancel wakes this). */
+        while (b->rate && !b->cancel) {
+            int64_t due = b->t0_us + (int64_t)((double)b->pumped * 1e6 / (double)b->rate);
+            int64_t now = mono_us();
+            struct timespec ts;
+
+            if (now >= due)
+                break;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            ts.tv_sec += (due - now) / 1000000;
+            ts.tv_nsec += (long)((due - now) % 1000000) * 1000;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&b->space, &b->lock, &ts);
+        }
         if (b->cancel) {
             pthread_mutex_unlock(&b->lock);
             break;
@@ -145,6 +177,8 @@ static void *pump_main(void *arg)
         room = at >= b->start ? RING - at : b->start - at;
         if (room > RING - b->len)
             room = RING - b->len;
+        if (b->rate && room > RATE_STEP)
+            room = RATE_STEP; /* paced in small steps, not a MiB at a time */
         pthread_mutex_unlock(&b->lock);
 
         n = read(b->rfd, b->ring + at, room);
@@ -166,6 +200,7 @@ static void *pump_main(void *arg)
         }
         pthread_mutex_lock(&b->lock);
         b->len += (size_t)n;
+        b->pumped += (uint64_t)n;
         wake_reader(b);
         pthread_mutex_unlock(&b->lock);
     }
@@ -176,7 +211,8 @@ static void *pump_main(void *arg)
     return NULL;
 }
 
-int mic_backup_start(mic_backup **out, mic_store *s, void (*wake)(void *arg), void *arg)
+int mic_backup_start(mic_backup **out, mic_store *s, uint64_t rate, void (*wake)(void *arg),
+                     void *arg)
 {
     struct mic_backup *b;
     pthread_attr_t attr;
@@ -207,8 +243,17 @@ int mic_backup_start(mic_backup **out, mic_store *s, void (*wake)(void *arg), vo
     b->store = s;
     b->wake = wake;
     b->wake_arg = arg;
+    b->rate = rate;
+    b->t0_us = mono_us();
     pthread_mutex_init(&b->lock, NULL);
-    pthread_cond_init(&b->space, NULL);
+    {
+        pthread_condattr_t ca; /* timed waits (the rate) on the monotonic clock */
+
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&b->space, &ca);
+        pthread_condattr_destroy(&ca);
+    }
     b->refs = 3;    /* HTTP side, copy thread, pump thread */
     b->threads = 2;
     pthread_attr_init(&attr);

@@ -38,6 +38,7 @@
 
 #include "store.h"
 
+#include <stdint.h>
 #include <sys/types.h>
 
 struct mic_buf;
@@ -46,7 +47,10 @@ struct mic_buf;
 
 typedef struct mic_backup mic_backup;
 
-/* Start a backup of 's'.  'wake(arg)' is called (from the pump thread,
+/* Start a backup of 's', handed out at 'rate' bytes a second at most (0:
+ * as fast as it comes; micd's --backup-rate): the pump reads the pipe no
+ * faster, so the copy's writes block and LMDB's walk of the store slows
+ * down with it.  'wake(arg)' is called (from the pump thread,
  * with the backup's lock held: it must only hand the connection over, as
  * mic_loop_resume and mic_loops_kick do) once after each
  * mic_backup_read that answered 0, when bytes or the end are there, or
@@ -55,7 +59,8 @@ typedef struct mic_backup mic_backup;
  * mic_backup_close); MIC_ECONFLICT when MIC_BACKUPS_MAX backups are
  * running; MIC_ENOTREADY after mic_backups_shutdown; MIC_ENOMEM; MIC_EIO
  * when no pipe or thread can be had (logged). */
-int mic_backup_start(mic_backup **out, mic_store *s, void (*wake)(void *arg), void *arg);
+int mic_backup_start(mic_backup **out, mic_store *s, uint64_t rate, void (*wake)(void *arg),
+                     void *arg);
 
 /* What mic_backup_read answers besides a count of bytes. */
 #define MIC_BACKUP_AGAIN 0   /* nothing yet: 'wake' will be called */

@@ -88,6 +88,8 @@ static const struct setting settings[] = {
      "most operations committed in one transaction"},
     {"writer-delay-ms", C_INT, "0", 0, 10000, F(writer_delay_ms),
      "testing only: pause this long before each batch (makes 429 reproducible)"},
+    {"backup-rate", C_SIZE, "0", 0, 64 * GiB, F(backup_rate),
+     "GET /v1/backup: bytes a second at most (K, M, G suffixes), 0 for no limit"},
     {"no-auto-topics", C_FLAG, "0", 0, 1, F(no_auto_topics),
      "refuse events for topics not created with PUT /v1/topics/{topic}"},
     {"log-level", C_LOGLEVEL, "info", 0, 0, F(log_level),

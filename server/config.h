@@ -23,6 +23,7 @@ struct mic_config {
     int durability;         /* enum mic_durability */
     uint64_t journal_size;  /* store journal: bytes per file before switching */
     uint64_t max_body;      /* request body bytes */
+    uint64_t backup_rate;   /* GET /v1/backup: bytes a second at most, 0 = no limit */
     int max_batch;          /* events per publish */
     int max_depth;          /* JSON nesting */
     int max_connections;

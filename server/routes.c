@@ -981,7 +981,7 @@ static enum MHD_Result h_backup(struct req *r, const char **args)
     k->h = r->h;
     k->loop = r->loop;
     k->conn = r->conn;
-    if ((rc = mic_backup_start(&k->b, r->h->store, backup_wake, k))) {
+    if ((rc = mic_backup_start(&k->b, r->h->store, r->h->cfg->backup_rate, backup_wake, k))) {
         free(k);
         if (rc == MIC_ECONFLICT)
             mic_error_set(&e, rc, "backup_running", NULL,

@@ -16,7 +16,8 @@
  *     client_gone), no file appears in the store directory, and the next
  *     backup is whole;
  *   - mic backup FILE ($MIC_CLI) writes a file a micd starts on, prints
- *     its progress line, and fails with a message on 403 leaving no file.
+ *     its progress line, and fails with a message on 403 leaving no file;
+ *   - with --backup-rate the copy comes no faster than the rate, whole.
  *
  * Bounded: at most PUB_MAX publishes per thread, every wait a deadline. */
 #define _GNU_SOURCE
@@ -530,8 +531,9 @@ static void backup_needs_admin(void **state)
 
 /* ---- A client that leaves mid-stream ---- */
 
-/* Publish about 'mib' MiB of events to topic 'big' (not in any group). */
-static void fill(int mib)
+/* Publish about 'mib' MiB of events to topic 'big' of 's' (not in any
+ * group). */
+static void fill(const struct srv *s, int mib)
 {
     static char payload[10 * 1024];
     char *body = malloc(110 * 1024 * 10);
@@ -540,7 +542,15 @@ static void fill(int mib)
     assert_non_null(body);
     memset(payload, 'x', sizeof payload - 1);
     payload[sizeof payload - 1] = 0;
-    json_decref(adm(&S, "PUT", "/v1/topics/big", "{}", round++ ? 200 : 201));
+    {
+        struct resp r;
+
+        assert_int_equal(http(s, "PUT", "/v1/topics/big", "application/json", "{}", 2,
+                              ADMIN_HDR, &r), 0);
+        assert_int_equal(r.status / 100, 2);
+        resp_free(&r);
+        round++;
+    }
     for (int b = 0; b < mib; b++) {
         size_t len = 0;
         len += (size_t)sprintf(body + len, "{\"events\":[");
@@ -549,7 +559,7 @@ static void fill(int mib)
                                    "\"payload\":{\"s\":\"%s\"}}", i ? "," : "", round, b, i,
                                    payload);
         len += (size_t)sprintf(body + len, "]}");
-        json_decref(adm(&S, "POST", "/v1/events", body, 201));
+        json_decref(adm(s, "POST", "/v1/events", body, 201));
     }
     free(body);
 }
@@ -568,7 +578,7 @@ static void client_leaves(void **state)
     /* More store than every buffer between the copy and the client holds
      * (the ring, the pipe, libmicrohttpd's, the sockets'): the copy is
      * still running when the client leaves. */
-    fill(24);
+    fill(&S, 24);
     dir = S.dir;
     before = dir_names(dir);
     gone0 = metric(&S, "mic_backups_total{result=\"client_gone\"}");
@@ -638,6 +648,52 @@ static void client_leaves(void **state)
         assert_int_equal(srv_stop(&R), 0);
         srv_cleanup(&R);
     }
+}
+
+/* ---- --backup-rate ---- */
+
+/* A micd with --backup-rate 1M hands a backup out no faster than that: its
+ * bytes, less the pump's last step of 64 KiB, take at least bytes / rate
+ * (a floor that load can only raise, never lower), and the copy is whole:
+ * a micd started on it holds as many events. */
+static void rate_limited(void **state)
+{
+    const char *args[] = {"--keys", keys_path, "--backup-rate", "1M", NULL};
+    struct srv L = {0}, R = {0};
+    char path[300];
+    uint64_t bytes = 0;
+    int64_t t0, us;
+    json_int_t events;
+    mic_client *c;
+    json_t *st;
+
+    (void)state;
+    assert_int_equal(srv_start(&L, args), 0);
+    fill(&L, 2);
+    new_dir(R.dir, sizeof R.dir);
+    snprintf(path, sizeof path, "%s/data.mdb", R.dir);
+    c = client_for(&L, ADMIN_SECRET);
+    t0 = mono_us();
+    assert_int_equal(mic_backup_file(c, 0, path, NULL, NULL, &bytes), 0);
+    us = mono_us() - t0;
+    mic_client_free(c);
+    assert_true(bytes > (uint64_t)2 << 20);
+    if ((double)us < (double)(bytes - 65536) / (1 << 20) * 1e6)
+        fail_msg("%llu bytes in %lld us: faster than 1 MiB/s", (unsigned long long)bytes,
+                 (long long)us);
+    st = adm(&L, "GET", "/v1/stats", NULL, 200);
+    events = json_integer_value(json_object_get(json_object_get(st, "store"), "events"));
+    json_decref(st);
+    assert_true(events >= 200);
+    assert_int_equal(srv_stop(&L), 0);
+    srv_cleanup(&L);
+    assert_int_equal(srv_start(&R, NULL), 0);
+    st = call(&R, "GET", "/v1/stats", NULL, 200);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(st, "store"), "events")),
+                     events);
+    json_decref(st);
+    assert_int_equal(srv_stop(&R), 0);
+    srv_cleanup(&R);
 }
 
 /* ---- mic backup FILE ---- */
@@ -733,6 +789,7 @@ int main(void)
         cmocka_unit_test(backup_needs_admin),
         cmocka_unit_test(client_leaves),
         cmocka_unit_test(cli_backup),
+        cmocka_unit_test(rate_limited),
     };
 
     signal(SIGPIPE, SIG_IGN);
