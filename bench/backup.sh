@@ -13,10 +13,13 @@
 #           after another to /dev/null until the publishes end (micd's
 #           side of a copy that goes to another machine): events/s and p99
 #           under a backup, and the backups' MiB/s under load.
+# Then micd is restarted on the same store with --backup-rate RATE
+# (default 50M) and the backup case is run again: what a capped backup
+# leaves the publishes.
 # The restored copy is checked too: a micd started on a directory holding
 # only the last quiet backup's file answers /readyz and holds at least FILL
 # events (GET /v1/stats, store.events).
-# Environment: FILL (default 200000), LOAD (default 40000), RUNS (3),
+# Environment: FILL (default 200000), LOAD (default 40000), RUNS (3), RATE,
 # SMOKE=1 (FILL 5000, LOAD 2000, RUNS 1).  Output: a Markdown table on
 # stdout; raw lines in $OUT (default bench/last-backup.jsonl).
 set -eu
@@ -26,6 +29,7 @@ if [ "${SMOKE:-0}" = 1 ]; then FILL=${FILL:-5000}; LOAD=${LOAD:-2000}; RUNS=${RU
 FILL=${FILL:-200000}
 LOAD=${LOAD:-40000}
 RUNS=${RUNS:-3}
+RATE=${RATE:-50M}
 OUT=${OUT:-bench/last-backup.jsonl}
 : > "$OUT"
 
@@ -79,6 +83,33 @@ for r in $(seq 1 "$RUNS"); do
         "$(cat "$dir/load.json")" "$(paste -sd, "$dir/backups.jsonl")" >> "$OUT"
 done
 
+# The same store under --backup-rate RATE: micd restarted on it with the
+# cap, then RUNS times the publishes while capped backups run back to back.
+kill "$pid"; wait "$pid" 2>/dev/null || true
+rm -f "$dir/port"
+./build/micd --listen 127.0.0.1:0 --data "$dir/store" --port-file "$dir/port" \
+    --backup-rate "$RATE" 2>> "$dir/micd.log" &
+pid=$!
+i=0
+while [ ! -s "$dir/port" ]; do
+    i=$((i + 1))
+    [ $i -gt 400 ] && { echo "micd did not restart" >&2; cat "$dir/micd.log" >&2; exit 1; }
+    sleep 0.05
+done
+url=http://127.0.0.1:$(cat "$dir/port")
+for r in $(seq 1 "$RUNS"); do
+    ./build/loadgen --url "$url" --conns 32 --events "$LOAD" --batch 1 --topic load \
+        --max-seconds 120 > "$dir/load.json" &
+    lpid=$!
+    : > "$dir/backups.jsonl"
+    while kill -0 "$lpid" 2>/dev/null; do
+        backup_once - >> "$dir/backups.jsonl"
+    done
+    wait "$lpid"
+    printf '{"run":%s,"case":"capped","rate":"%s","publish":%s,"backups":[%s]}\n' "$r" "$RATE" \
+        "$(cat "$dir/load.json")" "$(paste -sd, "$dir/backups.jsonl")" >> "$OUT"
+done
+
 # The last copy, restored: a micd on a directory holding only that file.
 mkdir "$dir/restored"
 cp "$dir/b.mdb" "$dir/restored/data.mdb"
@@ -118,5 +149,11 @@ print(f"| backup to a file (fsync'd), nothing else running | {fmt(med([mib(b) fo
 print(f"| backup streamed to /dev/null, under the publishes | {fmt(med([mib(b) for b in ub]), ' MiB/s')} ({len(ub)} backups) |")
 print(f"| single-event publishes, 32 connections, no backup | {fmt(med([p['events_per_s'] for p in load]), ' ev/s', 0)}, p99 {fmt(med([p['p99_ms'] for p in load]), ' ms', 2)} |")
 print(f"| the same while backups run back to back | {fmt(med([r['publish']['events_per_s'] for r in under]), ' ev/s', 0)}, p99 {fmt(med([r['publish']['p99_ms'] for r in under]), ' ms', 2)} |")
+capped = [r for r in rows if r.get("case") == "capped"]
+cb = [b for r in capped for b in r["backups"]]
+if capped:
+    rate = capped[0]["rate"]
+    print(f"| backup streamed under the publishes, `--backup-rate {rate}` | {fmt(med([mib(b) for b in cb]), ' MiB/s')} ({len(cb)} backups) |")
+    print(f"| the publishes while capped backups run back to back | {fmt(med([r['publish']['events_per_s'] for r in capped]), ' ev/s', 0)}, p99 {fmt(med([r['publish']['p99_ms'] for r in capped]), ' ms', 2)} |")
 print(f"| the last backup restored | a micd on it holds {restored['events']:,} events |")
 EOF
