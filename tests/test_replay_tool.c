@@ -243,72 +243,32 @@ static void make_stream(jsCtx *j, const char *name, const char *subject)
     jsStreamInfo_Destroy(si);
 }
 
-static int64_t stream_msgs(jsCtx *j, const char *name)
-{
-    jsStreamInfo *si = NULL;
-    int64_t n;
-
-    if (js_GetStreamInfo(&si, j, name, NULL, NULL) != NATS_OK)
-        return -1;
-    n = (int64_t)si->State.Msgs;
-    jsStreamInfo_Destroy(si);
-    return n;
-}
-
-static const char *hdr(natsMsg *m, const char *key)
-{
-    const char *v = NULL;
-
-    return natsMsgHeader_Get(m, key, &v) == NATS_OK ? v : "";
-}
-
-/* Every message of stream 'name' in stream order, as JSON objects
- * {"subject","data","x-replay","x-replay-batch-id","x-original-event-id",
- * "Nats-Msg-Id"}; asserts there are exactly 'want'. */
+/* The first 'want' messages of stream 'name' in stream order (it must hold
+ * that many within 20 s), read with the cluster fixture's reader, as JSON
+ * objects {"subject","data","x-replay","x-replay-batch-id",
+ * "x-original-event-id","Nats-Msg-Id"} (a missing header as ""). */
 static json_t *read_stream(const char *name, const char *subject, int want)
 {
-    json_t *out = json_array();
-    natsSubscription *sub = NULL;
-    jsSubOptions so;
-    jsErrCode jerr = 0;
-    int64_t end = mono_ms() + 20000;
-    natsStatus s;
+    static const char *const hs[] = {"x-replay", "x-replay-batch-id", "x-original-event-id",
+                                     "Nats-Msg-Id", NULL};
+    json_t *raw = NULL, *out = json_array();
 
-    jsSubOptions_Init(&so);
-    so.Stream = name;
-    assert_int_equal(js_PullSubscribe(&sub, js, subject, NULL, NULL, &so, &jerr), NATS_OK);
-    while ((int)json_array_size(out) < want && mono_ms() < end) {
-        natsMsgList list = {0};
-        int batch = want - (int)json_array_size(out);
+    assert_true(natsfx_stream_await(js, name, want, 20000) >= want);
+    assert_int_equal(natsfx_stream_read(js, name, subject, 20000, &raw), 0);
+    assert_true((int)json_array_size(raw) >= want);
+    for (int i = 0; i < want; i++) {
+        json_t *m = json_array_get(raw, (size_t)i), *o = json_object();
 
-        s = natsSubscription_Fetch(&list, sub, batch > 256 ? 256 : batch, 2000, &jerr);
-        if (s == NATS_TIMEOUT)
-            continue;
-        assert_int_equal(s, NATS_OK);
-        for (int i = 0; i < list.Count; i++) {
-            natsMsg *m = list.Msgs[i];
-            json_array_append_new(out, json_pack(
-                "{s:s, s:s%, s:s, s:s, s:s, s:s}",
-                "subject", natsMsg_GetSubject(m),
-                "data", natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m),
-                "x-replay", hdr(m, "x-replay"),
-                "x-replay-batch-id", hdr(m, "x-replay-batch-id"),
-                "x-original-event-id", hdr(m, "x-original-event-id"),
-                "Nats-Msg-Id", hdr(m, "Nats-Msg-Id")));
-            natsMsg_Ack(m, NULL);
+        json_object_set(o, "subject", json_object_get(m, "subject"));
+        json_object_set(o, "data", json_object_get(m, "data"));
+        for (int h = 0; hs[h]; h++) {
+            const char *v = natsfx_hdr(m, hs[h]);
+
+            json_object_set_new(o, hs[h], json_string(v ? v : ""));
         }
-        natsMsgList_Destroy(&list);
+        json_array_append_new(out, o);
     }
-    assert_int_equal((int)json_array_size(out), want);
-    {   /* and nothing more */
-        natsMsgList list = {0};
-        s = natsSubscription_Fetch(&list, sub, 1, 300, &jerr);
-        if (s == NATS_OK)
-            fail_msg("stream %s holds more than %d messages", name, want);
-        natsMsgList_Destroy(&list);
-    }
-    natsSubscription_Unsubscribe(sub);
-    natsSubscription_Destroy(sub);
+    json_decref(raw);
     return out;
 }
 
@@ -767,7 +727,7 @@ static void nats_retry_deduplicated(void **state)
     struct run r;
 
     (void)state;
-    assert_int_equal(stream_msgs(js, "S1"), 60);
+    assert_int_equal(natsfx_stream_msgs(js, "S1"), 60);
     RUN(&r, "--from-broker", B.url, "--topic", "t1.orders", "--to-nats", N.url,
         "--nats-stream", "S1", "--batch-id", "b1", "--quiet");
     ok(&r);
@@ -776,13 +736,13 @@ static void nats_retry_deduplicated(void **state)
     assert_int_equal(num(r.sum, "duplicates"), 60);
     assert_string_equal(r.err, ""); /* --quiet */
     run_free(&r);
-    assert_int_equal(stream_msgs(js, "S1"), 60);
+    assert_int_equal(natsfx_stream_msgs(js, "S1"), 60);
     RUN(&r, "--from-broker", B.url, "--topic", "t1.orders", "--to-nats", N.url,
         "--nats-stream", "S1", "--batch-id", "b2", "--quiet");
     ok(&r);
     assert_int_equal(num(r.sum, "published"), 60);
     run_free(&r);
-    assert_int_equal(stream_msgs(js, "S1"), 120);
+    assert_int_equal(natsfx_stream_msgs(js, "S1"), 120);
 }
 
 /* 3. nats-server killed mid-batch: the tool exits 1 with a message; a
@@ -803,7 +763,7 @@ static int stream_reached(void *arg)
         w->tool = -1; /* ended too early */
         return 1;
     }
-    return stream_msgs(w->j, "S3") >= w->min;
+    return natsfx_stream_msgs(w->j, "S3") >= w->min;
 }
 
 static void nats_killed_mid_batch(void **state)
@@ -837,7 +797,7 @@ static void nats_killed_mid_batch(void **state)
     w.min = 100;
     assert_true(await(stream_reached, &w, 20000));
     assert_true(w.tool == pid); /* still running: the batch is not done */
-    before = stream_msgs(j, "S3");
+    before = natsfx_stream_msgs(j, "S3");
     jsCtx_Destroy(j);
     natsConnection_Destroy(c);
     proc_kill9(n3);
@@ -857,7 +817,7 @@ static void nats_killed_mid_batch(void **state)
     assert_int_equal(nats_start(n3), 0);
     assert_int_equal(nats_connect(n3, &c), NATS_OK);
     assert_int_equal(natsConnection_JetStream(&j, c, NULL), NATS_OK);
-    before = stream_msgs(j, "S3");
+    before = natsfx_stream_msgs(j, "S3");
     assert_true(before > 0 && before < COUNT); /* unflushed writes may be lost */
     RUN(&r, "--from-broker", B.url, "--topic", "t3.bulk", "--to-nats", n3->url,
         "--nats-stream", "S3", "--batch-id", "k1", "--quiet");
@@ -866,7 +826,7 @@ static void nats_killed_mid_batch(void **state)
     assert_int_equal(num(r.sum, "published") + num(r.sum, "duplicates"), COUNT);
     assert_int_equal(num(r.sum, "duplicates"), before);
     run_free(&r);
-    assert_int_equal(stream_msgs(j, "S3"), COUNT);
+    assert_int_equal(natsfx_stream_msgs(j, "S3"), COUNT);
     jsCtx_Destroy(j);
     natsConnection_Destroy(c);
     proc_stop(n3);
@@ -1124,7 +1084,7 @@ static void nats_missing_stream(void **state)
     assert_non_null(strstr(r.err, N.url));
     assert_true(strchr(r.err, '\n') == r.err + strlen(r.err) - 1); /* one line */
     run_free(&r);
-    assert_int_equal(stream_msgs(js, "S9NEW"), -1); /* nothing made */
+    assert_int_equal(natsfx_stream_msgs(js, "S9NEW"), -1); /* nothing made */
 
     /* The name is wrong but S1 (t1.>) takes t1.orders: say so. */
     RUN(&r, "--from-broker", B.url, "--topic", "t1.orders", "--to-nats", N.url,
@@ -1142,7 +1102,7 @@ static void nats_missing_stream(void **state)
     assert_non_null(strstr(r.err, "does not take subject t9.lost (its subjects: t9x.>)"));
     assert_non_null(strstr(r.err, "stream edit S9 --subjects 't9x.>,t9.lost'"));
     run_free(&r);
-    assert_int_equal(stream_msgs(js, "S9"), 0);
+    assert_int_equal(natsfx_stream_msgs(js, "S9"), 0);
 
     /* Made as the first message said: the replay goes through. */
     make_stream(js, "S9NEW", "t9.lost");
@@ -1151,7 +1111,7 @@ static void nats_missing_stream(void **state)
     sum = ok(&r);
     assert_int_equal(num(sum, "published"), 6);
     run_free(&r);
-    assert_int_equal(stream_msgs(js, "S9NEW"), 6);
+    assert_int_equal(natsfx_stream_msgs(js, "S9NEW"), 6);
 }
 
 /* 7. Exit statuses: 2 for usage errors, 1 for a source error, 0 and an

@@ -187,18 +187,6 @@ static void make_stream(const char *name, const char *subject)
     jsStreamInfo_Destroy(si);
 }
 
-static int64_t stream_msgs(const char *name)
-{
-    jsStreamInfo *si = NULL;
-    int64_t n;
-
-    if (js_GetStreamInfo(&si, js, name, NULL, NULL) != NATS_OK)
-        return -1;
-    n = (int64_t)si->State.Msgs;
-    jsStreamInfo_Destroy(si);
-    return n;
-}
-
 struct want_msgs {
     const char *stream;
     int64_t n;
@@ -208,14 +196,7 @@ static int has_msgs(void *arg)
 {
     struct want_msgs *w = arg;
 
-    return stream_msgs(w->stream) >= w->n;
-}
-
-static const char *hdr(natsMsg *m, const char *key)
-{
-    const char *v = NULL;
-
-    return natsMsgHeader_Get(m, key, &v) == NATS_OK ? v : NULL;
+    return natsfx_stream_msgs(js, w->stream) >= w->n;
 }
 
 static void put_str(json_t *o, const char *k, const char *v)
@@ -224,50 +205,31 @@ static void put_str(json_t *o, const char *k, const char *v)
         json_object_set_new(o, k, json_string(v));
 }
 
-/* Every message of stream 'name' in stream order (exactly 'want' of them):
+/* The first 'want' messages of stream 'name' in stream order (it must hold
+ * that many within 30 s), read with the cluster fixture's reader:
  * {"subject","data" (parsed), headers by name}. */
 static json_t *read_stream(const char *name, const char *subject, int want)
 {
     static const char *const hs[] = {"Nats-Msg-Id", "mic-topic", "mic-seq", "mic-event-type",
                                      "mic-created-at", "mic-aggregate-type", "mic-aggregate-id",
                                      "mic-aggregate-version", NULL};
-    json_t *out = json_array();
-    natsSubscription *sub = NULL;
-    jsSubOptions so;
-    jsErrCode jerr = 0;
-    int64_t end = mono_ms() + 30000;
-    natsStatus s;
+    json_t *raw = NULL, *out = json_array();
 
-    jsSubOptions_Init(&so);
-    so.Stream = name;
-    assert_int_equal(js_PullSubscribe(&sub, js, subject, NULL, NULL, &so, &jerr), NATS_OK);
-    while ((int)json_array_size(out) < want && mono_ms() < end) {
-        natsMsgList list = {0};
-        int batch = want - (int)json_array_size(out);
+    assert_true(natsfx_stream_await(js, name, want, 30000) >= want);
+    assert_int_equal(natsfx_stream_read(js, name, subject, 30000, &raw), 0);
+    assert_true((int)json_array_size(raw) >= want);
+    for (int i = 0; i < want; i++) {
+        json_t *m = json_array_get(raw, (size_t)i), *o = json_object();
+        json_t *data = json_loads(json_string_value(json_object_get(m, "data")), 0, NULL);
 
-        s = natsSubscription_Fetch(&list, sub, batch > 256 ? 256 : batch, 2000, &jerr);
-        if (s == NATS_TIMEOUT)
-            continue;
-        assert_int_equal(s, NATS_OK);
-        for (int i = 0; i < list.Count; i++) {
-            natsMsg *m = list.Msgs[i];
-            json_t *o = json_object();
-            json_error_t e;
-            json_t *data = json_loadb(natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m), 0, &e);
-
-            assert_non_null(data);
-            json_object_set_new(o, "subject", json_string(natsMsg_GetSubject(m)));
-            json_object_set_new(o, "data", data);
-            for (int h = 0; hs[h]; h++)
-                put_str(o, hs[h], hdr(m, hs[h]));
-            json_array_append_new(out, o);
-            natsMsg_Ack(m, NULL);
-        }
-        natsMsgList_Destroy(&list);
+        assert_non_null(data);
+        json_object_set(o, "subject", json_object_get(m, "subject"));
+        json_object_set_new(o, "data", data);
+        for (int h = 0; hs[h]; h++)
+            put_str(o, hs[h], natsfx_hdr(m, hs[h]));
+        json_array_append_new(out, o);
     }
-    assert_int_equal((int)json_array_size(out), want);
-    natsSubscription_Unsubscribe(sub);
-    natsSubscription_Destroy(sub);
+    json_decref(raw);
     return out;
 }
 
@@ -549,7 +511,7 @@ static void test_unordered(void **state)
         assert_string_equal(jstr(m, "subject"), subj);
     }
     assert_int_equal(json_object_size(ids), 200);
-    assert_int_equal(stream_msgs("UN"), 200);
+    assert_int_equal(natsfx_stream_msgs(js, "UN"), 200);
     /* all acked: nothing pending or processing */
     {
         int64_t end = mono_ms() + ARRIVE_MS;
@@ -605,7 +567,7 @@ static void test_ordered(void **state)
     }
     for (int a = 0; a < 3; a++)
         assert_int_equal(last[a], 50);
-    assert_int_equal(stream_msgs("ORD"), 150);
+    assert_int_equal(natsfx_stream_msgs(js, "ORD"), 150);
     json_decref(msgs);
 }
 
@@ -651,7 +613,7 @@ static void test_nats_down(void **state)
     json_array_foreach(msgs, i, m)
         json_object_set_new(ids, jstr(m, "Nats-Msg-Id"), json_true());
     assert_int_equal(json_object_size(ids), 60);  /* distinct Nats-Msg-Id */
-    assert_int_equal(stream_msgs("DN"), 60);      /* total messages */
+    assert_int_equal(natsfx_stream_msgs(js, "DN"), 60);      /* total messages */
     json_decref(ids);
     json_decref(msgs);
 }
@@ -862,7 +824,7 @@ static void test_lease_extended(void **state)
 
 static int some_msgs(void *arg)
 {
-    return stream_msgs(arg) >= 1;
+    return natsfx_stream_msgs(js, arg) >= 1;
 }
 
 static void test_micd_restart(void **state)
@@ -880,14 +842,15 @@ static void test_micd_restart(void **state)
     /* a clean stop while relaying: the relay stops claiming, settles what
      * JetStream acknowledged (bounded), then the writer stops */
     assert_int_equal(srv_stop(&S), 0);
-    printf("stream RS held %lld of the 400 when micd stopped\n", (long long)stream_msgs("RS"));
+    printf("stream RS held %lld of the 400 when micd stopped\n",
+           (long long)natsfx_stream_msgs(js, "RS"));
     assert_int_equal(srv_start(&S, NULL), 0);
     assert_true(await(has_msgs, &w, ARRIVE_MS));
     msgs = read_stream("RS", "rs.>", 400);
     json_array_foreach(msgs, i, m)
         json_object_set_new(ids, jstr(m, "Nats-Msg-Id"), json_true());
     assert_int_equal(json_object_size(ids), 400);
-    assert_int_equal(stream_msgs("RS"), 400);
+    assert_int_equal(natsfx_stream_msgs(js, "RS"), 400);
     json_decref(ids);
     json_decref(msgs);
 }
