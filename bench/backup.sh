@@ -62,25 +62,32 @@ backup_once() {
     printf '{"bytes":%s,"seconds":%s}\n' "$bytes" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')"
 }
 
-for r in $(seq 1 "$RUNS"); do
-    printf '{"run":%s,"case":"quiet","backup":%s}\n' "$r" "$(backup_once "$dir/b.mdb")" >> "$OUT"
-
+# publish [&]: LOAD single-event publishes on 32 connections, the result
+# in $dir/load.json.
+publish() {
     ./build/loadgen --url "$url" --conns 32 --events "$LOAD" --batch 1 --topic load \
         --max-seconds 120 > "$dir/load.json"
-    printf '{"run":%s,"case":"load","publish":%s}\n' "$r" "$(cat "$dir/load.json")" >> "$OUT"
+}
 
-    ./build/loadgen --url "$url" --conns 32 --events "$LOAD" --batch 1 --topic load \
-        --max-seconds 120 > "$dir/load.json" &
+# under_backups FIELDS: the publishes while `mic backup -` runs one backup
+# after another until they end; appends {FIELDS,"publish":...,"backups":[...]}.
+under_backups() {
+    publish &
     lpid=$!
-    n=0
     : > "$dir/backups.jsonl"
     while kill -0 "$lpid" 2>/dev/null; do
         backup_once - >> "$dir/backups.jsonl"
-        n=$((n + 1))
     done
     wait "$lpid"
-    printf '{"run":%s,"case":"backup","publish":%s,"backups":[%s]}\n' "$r" \
-        "$(cat "$dir/load.json")" "$(paste -sd, "$dir/backups.jsonl")" >> "$OUT"
+    printf '{%s,"publish":%s,"backups":[%s]}\n' "$1" "$(cat "$dir/load.json")" \
+        "$(paste -sd, "$dir/backups.jsonl")" >> "$OUT"
+}
+
+for r in $(seq 1 "$RUNS"); do
+    printf '{"run":%s,"case":"quiet","backup":%s}\n' "$r" "$(backup_once "$dir/b.mdb")" >> "$OUT"
+    publish
+    printf '{"run":%s,"case":"load","publish":%s}\n' "$r" "$(cat "$dir/load.json")" >> "$OUT"
+    under_backups "\"run\":$r,\"case\":\"backup\""
 done
 
 # The same store under --backup-rate RATE: micd restarted on it with the
@@ -90,24 +97,10 @@ rm -f "$dir/port"
 ./build/micd --listen 127.0.0.1:0 --data "$dir/store" --port-file "$dir/port" \
     --backup-rate "$RATE" 2>> "$dir/micd.log" &
 pid=$!
-i=0
-while [ ! -s "$dir/port" ]; do
-    i=$((i + 1))
-    [ $i -gt 400 ] && { echo "micd did not restart" >&2; cat "$dir/micd.log" >&2; exit 1; }
-    sleep 0.05
-done
+await_port "$dir/port" "$pid" "$dir/micd.log"
 url=http://127.0.0.1:$(cat "$dir/port")
 for r in $(seq 1 "$RUNS"); do
-    ./build/loadgen --url "$url" --conns 32 --events "$LOAD" --batch 1 --topic load \
-        --max-seconds 120 > "$dir/load.json" &
-    lpid=$!
-    : > "$dir/backups.jsonl"
-    while kill -0 "$lpid" 2>/dev/null; do
-        backup_once - >> "$dir/backups.jsonl"
-    done
-    wait "$lpid"
-    printf '{"run":%s,"case":"capped","rate":"%s","publish":%s,"backups":[%s]}\n' "$r" "$RATE" \
-        "$(cat "$dir/load.json")" "$(paste -sd, "$dir/backups.jsonl")" >> "$OUT"
+    under_backups "\"run\":$r,\"case\":\"capped\",\"rate\":\"$RATE\""
 done
 
 # The last copy, restored: a micd on a directory holding only that file.
@@ -116,12 +109,7 @@ cp "$dir/b.mdb" "$dir/restored/data.mdb"
 ./build/micd --listen 127.0.0.1:0 --data "$dir/restored" --port-file "$dir/rport" \
     2> "$dir/restored.log" &
 rpid=$!
-i=0
-while [ ! -s "$dir/rport" ]; do
-    i=$((i + 1))
-    [ $i -gt 400 ] && { echo "restored micd did not start" >&2; cat "$dir/restored.log" >&2; exit 1; }
-    sleep 0.05
-done
+await_port "$dir/rport" "$rpid" "$dir/restored.log"
 events=$(curl -sf "http://127.0.0.1:$(cat "$dir/rport")/v1/stats" |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["store"]["events"])')
 [ "$events" -ge "$FILL" ] || { echo "restored copy holds $events events, fewer than $FILL" >&2; exit 1; }

@@ -8,14 +8,20 @@ start_micd() {
         2> "$dir/micd.log" &
     pid=$!
     trap stop_micd EXIT
-    i=0
-    while [ ! -s "$dir/port" ]; do
-        i=$((i + 1))
-        [ $i -gt 200 ] && { echo "micd did not start" >&2; cat "$dir/micd.log" >&2; exit 1; }
-        kill -0 "$pid" 2>/dev/null || { echo "micd exited" >&2; cat "$dir/micd.log" >&2; exit 1; }
+    await_port "$dir/port" "$pid" "$dir/micd.log"
+    url=http://127.0.0.1:$(cat "$dir/port")
+}
+
+# await_port FILE PID LOG: wait (up to 10 s) until micd PID has written its
+# port to FILE; exit 1 showing LOG if it does not or if it exits.
+await_port() {
+    _i=0
+    while [ ! -s "$1" ]; do
+        _i=$((_i + 1))
+        [ $_i -gt 200 ] && { echo "micd did not start" >&2; cat "$3" >&2; exit 1; }
+        kill -0 "$2" 2>/dev/null || { echo "micd exited" >&2; cat "$3" >&2; exit 1; }
         sleep 0.05
     done
-    url=http://127.0.0.1:$(cat "$dir/port")
 }
 
 stop_micd() {
