@@ -245,19 +245,17 @@ static enum MHD_Result send_body(struct req *r, unsigned status,
     return send_reply(r, status, ctype, body, len, NULL);
 }
 
-static enum MHD_Result send_reply(struct req *r, unsigned status, const char *ctype, char *body,
-                                  size_t len, const char *message)
+/* Queue 'resp' as the answer 'status' to 'r' (the response is destroyed
+ * here): the headers every answer carries (request id; WWW-Authenticate on
+ * 401, Allow on 405, Retry-After on 429, Connection: close when the
+ * connection closes), then the audit line, the metric and the request log
+ * line (with 'message', may be NULL).  Every answer micd builds goes out
+ * through here, streamed ones (range reads, backups) included. */
+static enum MHD_Result queue_reply(struct req *r, unsigned status, struct MHD_Response *resp,
+                                   const char *message)
 {
-    struct MHD_Response *resp;
     enum MHD_Result ret;
 
-    resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(body);
-        return MHD_NO;
-    }
-    if (ctype)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     MHD_add_response_header(resp, "X-Request-Id", r->rid);
     if (status == MHD_HTTP_UNAUTHORIZED)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
@@ -276,6 +274,21 @@ static enum MHD_Result send_reply(struct req *r, unsigned status, const char *ct
     mic_metrics_http(r->route, (int)status);
     log_request(r, status, message);
     return ret;
+}
+
+static enum MHD_Result send_reply(struct req *r, unsigned status, const char *ctype, char *body,
+                                  size_t len, const char *message)
+{
+    struct MHD_Response *resp;
+
+    resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    if (ctype)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    return queue_reply(r, status, resp, message);
 }
 
 static enum MHD_Result send_buf(struct req *r, unsigned status,
@@ -701,7 +714,6 @@ static enum MHD_Result h_range(struct req *r, const char **args)
 
     if (accept && strstr(accept, "application/x-ndjson")) {
         struct MHD_Response *resp;
-        enum MHD_Result ret;
         mic_range *rg;
 
         if (mic_range_open(r->h->store, args[0], from, to, after, &rg, &e))
@@ -713,11 +725,7 @@ static enum MHD_Result h_range(struct req *r, const char **args)
             return MHD_NO;
         }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/x-ndjson");
-        MHD_add_response_header(resp, "X-Request-Id", r->rid);
-        ret = MHD_queue_response(r->conn, MHD_HTTP_OK, resp);
-        MHD_destroy_response(resp);
-        mic_metrics_http(r->route, MHD_HTTP_OK);
-        return ret;
+        return queue_reply(r, MHD_HTTP_OK, resp, NULL);
     }
     mic_buf_init(&b);
     if (mic_range_page(r->h->store, args[0], from, to, after,
@@ -969,7 +977,6 @@ static enum MHD_Result h_backup(struct req *r, const char **args)
     struct backup_ctx *k = calloc(1, sizeof *k);
     struct MHD_Response *resp;
     struct mic_error e;
-    enum MHD_Result ret;
     char disp[96], stamp[32];
     time_t now = (time_t)(mic_now_us() / 1000000);
     struct tm tm;
@@ -1002,13 +1009,7 @@ static enum MHD_Result h_backup(struct req *r, const char **args)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, disp);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    MHD_add_response_header(resp, "X-Request-Id", r->rid);
-    r->status = MHD_HTTP_OK;
-    audit(r->h, r);
-    ret = MHD_queue_response(r->conn, MHD_HTTP_OK, resp);
-    MHD_destroy_response(resp);
-    mic_metrics_http(r->route, MHD_HTTP_OK);
-    return ret;
+    return queue_reply(r, MHD_HTTP_OK, resp, NULL);
 }
 
 /* ---- The admin page and its routes (issue 18; ui.h, history.h) ---- */
@@ -1021,7 +1022,6 @@ static enum MHD_Result send_ui(struct req *r, const char *path)
                                                   MHD_HTTP_HEADER_IF_NONE_MATCH);
     struct MHD_Response *resp;
     struct mic_ui_file f;
-    enum MHD_Result ret;
     unsigned status;
 
     if (!mic_ui_find(path, &f))
@@ -1038,15 +1038,7 @@ static enum MHD_Result send_ui(struct req *r, const char *path)
     MHD_add_response_header(resp, "Content-Security-Policy", MIC_UI_CSP);
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
-    MHD_add_response_header(resp, "X-Request-Id", r->rid);
-    if (r->close)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-    r->status = status;
-    audit(r->h, r);
-    ret = MHD_queue_response(r->conn, status, resp);
-    MHD_destroy_response(resp);
-    mic_metrics_http(r->route, (int)status);
-    return ret;
+    return queue_reply(r, status, resp, NULL);
 }
 
 static enum MHD_Result h_ui(struct req *r, const char **args)

@@ -271,6 +271,29 @@ static void lines_without_keys(void **state)
     json_decref(j);
 }
 
+/* Answers built outside the JSON path have their line too: a range read
+ * streamed as NDJSON and a file of the admin page (queue_reply in
+ * routes.c). */
+static void streamed_and_page_lines(void **state)
+{
+    struct answer a;
+    json_t *j;
+
+    (void)state;
+    request(&open_srv, "GET", "/v1/topics/rl.t/events",
+            "X-Request-Id: rl-open-ndjson\r\nAccept: application/x-ndjson\r\n", NULL, &a);
+    assert_int_equal(a.status, 200);
+    j = log_line(&open_srv, "rl-open-ndjson");
+    expect_line(j, "info", "GET", "/v1/topics/rl.t/events", 200, NULL, NULL);
+    json_decref(j);
+
+    request(&open_srv, "GET", "/ui", "X-Request-Id: rl-open-ui\r\n", NULL, &a);
+    assert_int_equal(a.status, 200);
+    j = log_line(&open_srv, "rl-open-ui");
+    expect_line(j, "info", "GET", "/ui", 200, NULL, NULL);
+    json_decref(j);
+}
+
 /* With keys: the key's id on a 201 and on a 422; "-" on a 401 (no key
  * known); the refused key's id on a 403. */
 static void lines_with_keys(void **state)
@@ -375,6 +398,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(lines_without_keys),
+        cmocka_unit_test(streamed_and_page_lines),
         cmocka_unit_test(lines_with_keys),
         cmocka_unit_test(method_not_allowed),
     };
