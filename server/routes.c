@@ -12,7 +12,7 @@
  * This file is the only one that builds HTTP replies; status_of() is the
  * only place where an enum mic_err becomes an HTTP status.
  *
- * Every answer goes through send_reply(), which also writes the request's
+ * Every answer goes through queue_reply(), which also writes the request's
  * log line (log_request: method, path, status, duration in us, the error
  * code, the key id when micd has keys) at info, as an access log would
  * (nginx users expect a line per request; --log-level warn drops them and
