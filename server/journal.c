@@ -2,14 +2,18 @@
  * proto/store-format.md, "Journal").
  *
  * State and who may touch it:
- *   cur, cap_failed          the committing thread (LMDB's write lock)
+ *   cur, cap_failed, sealed_txnid
+ *                            the committing thread (LMDB's write lock)
  *   qhead/qtail, spare, sealed_seq, st
  *                            qlock
- *   f[].off/zeroed/first_seq, active, shadow, shadow_txnid
+ *   f[].off/zeroed/first_seq/hdr_seq, active, shadow, shadow_txnid
  *                            flush_lock (held for a whole flush)
  *   f[].free, ck_*           ck_lock
- *   durable_seq, failed      atomics, written under flush_lock (failed also
+ *   durable_seq, failed, guard
+ *                            atomics, written under flush_lock (failed also
  *                            by the checkpoint thread)
+ *   pending                  atomic: added to at a seal, taken from by the
+ *                            flush that made those records durable
  *
  * A record is what one commit wrote to data.mdb, byte for byte, in write
  * order: replaying it over an older data.mdb gives the pages the commit
@@ -80,6 +84,7 @@ struct jfile {
     uint64_t off;       /* where the next record goes */
     uint64_t zeroed;    /* bytes below this were written before: no size change */
     uint64_t first_seq;
+    uint64_t hdr_seq;   /* the first_seq its header on disk names */
     int free;           /* every record checkpointed: may be restarted */
 };
 
@@ -96,8 +101,14 @@ struct mic_jnl {
     struct rec *qhead, *qtail, *spare;
     int nspare;
     uint64_t sealed_seq;
-    uint64_t qbytes;    /* the queued records' length */
-    _Atomic uint64_t room; /* zeroed bytes past the active file's end */
+    uint64_t sealed_txnid; /* LMDB's txnid at the last seal (or at open) */
+    /* Room accounting (see reserve()): 'pending' is the length of every
+     * sealed record not yet durable (queued or being flushed); 'guard' is
+     * the room written ahead that they, and the record being captured,
+     * are sure to find: the larger of the active file's zeroed room past
+     * its end and the other file's zeroed room past its header. */
+    _Atomic uint64_t pending;
+    _Atomic uint64_t guard;
     struct mic_jnl_stats st;
     pthread_mutex_t flush_lock;
     unsigned char *shadow, *hdrbuf;
@@ -382,6 +393,8 @@ static void capture(mic_jnl *j, off_t off, const struct iovec *iov, int cnt, siz
 {
     uint64_t o = (uint64_t)off;
 
+    if (hooks.skip_capture && hooks.skip_capture())
+        return;
     for (size_t left = total; left && cnt > 0; iov++, cnt--) {
         size_t n = iov->iov_len < left ? iov->iov_len : left;
         const unsigned char *b = iov->iov_base;
@@ -400,6 +413,8 @@ static void capture(mic_jnl *j, off_t off, const struct iovec *iov, int cnt, siz
     }
 }
 
+static int capture_room(mic_jnl *j, uint64_t off, size_t n);
+
 /* LMDB takes a short write for an I/O error (EIO); a full filesystem
  * first gives a short write, then ENOSPC on the rest.  On a journaled
  * data file the writes below go on to the end, so that LMDB sees the
@@ -409,9 +424,14 @@ ssize_t mic_jnl_pwrite(int fd, const void *buf, size_t n, off_t off)
 {
     mic_jnl *j = reg_find(fd);
     ssize_t r;
+    int rc;
 
     if (!j)
         return pwrite(fd, buf, n, off);
+    if ((rc = capture_room(j, (uint64_t)off, n))) {
+        errno = rc == MIC_ENOSPC ? ENOSPC : EIO;
+        return -1;
+    }
     if (pwrite_full(fd, buf, n, off))
         return -1;
     r = (ssize_t)n;
@@ -463,6 +483,10 @@ ssize_t mic_jnl_writev(int fd, const struct iovec *iov, int cnt)
             left[i] = iov[i];
             total += iov[i].iov_len;
         }
+        if ((r = capture_room(j, (uint64_t)j->pos, total))) {
+            errno = r == MIC_ENOSPC ? ENOSPC : EIO;
+            return -1;
+        }
         if (pwritev_full(fd, left, cnt, j->pos))
             return -1;
         r = (ssize_t)total;
@@ -501,7 +525,7 @@ static size_t hdr_fill(mic_jnl *j, unsigned char *h, uint64_t first_seq, uint64_
  * costs a journal commit of the filesystem as well).  'exact': no more
  * than 'need' (rounded up to 4 KiB), for a filesystem short of room.
  * Returns 0, or -1 with errno. */
-static int zero_ahead(struct jfile *f, uint64_t need, int exact)
+static int zero_ahead(mic_jnl *j, struct jfile *f, uint64_t need, int exact)
 {
     static const unsigned char zeros[64 * 1024];
     uint64_t step = f->zeroed < ZERO_STEP_MIN ? ZERO_STEP_MIN
@@ -512,6 +536,8 @@ static int zero_ahead(struct jfile *f, uint64_t need, int exact)
         to = (need + 4095) & ~(uint64_t)4095;
     else
         to = (to + ZERO_STEP_MIN - 1) & ~(uint64_t)(ZERO_STEP_MIN - 1);
+    if (to > f->zeroed && hooks.no_room && (errno = hooks.no_room((int)(f - j->f))))
+        return -1;
     for (uint64_t at = f->zeroed; at < to;) {
         size_t n = to - at < sizeof zeros ? (size_t)(to - at) : sizeof zeros;
         if (pwrite_full(f->fd, zeros, n, (off_t)at))
@@ -523,28 +549,86 @@ static int zero_ahead(struct jfile *f, uint64_t need, int exact)
     return 0;
 }
 
-/* Zeroed room for 'need' bytes past the active file's end: MIC_OK,
- * MIC_ENOSPC when the filesystem has none (nothing failed: errno ENOSPC
- * or EDQUOT), MIC_EIO (errno) for any other failure.  Under flush_lock. */
-static int room_ahead(mic_jnl *j, struct jfile *f, uint64_t need)
+/* Zeroed room for 'need' bytes from 'at' in file 'f': MIC_OK, MIC_ENOSPC
+ * when the filesystem has none (nothing failed: errno ENOSPC or EDQUOT),
+ * MIC_EIO (errno) for any other failure.  Under flush_lock. */
+static int room_at(mic_jnl *j, struct jfile *f, uint64_t at, uint64_t need)
 {
-    if (f->off + need <= f->zeroed)
+    if (at + need <= f->zeroed)
         return MIC_OK;
-    if (zero_ahead(f, f->off + need, 0) == 0)
+    if (zero_ahead(j, f, at + need, 0) == 0)
         return MIC_OK;
     if (!no_space(errno))
         return MIC_EIO;
-    if (zero_ahead(f, f->off + need, 1) == 0)
+    if (zero_ahead(j, f, at + need, 1) == 0)
         return MIC_OK;
-    (void)j;
     return no_space(errno) ? MIC_ENOSPC : MIC_EIO;
+}
+
+/* Recompute 'guard' from the files' positions.  Under flush_lock. */
+static void guard_update(mic_jnl *j)
+{
+    const struct jfile *a = &j->f[j->active], *o = &j->f[!j->active];
+    uint64_t ra = a->zeroed > a->off ? a->zeroed - a->off : 0;
+    uint64_t ro = o->zeroed > j->hdr_size ? o->zeroed - j->hdr_size : 0;
+
+    atomic_store(&j->guard, ra > ro ? ra : ro);
+}
+
+/* Make sure the sealed records not yet durable plus 'extra' bytes will
+ * find room written ahead when they are flushed: all of them after the
+ * active file's end, or all of them after the other file's header (the
+ * flush switches to it, waiting for its checkpoint if need be).  This is
+ * what makes a full filesystem a refusal before a commit, never after:
+ * mic_jnl_begin asks for HEADROOM, and a capture whose record would
+ * outgrow the room fails LMDB's write with ENOSPC, so its commit fails
+ * and changes nothing (journal.h).  Returns MIC_OK, MIC_ENOSPC or
+ * MIC_EIO (the journal failed). */
+static int reserve(mic_jnl *j, uint64_t extra)
+{
+    uint64_t need;
+    int rc;
+
+    if (atomic_load(&j->pending) + extra <= atomic_load(&j->guard))
+        return MIC_OK;
+    pthread_mutex_lock(&j->flush_lock);
+    need = atomic_load(&j->pending) + extra;
+    if (atomic_load(&j->failed)) {
+        rc = MIC_EIO;
+    } else if (need <= atomic_load(&j->guard)) {
+        rc = MIC_OK;
+    } else {
+        struct jfile *f = &j->f[j->active];
+        if ((rc = room_at(j, f, f->off, need)) == MIC_EIO)
+            fail(j, "journal write", errno);
+        guard_update(j);
+        if (rc == MIC_ENOSPC && need <= atomic_load(&j->guard))
+            rc = MIC_OK;
+    }
+    pthread_mutex_unlock(&j->flush_lock);
+    return rc;
+}
+
+/* Room for a capture of 'n' bytes at 'off' of data.mdb (the record it
+ * grows, with the commit's meta page still to come).  A meta page write
+ * is not checked: the room for it was kept when its pages were. */
+static int capture_room(mic_jnl *j, uint64_t off, size_t n)
+{
+    uint64_t cur = j->cur ? j->cur->len : REC_HDR;
+    uint64_t segs = (uint64_t)n / j->psize + 1;
+
+    if (off < 2 * (uint64_t)j->psize)
+        return MIC_OK;
+    return reserve(j, cur + n + segs * (2 * SEG_HDR + 16) + 2 * (SEG_HDR + j->psize));
 }
 
 /* Switch to the other file, which its checkpoint has made free, and have
  * the one left checkpointed.  'first_seq' is the first record it will
- * hold.  When the other file is not free yet: with 'wait', wait for its
- * checkpoint (returns -1 if the journal failed meanwhile), else return -1
- * (and count a late checkpoint).  Under flush_lock. */
+ * hold; its header is written by the flush that writes that record.  When
+ * the other file is not free yet: with 'wait', wait for its checkpoint
+ * (returns -1 if the journal failed meanwhile), else return -1 (and count
+ * a late checkpoint).  Under flush_lock; the caller has made sure the
+ * other file has room for what it will write there. */
 static int rotate(mic_jnl *j, uint64_t first_seq, int wait)
 {
     struct jfile *f = &j->f[j->active], *o = &j->f[!j->active];
@@ -570,6 +654,47 @@ static int rotate(mic_jnl *j, uint64_t first_seq, int wait)
     o->first_seq = first_seq;
     o->off = j->hdr_size;
     return 0;
+}
+
+/* Pick the file the flush of 'total' bytes starting at record 'first'
+ * writes to, switching files when the active one is past its size and
+ * the other is free and has the room, or when only the other has room.
+ * Nothing is switched before the room is there (a switch that then found
+ * no room left the new file without its header: issue 29).  Returns
+ * MIC_OK (j->active is the file), MIC_ENOSPC, or MIC_EIO (errno).  Under
+ * flush_lock. */
+static int place(mic_jnl *j, uint64_t first, uint64_t total, int *rotated)
+{
+    struct jfile *f = &j->f[j->active], *o = &j->f[!j->active];
+    int rc;
+
+    *rotated = 0;
+    if (f->off > j->hdr_size && f->off + total > j->file_size) {
+        int ofree;
+        pthread_mutex_lock(&j->ck_lock);
+        ofree = o->free;
+        pthread_mutex_unlock(&j->ck_lock);
+        if (ofree && (rc = room_at(j, o, j->hdr_size, total)) != MIC_ENOSPC) {
+            if (rc)
+                return rc;
+            if (rotate(j, first, 0) == 0) {
+                *rotated = 1;
+                return MIC_OK;
+            }
+        } else if (!ofree) {
+            pthread_mutex_lock(&j->qlock);
+            j->st.late_checkpoints++;
+            pthread_mutex_unlock(&j->qlock);
+        }
+    }
+    if ((rc = room_at(j, f, f->off, total)) != MIC_ENOSPC)
+        return rc;
+    /* A full filesystem: the other file has the room written already. */
+    if (o->zeroed >= j->hdr_size + total && rotate(j, first, 1) == 0) {
+        *rotated = 1;
+        return MIC_OK;
+    }
+    return MIC_ENOSPC;
 }
 
 /* ---- Flush ---- */
@@ -604,7 +729,6 @@ static int flush_locked(mic_jnl *j)
     pthread_mutex_lock(&j->qlock);
     list = j->qhead;
     j->qhead = j->qtail = NULL;
-    j->qbytes = 0;
     pthread_mutex_unlock(&j->qlock);
     if (!list)
         return MIC_OK;
@@ -614,44 +738,28 @@ static int flush_locked(mic_jnl *j)
         last_seq = r->seq;
         n++;
     }
+    rc = place(j, list->seq, total, &rotated);
     f = &j->f[j->active];
-    if (f->off > j->hdr_size && f->off + total > j->file_size && rotate(j, list->seq, 0) == 0) {
-        f = &j->f[j->active];
-        rotated = 1;
-    }
-    if ((rc = room_ahead(j, f, total)) == MIC_ENOSPC && !rotated &&
-        j->f[!j->active].zeroed >= j->hdr_size + total && rotate(j, list->seq, 1) == 0) {
-        /* A full filesystem: the other file has the room written already. */
-        f = &j->f[j->active];
-        rotated = 1;
-        rc = MIC_OK;
-    }
-    if (rc == MIC_ENOSPC) {
-        /* Nothing failed: the records wait for room, in order. */
-        mic_log(MIC_LOG_WARN, NULL, "journal: no room on the filesystem", NULL);
-        pthread_mutex_lock(&j->qlock);
-        for (r = list; r->next; r = r->next)
-            ;
-        r->next = j->qhead;
-        j->qhead = list;
-        if (!j->qtail)
-            j->qtail = r;
-        j->qbytes += total;
-        pthread_mutex_unlock(&j->qlock);
-        return MIC_ENOSPC;
-    }
     if (rc) {
-        fail(j, "journal write", errno);
+        /* mic_jnl_begin and the captures kept the room these records
+         * need (reserve()): a filesystem that has none now took back
+         * space it had given (a copy-on-write one), or a write failed.
+         * Their commits are in LMDB but can never be made durable. */
+        fail(j, rc == MIC_ENOSPC ? "journal write: no room in the space written ahead"
+                                 : "journal write", rc == MIC_ENOSPC ? ENOSPC : errno);
         rc = MIC_EIO;
         goto out;
     }
     rc = MIC_EIO;
-    if (rotated) {
-        hdr_fill(j, j->hdrbuf, f->first_seq, f->first_seq);
+    /* A file that holds no record yet gets the header of the chain its
+     * first record starts, in the same write and sync as that record. */
+    if (f->off == j->hdr_size && f->hdr_seq != list->seq) {
+        hdr_fill(j, j->hdrbuf, list->seq, list->seq);
         if (pwrite_full(f->fd, j->hdrbuf, j->hdr_size, 0)) {
             fail(j, "journal write", errno);
             goto out;
         }
+        f->first_seq = f->hdr_seq = list->seq;
     }
     if (n == 1) {
         iov = &one;
@@ -677,7 +785,8 @@ static int flush_locked(mic_jnl *j)
         goto out;
     }
     f->off += total;
-    atomic_store(&j->room, f->zeroed - f->off);
+    atomic_fetch_sub(&j->pending, total);
+    guard_update(j);
     for (r = list; r; r = r->next)
         shadow_apply(j, r);
     atomic_store(&j->durable_seq, last_seq);
@@ -711,7 +820,7 @@ int mic_jnl_flush(mic_jnl *j)
 
 int mic_jnl_begin(mic_jnl *j)
 {
-    uint64_t sealed, queued;
+    uint64_t sealed;
     int rc = MIC_OK;
 
     if (j->cur && j->cur->nseg)
@@ -720,7 +829,6 @@ int mic_jnl_begin(mic_jnl *j)
         return MIC_EIO;
     pthread_mutex_lock(&j->qlock);
     sealed = j->sealed_seq;
-    queued = j->qbytes;
     pthread_mutex_unlock(&j->qlock);
     if (sealed > atomic_load(&j->durable_seq) + 1) {
         /* Wait for a flush in progress; flush here only if none covered it. */
@@ -730,28 +838,10 @@ int mic_jnl_begin(mic_jnl *j)
         pthread_mutex_unlock(&j->flush_lock);
         if (rc)
             return rc;
-        pthread_mutex_lock(&j->qlock);
-        queued = j->qbytes;
-        pthread_mutex_unlock(&j->qlock);
     }
-    if (atomic_load(&j->room) >= queued + HEADROOM)
-        return MIC_OK;
-    /* Short of room: write it ahead now, or find it in the other file
-     * (the flush switches to it when this one has none). */
-    pthread_mutex_lock(&j->flush_lock);
-    if (atomic_load(&j->failed)) {
-        rc = MIC_EIO;
-    } else {
-        struct jfile *f = &j->f[j->active];
-        rc = room_ahead(j, f, queued + HEADROOM);
-        if (rc == MIC_EIO)
-            fail(j, "journal write", errno);
-        atomic_store(&j->room, f->zeroed > f->off ? f->zeroed - f->off : 0);
-        if (rc == MIC_ENOSPC && j->f[!j->active].zeroed >= j->hdr_size + queued + HEADROOM)
-            rc = MIC_OK;
-    }
-    pthread_mutex_unlock(&j->flush_lock);
-    return rc;
+    /* Room for the records still to be flushed and HEADROOM more, written
+     * now if need be, or found in the other file. */
+    return reserve(j, HEADROOM);
 }
 
 int mic_jnl_seal(mic_jnl *j, uint64_t txnid)
@@ -763,8 +853,17 @@ int mic_jnl_seal(mic_jnl *j, uint64_t txnid)
         fail(j, "journal capture", ENOMEM);
         return MIC_EIO;
     }
-    if (!r || !r->nseg)
-        return MIC_OK;
+    if (!r || !r->nseg) {
+        /* A commit that wrote nothing leaves LMDB's txnid where it was;
+         * one that advanced it wrote pages the journal never saw (a call
+         * of LMDB's that the renaming missed): nothing it wrote can be
+         * made durable, so nothing may be acknowledged from here on. */
+        if (txnid == j->sealed_txnid)
+            return MIC_OK;
+        mic_jnl_discard(j);
+        fail(j, "a commit's writes were not captured", 0);
+        return MIC_EIO;
+    }
     if (!r->has_meta) {
         mic_jnl_discard(j);
         fail(j, "a commit wrote no meta page", 0);
@@ -772,6 +871,7 @@ int mic_jnl_seal(mic_jnl *j, uint64_t txnid)
     }
     j->cur = NULL;
     r->txnid = txnid;
+    j->sealed_txnid = txnid;
     memset(r->buf, 0, REC_HDR);
     put32(r->buf, REC_MAGIC);
     put64(r->buf + 16, txnid);
@@ -779,7 +879,7 @@ int mic_jnl_seal(mic_jnl *j, uint64_t txnid)
     put32(r->buf + 32, r->nseg);
     pthread_mutex_lock(&j->qlock);
     r->seq = ++j->sealed_seq;
-    j->qbytes += r->len;
+    atomic_fetch_add(&j->pending, r->len);
     put64(r->buf + 8, r->seq);
     if (j->qtail)
         j->qtail->next = r;
@@ -957,7 +1057,7 @@ int mic_jnl_open(mic_jnl **out, const char *dir, int lock_fd, int data_fd,
         mic_log(MIC_LOG_ERROR, NULL, "journal: cannot read data.mdb's meta pages", "dir", dir, NULL);
         goto fail;
     }
-    j->shadow_txnid = t0 > t1 ? t0 : t1;
+    j->shadow_txnid = j->sealed_txnid = t0 > t1 ? t0 : t1;
     /* File 0 starts at next_seq over the synced store; file 1 is empty. */
     for (int i = 0; i < 2; i++) {
         if (hdr_write(j, i, i == 0 ? next_seq : 0, next_seq))
@@ -969,14 +1069,14 @@ int mic_jnl_open(mic_jnl **out, const char *dir, int lock_fd, int data_fd,
          * filesystem that fills up later still leaves the journal room to
          * go on (acks, claims, deletes), switching files as each fills; a
          * filesystem already full only gets a warning. */
-        if (zero_ahead(&j->f[i], j->hdr_size + 2 * HEADROOM, 1)) {
+        if (zero_ahead(j, &j->f[i], j->hdr_size + 2 * HEADROOM, 1)) {
             if (!no_space(errno))
                 goto fail_errno;
             mic_log(MIC_LOG_WARN, NULL, "journal: no room to write its files ahead", "dir", dir, NULL);
         }
     }
-    atomic_store(&j->room, j->f[0].zeroed - j->f[0].off);
-    j->f[0].first_seq = next_seq;
+    j->f[0].first_seq = j->f[0].hdr_seq = next_seq;
+    guard_update(j);
     j->f[1].free = 1;
     j->sealed_seq = next_seq - 1;
     atomic_store(&j->durable_seq, next_seq - 1);
@@ -1031,18 +1131,97 @@ struct scan {
     uint64_t hdr_size, size, first_seq, base_txnid, floor;
     unsigned char *base;        /* 2 * psize: the meta pages at first_seq */
     uint64_t nrec, last_seq, last_txnid;
+    uint64_t stray;             /* a record past the chain (0: none) */
 };
+
+/* Read the record at 'off' of a file of 'size' bytes into *buf (grown as
+ * needed).  Returns 1 for a whole record with a good CRC (its length in
+ * *len, its sequence number in *seq), 0 when there is none there (the
+ * end of a chain: a torn or never written record, or other bytes), -1
+ * when a read or an allocation failed. */
+static int rec_read(int fd, uint64_t off, uint64_t size, unsigned char **buf, size_t *cap,
+                    uint64_t *len, uint64_t *seq)
+{
+    unsigned char rh[REC_HDR];
+
+    if (off + REC_HDR > size)
+        return 0;
+    if (pread_full(fd, rh, REC_HDR, (off_t)off))
+        return -1;
+    *len = get64(rh + 24);
+    *seq = get64(rh + 8);
+    if (get32(rh) != REC_MAGIC || *len < REC_HDR || *len > MAX_RECORD || off + *len > size)
+        return 0;
+    if (*len > *cap) {
+        unsigned char *b = realloc(*buf, (size_t)*len);
+        if (!b)
+            return -1;
+        *buf = b;
+        *cap = (size_t)*len;
+    }
+    if (pread_full(fd, *buf, (size_t)*len, (off_t)off))
+        return -1;
+    return mic_crc32c(0, *buf + 8, (size_t)*len - 8) == get32(rh + 4);
+}
+
+/* Check that record 'b' of 'len' bytes parses: each of its segments lies
+ * inside the record, the commit's meta page is among them, and every
+ * other segment lies inside the pages that meta page says the store uses
+ * (below (mm_last_pg + 1) * psize).  Returns 0, or -1 (logged). */
+static int rec_check(const unsigned char *b, uint64_t len, unsigned psize)
+{
+    uint32_t nseg = get32(b + 32);
+    uint64_t p, end = 0, meta_end = 2 * (uint64_t)psize;
+    int pass;
+
+    for (pass = 0; pass < 2; pass++) {
+        p = REC_HDR;
+        for (uint32_t i = 0; i < nseg; i++) {
+            uint64_t soff, slen;
+            if (p + SEG_HDR > len)
+                goto bad;
+            soff = get64(b + p);
+            slen = get32(b + p + 8);
+            if (slen > len - p - SEG_HDR || soff > UINT64_MAX - slen)
+                goto bad;
+            if (pass == 0 && soff < meta_end) {
+                /* LMDB 0.9 writes a meta page from mm_mapsize on: the
+                 * segment holds mm_last_pg (META_TXNID_OFF - 8). */
+                uint64_t pg = soff / psize * psize;
+                if (soff + slen > pg + psize)
+                    goto bad;
+                if (soff <= pg + META_TXNID_OFF - 8 && soff + slen >= pg + META_TXNID_OFF)
+                    end = (get64(b + p + SEG_HDR + (pg + META_TXNID_OFF - 8 - soff)) + 1) * psize;
+            } else if (pass == 1 && soff >= meta_end && soff + slen > end) {
+                goto bad;
+            }
+            p += SEG_HDR + ((slen + 7) & ~(uint64_t)7);
+        }
+        if (pass == 0 && !end)
+            goto bad;
+    }
+    return 0;
+bad:
+    mic_log(MIC_LOG_ERROR, NULL, "journal: a record with a good checksum does not parse", NULL);
+    errno = EBADMSG;
+    return -1;
+}
 
 /* Read and check file fd's header; walk its chain of records (first_seq,
  * first_seq + 1, ... each whole and with a good CRC), writing each one's
- * segments to data_fd unless data_fd < 0.  Returns 0, or -1 when a read
- * or write failed or a record with a good CRC does not parse. */
+ * segments to data_fd unless data_fd < 0.  Where the chain ends, a whole
+ * record that belongs to no earlier chain of the file (a sequence number
+ * past the chain's, or from the header's floor on in a file that holds no
+ * chain) sets s->stray: records were written after a header that does not
+ * lead to them.  Returns 0, or -1 when a read or write failed or a record
+ * with a good CRC does not parse. */
 static int scan_file(int fd, struct scan *s, int data_fd, unsigned char **buf, size_t *cap)
 {
     unsigned char h[HDR_FIELDS];
     struct stat st;
-    uint64_t off, expect;
+    uint64_t off, expect, len, seq;
     uint32_t crc;
+    int rc;
 
     memset(s, 0, sizeof *s);
     if (fstat(fd, &st))
@@ -1074,44 +1253,29 @@ static int scan_file(int fd, struct scan *s, int data_fd, unsigned char **buf, s
         pwrite_full(data_fd, s->base, 2 * (size_t)s->psize, 0))
         return -1;
     expect = s->first_seq;
-    for (off = s->hdr_size; expect && off + REC_HDR <= s->size;) {
-        unsigned char rh[REC_HDR];
-        uint64_t len, p;
-        uint32_t nseg;
-
-        if (pread_full(fd, rh, REC_HDR, (off_t)off))
+    off = s->hdr_size;
+    while ((rc = rec_read(fd, off, s->size, buf, cap, &len, &seq)) == 1 && expect && seq == expect) {
+        const unsigned char *b = *buf;
+        if (rec_check(b, len, s->psize))
             return -1;
-        len = get64(rh + 24);
-        if (get32(rh) != REC_MAGIC || get64(rh + 8) != expect || len < REC_HDR ||
-            len > MAX_RECORD || off + len > s->size)
-            break;
-        if (len > *cap) {
-            unsigned char *b = realloc(*buf, (size_t)len);
-            if (!b)
-                return -1;
-            *buf = b;
-            *cap = (size_t)len;
-        }
-        if (pread_full(fd, *buf, (size_t)len, (off_t)off))
-            return -1;
-        if (mic_crc32c(0, *buf + 8, (size_t)len - 8) != get32(rh + 4))
-            break;
-        nseg = get32(rh + 32);
-        for (p = REC_HDR; nseg; nseg--) {
-            uint64_t soff = get64(*buf + p);
-            uint32_t slen = get32(*buf + p + 8);
-            if (p + SEG_HDR + slen > len)
-                return -1;
-            if (data_fd >= 0 && pwrite_full(data_fd, *buf + p + SEG_HDR, slen, (off_t)soff))
-                return -1;
-            p += SEG_HDR + ((slen + 7) & ~(uint64_t)7);
-        }
+        if (data_fd >= 0)
+            for (uint64_t p = REC_HDR, n = get32(b + 32); n; n--) {
+                uint64_t soff = get64(b + p);
+                uint32_t slen = get32(b + p + 8);
+                if (pwrite_full(data_fd, b + p + SEG_HDR, slen, (off_t)soff))
+                    return -1;
+                p += SEG_HDR + ((slen + 7) & ~(uint64_t)7);
+            }
         s->nrec++;
         s->last_seq = expect;
-        s->last_txnid = get64(rh + 16);
+        s->last_txnid = get64(b + 16);
         expect++;
         off += len;
     }
+    if (rc < 0)
+        return -1;
+    if (rc == 1 && (expect ? seq > expect : seq >= s->floor))
+        s->stray = seq;
     return 0;
 }
 
@@ -1153,6 +1317,17 @@ int mic_jnl_recover(const char *dir, int *lock_fd, uint64_t *next_seq, uint64_t 
                 top = s[i].last_seq;
             if (s[i].first_seq && (newest < 0 || s[i].first_seq > s[newest].first_seq))
                 newest = i;
+            if (s[i].stray) {
+                /* Replaying the chains would silently drop those records,
+                 * which may hold acknowledged commits. */
+                char n[32];
+                snprintf(n, sizeof n, "%llu", (unsigned long long)s[i].stray);
+                snprintf(path, sizeof path, "journal-%d", i);
+                mic_log(MIC_LOG_ERROR, NULL, "journal: a file holds records its header does not "
+                        "lead to (refusing to open the store)", "dir", dir, "file", path,
+                        "seq", n, NULL);
+                goto out;
+            }
         }
     }
     *next_seq = top + 1;

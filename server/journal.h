@@ -76,32 +76,40 @@ int mic_jnl_disable(const char *dir, int lock_fd);
 
 /* Before a write transaction begins: make sure no more than one sealed
  * record is not yet durable, flushing in this thread if needed, and that
- * the journal has room for the commit's record (1 MiB written ahead in
- * its file, or in the other file).  Returns MIC_OK, MIC_ENOSPC (the
- * filesystem is full: nothing may be written now, nothing failed; a
- * later call may succeed once room is made) or MIC_EIO (the journal
- * failed; nothing may be written). */
+ * the journal has room for the records not yet durable and 1 MiB more
+ * (written ahead after the active file's end, or after the other file's
+ * header).  Returns MIC_OK, MIC_ENOSPC (the filesystem is full: nothing
+ * may be written now, nothing failed; a later call may succeed once room
+ * is made) or MIC_EIO (the journal failed; nothing may be written).
+ *
+ * Room is kept, never assumed: while a transaction writes, a capture
+ * whose record would outgrow the room written ahead makes the room first
+ * or fails LMDB's write with ENOSPC, so that commit fails and changes
+ * nothing (MIC_ENOSPC, 507: a refusal stores nothing).  A commit that
+ * LMDB completed therefore always finds room at its flush. */
 int mic_jnl_begin(mic_jnl *j);
 
-/* After LMDB committed transaction 'txnid': the writes captured since the
- * last seal become the next record (nothing if there were none).  Returns
- * MIC_OK, or MIC_EIO when a capture failed or the commit wrote no meta
- * page (the journal is then failed: the commit is in the OS cache but can
- * never be made durable, so nothing after it may be acknowledged). */
+/* After LMDB committed a transaction: 'txnid' is LMDB's last committed
+ * txnid now (mdb_env_info's me_last_txnid).  The writes captured since
+ * the last seal become the next record; a transaction that changed
+ * nothing captured nothing and left 'txnid' as it was (no record).
+ * Returns MIC_OK, or MIC_EIO when a capture failed, the commit wrote no
+ * meta page, or 'txnid' advanced with nothing captured (LMDB wrote
+ * through a call the journal does not see).  The journal is then failed:
+ * the commit is in the OS cache but can never be made durable, so
+ * nothing after it may be acknowledged. */
 int mic_jnl_seal(mic_jnl *j, uint64_t txnid);
 
 /* After a commit that failed: drop what was captured for it. */
 void mic_jnl_discard(mic_jnl *j);
 
 /* Write every sealed record and fdatasync the journal file.  Returns
- * MIC_OK when every record sealed before the call is durable, MIC_EIO when
- * a write or sync failed now or before (sticky: after a failed fsync the
- * kernel may have dropped the pages, so nothing later can be trusted), or
- * MIC_ENOSPC when the filesystem had no room for the records (a record
- * larger than the room mic_jnl_begin saw to): they are kept, in order,
- * for the next flush, and nothing failed; their commits are in LMDB and
- * the OS cache but not durable, so their requests must not be answered
- * 2xx. */
+ * MIC_OK when every record sealed before the call is durable, or MIC_EIO
+ * when a write or sync failed now or before (sticky: after a failed fsync
+ * the kernel may have dropped the pages, so nothing later can be
+ * trusted).  Never MIC_ENOSPC: the room the records need was kept before
+ * their commits (mic_jnl_begin); a filesystem that fails a write into
+ * that room fails the journal. */
 int mic_jnl_flush(mic_jnl *j);
 
 /* Have fn(what, errno) called once, in the thread that saw it, when a
@@ -129,13 +137,19 @@ void mic_jnl_stats(mic_jnl *j, struct mic_jnl_stats *st);
  * succeeded; on_written: a flush wrote 'len' bytes at 'off' of journal
  * file 'file' and is about to fdatasync it (the hook may _exit to model a
  * crash before the sync); fail_sync: consulted instead of the flush's
- * fdatasync, a nonzero return (an errno code) is its failure.  NULL
- * members are not called. */
+ * fdatasync, a nonzero return (an errno code) is its failure; no_room:
+ * consulted before zeros are written ahead in journal file 'file', a
+ * nonzero return (ENOSPC) fails that write as a full filesystem would;
+ * skip_capture: a nonzero return makes the capture of one LMDB write
+ * record nothing (as if LMDB wrote through a call that is not renamed).
+ * NULL members are not called. */
 struct mic_jnl_hooks {
     void (*on_data)(off_t off, const void *buf, size_t len);
     void (*on_checkpoint)(int phase);
     void (*on_written)(int file, off_t off, size_t len);
     int (*fail_sync)(void);
+    int (*no_room)(int file);
+    int (*skip_capture)(void);
 };
 void mic_jnl_set_hooks(const struct mic_jnl_hooks *h);
 

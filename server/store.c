@@ -540,9 +540,7 @@ int mic_store_sync(mic_store *s)
     }
     if (!s->jnl)
         return MIC_OK;
-    if ((rc = mic_jnl_flush(s->jnl)) == MIC_ENOSPC)
-        atomic_store(&s->disk_full, 1);
-    return rc;
+    return mic_jnl_flush(s->jnl);
 }
 
 int mic_store_journal_stats(mic_store *s, struct mic_jnl_stats *st)
@@ -597,12 +595,17 @@ int mic_txn_commit(mic_txn *t)
         mdb_cursor_close(t->logc);
     close_wcursors(t);
     if (t->write && t->s->jnl) {
-        uint64_t id = mdb_txn_id(t->txn);
-        if ((rc = mdb_txn_commit(t->txn)))
+        MDB_envinfo info;
+        if ((rc = mdb_txn_commit(t->txn))) {
             mic_jnl_discard(t->s->jnl);
-        else if (mic_jnl_seal(t->s->jnl, id)) {
-            free(t);
-            return MIC_EIO;
+        } else {
+            /* The txnid LMDB's meta page now carries: the journal checks
+             * that a commit which advanced it was captured. */
+            mdb_env_info(t->s->env, &info);
+            if (mic_jnl_seal(t->s->jnl, (uint64_t)info.me_last_txnid)) {
+                free(t);
+                return MIC_EIO;
+            }
         }
     } else {
         rc = mdb_txn_commit(t->txn);

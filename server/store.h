@@ -170,7 +170,9 @@ int mic_txn_begin(mic_store *s, int write, mic_txn **out);
  * MIC_ENOSPC when the filesystem has no room for its journal record:
  * nothing was written).
  * Commit and free: the commit is visible to new transactions but durable
- * only after the next mic_store_sync.  MIC_ENOSPC on a full disk, MIC_EIO
+ * only after the next mic_store_sync.  MIC_ENOSPC on a full disk (the map,
+ * the filesystem, or the journal's room for the commit's record: nothing
+ * of the transaction is committed, so a 507 stored nothing), MIC_EIO
  * on another failure (nothing of the transaction is committed), or when
  * the journal could not take the commit (it is then visible but can never
  * be made durable: the journal is failed and every later sync and write
@@ -180,10 +182,9 @@ int mic_txn_commit(mic_txn *t);
  * fdatasync (nothing with nosync).  Returns MIC_OK, or MIC_EIO when the
  * write or sync failed now or before (logged): what was committed since
  * the last good sync may then be lost, so the caller must not report it
- * durable; or MIC_ENOSPC when the filesystem had no room for the journal
- * records (nothing failed: they wait for the next sync; the commits are
- * not durable, so the caller must not report them durable either).  Any
- * thread, also during a write transaction. */
+ * durable.  Never MIC_ENOSPC: each commit's journal room was kept before
+ * it committed (journal.h, mic_jnl_begin).  Any thread, also during a
+ * write transaction. */
 int mic_store_sync(mic_store *s);
 void mic_txn_abort(mic_txn *t);
 

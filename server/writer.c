@@ -34,9 +34,10 @@
  * answers its ops MIC_EIO and stops the writer (fail-stop: after a failed
  * fsync the kernel may have dropped the pages, so nothing later can be
  * trusted to be on disk; DESIGN section 1; micd itself exits then, see
- * mic_store_on_fatal).  A sync that found no room on the filesystem
- * (MIC_ENOSPC) answers its ops 507 and the writer goes on: the records
- * wait in the journal's queue for room.  Parked ops, and ops whose batch
+ * mic_store_on_fatal).  A sync never finds the filesystem full: the
+ * journal kept the room of each commit's record before the commit (a
+ * commit that could not have it failed, with MIC_ENOSPC, below), so a 507
+ * always means nothing was stored.  Parked ops, and ops whose batch
  * failed (it wrote nothing), are finished by the writer itself.
  *
  * When an op reports MIC_ENOSPC (the map or the filesystem is full) the
@@ -402,10 +403,7 @@ static void sync_and_finish(mic_writer *w, mic_op *list)
 
     if (rc) {
         pthread_mutex_lock(&w->lock);
-        if (rc == MIC_ENOSPC)
-            w->st.full = 1; /* the journal had no room: answer 507, go on */
-        else
-            w->st.alive = 0; /* fail-stop: later submits answer not ready */
+        w->st.alive = 0; /* fail-stop: later submits answer not ready */
         pthread_mutex_unlock(&w->lock);
     }
     while (list) {

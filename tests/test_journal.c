@@ -35,6 +35,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "crc32c.h"
 #include "err.h"
 #include "journal.h"
 #include "procfx.h"
@@ -191,7 +192,7 @@ static int copy_file(const char *from, const char *to)
 static void child(const char *dir, int steps, int die_mode, uint64_t seed)
 {
     char path[400], snap[400];
-    struct mic_jnl_hooks h = {on_data, on_checkpoint, on_written, NULL};
+    struct mic_jnl_hooks h = {.on_data = on_data, .on_checkpoint = on_checkpoint, .on_written = on_written};
     static struct model m;
     mic_store *s;
 
@@ -554,7 +555,7 @@ static void pages_go_without_their_gap(void **state)
     char dir[64];
     static struct model m;
     struct mic_jnl_stats st;
-    struct mic_jnl_hooks h = {count_data, NULL, NULL, NULL};
+    struct mic_jnl_hooks h = {.on_data = count_data};
     mic_store *s;
     int why = 0;
 
@@ -668,6 +669,361 @@ static void failed_sync_is_sticky(void **state)
     procfx_rm_store(dir);
 }
 
+/* ---- A full filesystem at a switch, uncaptured commits, bad records ---- */
+
+static int no_room(int file)
+{
+    (void)file;
+    return ENOSPC;
+}
+
+static void put_id(mic_store *s, const char *id, uint64_t v, int *commit_rc, int *sync_rc)
+{
+    uint8_t dg[MIC_DIGEST_LEN] = {0};
+    mic_txn *t;
+
+    assert_int_equal(mic_txn_begin(s, 1, &t), MIC_OK);
+    assert_int_equal(mic_store_id_put(t, id, strlen(id), v, dg), MIC_OK);
+    *commit_rc = mic_txn_commit(t);
+    *sync_rc = *commit_rc ? *commit_rc : mic_store_sync(s);
+}
+
+/* A commit of 'n' log records of 8000 bytes and the id 'id', synced;
+ * with 'full', while the filesystem has no room for the journal to write
+ * ahead.  Returns 1 when it was refused (in its commit or its sync). */
+static int commit_logs(mic_store *s, const char *id, int n, int full)
+{
+    static char json[8001];
+    struct mic_jnl_hooks h = {.no_room = no_room};
+    uint8_t dg[MIC_DIGEST_LEN] = {0};
+    mic_txn *t;
+    uint64_t seq;
+    int rc;
+
+    memset(json, 'b', sizeof json - 1);
+    if (full)
+        mic_jnl_set_hooks(&h);
+    assert_int_equal(mic_txn_begin(s, 1, &t), MIC_OK);
+    assert_int_equal(mic_store_last_seq(t, &seq), MIC_OK);
+    for (int i = 0; i < n; i++) {
+        struct mic_rec r;
+        memset(&r, 0, sizeof r);
+        r.seq = ++seq;
+        r.topic_id = 1;
+        r.created_at_us = (int64_t)r.seq;
+        r.json = json;
+        r.json_len = sizeof json - 1;
+        assert_int_equal(mic_store_log_put(t, &r), MIC_OK);
+    }
+    assert_int_equal(mic_store_id_put(t, id, strlen(id), 1, dg), MIC_OK);
+    rc = mic_txn_commit(t);
+    if (rc == MIC_OK)
+        rc = mic_store_sync(s);
+    mic_jnl_set_hooks(NULL);
+    return rc != MIC_OK;
+}
+
+static int id_present(mic_store *s, const char *id)
+{
+    uint8_t dg[MIC_DIGEST_LEN];
+    mic_txn *t;
+    uint64_t seq;
+    int rc;
+
+    assert_int_equal(mic_txn_begin(s, 0, &t), MIC_OK);
+    rc = mic_store_id_get(t, id, strlen(id), &seq, dg);
+    mic_txn_abort(t);
+    assert_true(rc == MIC_OK || rc == MIC_ENOTFOUND);
+    return rc == MIC_OK;
+}
+
+static void check_verify(const char *dir)
+{
+    struct mic_verify_report rep;
+    FILE *out = fopen("/dev/null", "w");
+
+    assert_non_null(out);
+    assert_int_equal(mic_store_verify(dir, out, &rep), MIC_OK);
+    fclose(out);
+}
+
+/* Issue 29, point 1: a switch of journal files meets a full filesystem
+ * (the big commit below, about 3.2 MB, takes journal-0 past its 4 MiB
+ * and journal-1 has only 2 MiB written ahead); room is made again, 20
+ * commits are acknowledged, and the process dies.  Every acknowledged
+ * commit must be there after the replay; the big one must be there if it
+ * was acknowledged (journal-0 had the room) and absent if it was refused
+ * (point 8). */
+static void switch_on_full_disk_keeps_acknowledged(void **state)
+{
+    char dir[64];
+    mic_store *s;
+    pid_t pid;
+    int status;
+
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/mic-test-journal-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int c, y;
+        char id[32];
+        int refused;
+        mic_store_set_journal_size(4 * MiB);
+        if (mic_store_open(&s, dir, 64 * MiB, 64 * MiB, 0))
+            _exit(2);
+        for (int i = 0; i < 3; i++) {
+            snprintf(id, sizeof id, "pre-%d", i);
+            if (commit_logs(s, id, 60, 0))
+                _exit(3);
+        }
+        refused = commit_logs(s, "big", 400, 1);
+        for (int i = 0; i < 20; i++) {
+            snprintf(id, sizeof id, "after-%d", i);
+            put_id(s, id, (uint64_t)i + 100, &c, &y);
+            if (c || y)
+                _exit(5);
+        }
+        _exit(refused ? 0 : 1); /* a crash: every "after" commit was acknowledged */
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_true(WEXITSTATUS(status) <= 1);
+    mic_store_set_journal_size(4 * MiB);
+    assert_int_equal(mic_store_open(&s, dir, 64 * MiB, 64 * MiB, 0), MIC_OK);
+    for (int i = 0; i < 3; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "pre-%d", i);
+        assert_true(id_present(s, id));
+    }
+    for (int i = 0; i < 20; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "after-%d", i);
+        if (!id_present(s, id))
+            fail_msg("acknowledged commit %s lost after the replay", id);
+    }
+    assert_int_equal(id_present(s, "big"), WEXITSTATUS(status));
+    printf("the big commit was %s\n", WEXITSTATUS(status) ? "acknowledged" : "refused");
+    mic_store_close(s);
+    mic_store_set_journal_size(64 * MiB);
+    check_verify(dir);
+    procfx_rm_store(dir);
+}
+
+/* Issue 29, point 8: a commit refused for want of journal room is not
+ * stored later, when room comes back (here: a clean close after one more
+ * commit). */
+static void refused_commit_is_never_stored(void **state)
+{
+    char dir[64];
+    mic_store *s;
+    int c, y;
+
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/mic-test-journal-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    mic_store_set_journal_size(128 * KiB);
+    assert_int_equal(mic_store_open(&s, dir, 64 * MiB, 64 * MiB, 0), MIC_OK);
+    put_id(s, "first", 1, &c, &y);
+    assert_int_equal(c, MIC_OK);
+    assert_int_equal(y, MIC_OK);
+    assert_true(commit_logs(s, "big", 400, 1));
+    assert_false(id_present(s, "big"));
+    put_id(s, "second", 2, &c, &y);
+    assert_int_equal(c, MIC_OK);
+    assert_int_equal(y, MIC_OK);
+    mic_store_close(s);
+    assert_int_equal(mic_store_open(&s, dir, 64 * MiB, 64 * MiB, 0), MIC_OK);
+    assert_true(id_present(s, "first"));
+    assert_true(id_present(s, "second"));
+    assert_false(id_present(s, "big"));
+    mic_store_close(s);
+    mic_store_set_journal_size(64 * MiB);
+    procfx_rm_store(dir);
+}
+
+/* Issue 29, point 2: a commit that advanced LMDB's txnid while the
+ * journal captured none of its writes fails the journal. */
+static int skip_all(void)
+{
+    return 1;
+}
+
+static void uncaptured_commit_fails_the_journal(void **state)
+{
+    char dir[64];
+    struct mic_jnl_hooks h = {.skip_capture = skip_all};
+    mic_store *s;
+    mic_txn *t;
+    int c, y;
+
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/mic-test-journal-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(mic_store_open(&s, dir, 4 * MiB, 4 * MiB, 0), MIC_OK);
+    /* A transaction that changes nothing captures nothing, rightly. */
+    assert_int_equal(mic_txn_begin(s, 1, &t), MIC_OK);
+    assert_int_equal(mic_txn_commit(t), MIC_OK);
+    put_id(s, "a", 1, &c, &y);
+    assert_int_equal(y, MIC_OK);
+    mic_jnl_set_hooks(&h);
+    put_id(s, "b", 2, &c, &y);
+    mic_jnl_set_hooks(NULL);
+    assert_int_equal(c, MIC_EIO);
+    assert_int_equal(mic_store_sync(s), MIC_EIO);
+    assert_int_equal(mic_txn_begin(s, 1, &t), MIC_EIO);
+    mic_store_close(s);
+    procfx_rm_store(dir);
+}
+
+/* A store whose journal-0 holds 'n' synced commits and was never closed. */
+static void crashed_store(char *dir, size_t cap, int n)
+{
+    pid_t pid;
+    int status;
+
+    snprintf(dir, cap, "/tmp/mic-test-journal-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        mic_store *s;
+        int c, y;
+        if (mic_store_open(&s, dir, 4 * MiB, 4 * MiB, 0))
+            _exit(2);
+        for (int i = 0; i < n; i++) {
+            char id[16];
+            snprintf(id, sizeof id, "k%d", i);
+            put_id(s, id, (uint64_t)i + 1, &c, &y);
+            if (c || y)
+                _exit(3);
+        }
+        _exit(0);
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+static unsigned char *read_journal(const char *dir, size_t *len)
+{
+    char path[200];
+    struct stat sb;
+    unsigned char *b;
+    int fd;
+
+    snprintf(path, sizeof path, "%s/journal-0", dir);
+    assert_true((fd = open(path, O_RDONLY)) >= 0);
+    assert_int_equal(fstat(fd, &sb), 0);
+    *len = (size_t)sb.st_size;
+    assert_non_null(b = malloc(*len));
+    assert_int_equal(read(fd, b, *len), (ssize_t)*len);
+    close(fd);
+    return b;
+}
+
+static void write_journal(const char *dir, const unsigned char *b, size_t len)
+{
+    char path[200];
+    int fd;
+
+    snprintf(path, sizeof path, "%s/journal-0", dir);
+    assert_true((fd = open(path, O_WRONLY)) >= 0);
+    assert_int_equal(pwrite(fd, b, len, 0), (ssize_t)len);
+    close(fd);
+}
+
+static uint64_t le64(const unsigned char *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static void set_le64(unsigned char *p, uint64_t v)
+{
+    memcpy(p, &v, 8);
+}
+
+static void set_le32(unsigned char *p, uint32_t v)
+{
+    memcpy(p, &v, 4);
+}
+
+/* proto/store-format.md, "Journal": the header's CRC-32C covers bytes
+ * 0-31 and 36 to its end; a record's, bytes 8 to its end. */
+static void header_crc(unsigned char *b, size_t hdr)
+{
+    uint32_t crc = mic_crc32c(0, b, 32);
+    set_le32(b + 32, mic_crc32c(crc, b + 36, hdr - 36));
+}
+
+/* Issue 29, point 1: records written after a header that does not lead
+ * to them (the header of a file that holds no chain) make recovery
+ * refuse the store instead of replaying without them. */
+static void recovery_refuses_records_past_the_header(void **state)
+{
+    char dir[64];
+    unsigned char *b;
+    size_t len, hdr;
+    uint64_t next, replayed;
+    int lockfd;
+
+    (void)state;
+    crashed_store(dir, sizeof dir, 5);
+    b = read_journal(dir, &len);
+    hdr = 4096 + 2 * (size_t)(b[12] | b[13] << 8 | b[14] << 16);
+    assert_true(len > hdr + 40);
+    assert_int_equal(le64(b + 16), le64(b + hdr + 8)); /* the chain starts at record 1 */
+    set_le64(b + 16, 0);                                 /* a header that names no chain */
+    header_crc(b, hdr);
+    write_journal(dir, b, hdr);
+    assert_int_equal(mic_jnl_recover(dir, &lockfd, &next, &replayed), MIC_EIO);
+    free(b);
+    procfx_rm_store(dir);
+}
+
+/* Issue 29, point 6: a record with a good CRC whose segment lies past the
+ * pages the store uses, or whose segment count runs past its end, is
+ * refused (data.mdb is not written at the offset, nothing is read past
+ * the record). */
+static void recovery_bounds_segments(void **state)
+{
+    for (int round = 0; round < 2; round++) {
+        char dir[64], path[200];
+        unsigned char *b;
+        size_t len, hdr, r;
+        uint64_t next, replayed, rlen, p;
+        struct stat sb;
+        int lockfd;
+
+        (void)state;
+        crashed_store(dir, sizeof dir, 1);
+        b = read_journal(dir, &len);
+        hdr = 4096 + 2 * (size_t)(b[12] | b[13] << 8 | b[14] << 16);
+        r = hdr;
+        rlen = le64(b + r + 24);
+        assert_true(r + rlen <= len);
+        if (round == 0) {
+            /* The first segment outside the meta pages, moved to 1 TiB. */
+            size_t meta_end = hdr - 4096;
+            for (p = r + 40; le64(b + p) < meta_end; p += 16 + ((le64(b + p + 8) & 0xffffffffu) + 7) / 8 * 8)
+                assert_true(p < r + rlen);
+            set_le64(b + p, (uint64_t)1 << 40);
+        } else {
+            set_le32(b + r + 32, (uint32_t)(b[r + 32] | b[r + 33] << 8) + 1);
+        }
+        set_le32(b + r + 4, mic_crc32c(0, b + r + 8, (size_t)rlen - 8));
+        write_journal(dir, b, len);
+        assert_int_equal(mic_jnl_recover(dir, &lockfd, &next, &replayed), MIC_EIO);
+        snprintf(path, sizeof path, "%s/data.mdb", dir);
+        assert_int_equal(stat(path, &sb), 0);
+        assert_true(sb.st_size < (off_t)1 << 30);
+        free(b);
+        procfx_rm_store(dir);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -679,6 +1035,11 @@ int main(void)
         cmocka_unit_test(pages_go_without_their_gap),
         cmocka_unit_test(nosync_open_empties_the_journal),
         cmocka_unit_test(failed_sync_is_sticky),
+        cmocka_unit_test(switch_on_full_disk_keeps_acknowledged),
+        cmocka_unit_test(refused_commit_is_never_stored),
+        cmocka_unit_test(uncaptured_commit_fails_the_journal),
+        cmocka_unit_test(recovery_refuses_records_past_the_header),
+        cmocka_unit_test(recovery_bounds_segments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
