@@ -1076,12 +1076,13 @@ int mic_delivery_gap_skip(struct mic_wctx *w, mic_groups *g, const uint8_t akey[
 
 /* ---- Retention and removal ---- */
 
-int mic_delivery_busy(struct mic_wctx *w, struct mic_group *gr, uint64_t seq, int *busy)
+int mic_delivery_busy(struct mic_wctx *w, struct mic_group *gr, const struct mic_rec *r,
+                      int *busy)
 {
     struct mic_dlv d;
-    int rc = mic_store_dlv_get(w->txn, mic_group_id(gr), seq, &d);
+    int rc = mic_store_dlv_get(w->txn, mic_group_id(gr), r->seq, &d);
 
-    *busy = rc == MIC_OK && nonterminal(&d);
+    *busy = rc == MIC_OK ? nonterminal(&d) : rc == MIC_ENOTFOUND && mic_group_fills(gr, r);
     return rc == MIC_ENOTFOUND ? MIC_OK : rc;
 }
 

@@ -128,8 +128,13 @@ enum mic_gap_outcome {
 int mic_delivery_gap_skip(struct mic_wctx *w, mic_groups *g, const uint8_t akey[MIC_AKEY_LEN],
                           uint64_t v, int *outcome, uint64_t *stored_seq, int *released);
 
-/* Retention: *busy = 1 when 'seq' has a non-terminal delivery in 'gr'. */
-int mic_delivery_busy(struct mic_wctx *w, struct mic_group *gr, uint64_t seq, int *busy);
+/* Retention: *busy = 1 when event 'r' has a non-terminal delivery in
+ * 'gr', or none yet and the backfill of 'gr' has still to add it
+ * (mic_group_fills): a backfill holds what it has not reached.  'gr' is
+ * one of the groups of r's topic (mic_groups_holders) or any group when
+ * that topic is unknown.  Returns MIC_OK or a store error; one seek. */
+int mic_delivery_busy(struct mic_wctx *w, struct mic_group *gr, const struct mic_rec *r,
+                      int *busy);
 /* Retention: forget the (terminal) delivery of 'seq' in 'gr', if any. */
 int mic_delivery_remove(struct mic_wctx *w, struct mic_group *gr, uint64_t seq);
 

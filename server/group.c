@@ -13,9 +13,13 @@
  * events stored before it; this file walks the log in chunks of
  * BACKFILL_CHUNK records, one chunk per writer batch, so a large log never
  * stalls other requests, and hands each event to the caller's
- * mic_groups_work.add.  Deleting a group removes its record at once (its
- * name is free again, its old tokens answer not_found) and its keys in
- * chunks of DROP_CHUNK (mic_groups_work.drop_step).  The struct mic_group
+ * mic_groups_work.add.  The registry keeps each backfill's position (the
+ * group record's backfill_next and backfill_end), so that retention can
+ * tell in one comparison whether the backfill has still to add an event
+ * (mic_group_fills): such an event is kept until it is added.  Deleting a
+ * group removes its record at once (its name is free again, its old tokens
+ * answer not_found) and its keys in chunks of DROP_CHUNK
+ * (mic_groups_work.drop_step).  The struct mic_group
  * is this file's: others read it through its accessors. */
 #define _POSIX_C_SOURCE 200809L
 #include "group.h"
@@ -58,6 +62,8 @@ struct mic_group {
     uint32_t gid;
     struct mic_group_cfg cfg;
     int backfilling;        /* older events still being added */
+    uint64_t fill_next;     /* backfilling: the next log seq it looks at ... */
+    uint64_t fill_end;      /* ... up to this one (the group record's) */
     int releasing;          /* ordered: backfill done, heads being released */
     uint64_t cursor;        /* releasing: ordinal of the last aggregate done */
     struct mic_group *next;
@@ -633,6 +639,8 @@ static int load_one(void *arg, const char *name, size_t len,
         goto fail;
     gr->backfilling = rec->backfilling == 1;
     gr->releasing = rec->backfilling == 2;
+    gr->fill_next = rec->backfill_next;
+    gr->fill_end = rec->backfill_end;
     g->backfilling |= rec->backfilling != 0;
     /* A replay run's group still backfilling: its selection is not all in. */
     g->selecting |= gr->cfg.replay_run && rec->backfilling == 1;
@@ -807,6 +815,14 @@ int mic_group_backfilling(const struct mic_group *gr)
     return gr->backfilling;
 }
 
+int mic_group_fills(const struct mic_group *gr, const struct mic_rec *r)
+{
+    /* A replay run's group walks its run's selection instead
+     * (mic_replay_holds). */
+    return gr->backfilling && !gr->cfg.replay_run && r->seq >= gr->fill_next &&
+           r->seq <= gr->fill_end && mic_group_takes(gr, r);
+}
+
 int mic_group_held(const struct mic_group *gr)
 {
     return gr->cfg.replay_run && (gr->backfilling || gr->releasing);
@@ -895,6 +911,7 @@ static int backfill_step(mic_groups *g, struct mic_wctx *w, const struct mic_gro
                 return rc;
             gr->backfilling = upd.backfilling == 1;
             gr->releasing = upd.backfilling == 2;
+            gr->fill_next = next;
             gr->cursor = 0;
             g->backfilling = 1; /* look again next batch */
         }
@@ -1089,6 +1106,8 @@ int mic_groups_create(mic_groups *g, struct mic_wctx *w, const char *name,
     }
     gr->gid = rec.gid;
     gr->backfilling = rec.backfilling;
+    gr->fill_next = rec.backfill_next;
+    gr->fill_end = rec.backfill_end;
     gr->next = g->list;
     g->list = gr;
     g->version++;

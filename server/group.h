@@ -85,6 +85,15 @@ int mic_group_held(const struct mic_group *gr);
 /* Nonzero if a live event 'r' belongs in 'gr' by its start (`start` at a
  * time takes events created at or after it). */
 int mic_group_takes(const struct mic_group *gr, const struct mic_rec *r);
+/* Nonzero if the backfill of live group 'gr' (start `all` or a time) has
+ * still to reach event 'r' and will add it: 'r' lies at or past the
+ * backfill's position, within the log it walks, and 'gr' takes it.  The
+ * topic is the caller's to match (retention asks the groups of r's topic;
+ * of an unknown topic it asks every group, and a backfill then holds the
+ * event until it has passed it).  Always 0 for a replay run's group
+ * (mic_replay_holds).  One comparison: retention asks it for every event
+ * it would remove (mic_delivery_busy). */
+int mic_group_fills(const struct mic_group *gr, const struct mic_rec *r);
 /* The live groups subscribed to 'topic' (replay groups excluded): *out
  * receives an array of *n groups, borrowed from the registry and valid
  * until the next call of this function or mic_groups_holders, or a change

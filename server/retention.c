@@ -9,9 +9,11 @@
  * the seqs of a range that came due.  Each event of a range goes at its
  * own deadline: the rest of a range waits in an entry of its own.  An
  * event is removed only when its delivery is terminal
- * (dispatched, dead-lettered, skipped) in every group, and no replay run
- * still adding its selection has it ahead (mic_replay_holds: it is pending
- * in that run); otherwise it is looked at again one retention period later
+ * (dispatched, dead-lettered, skipped) in every group, no group's backfill
+ * (start `all` or a time) has it still ahead (mic_group_fills: a comparison
+ * with the backfill's position), and no replay run still adding its
+ * selection has it ahead (mic_replay_holds: it is pending in that run);
+ * otherwise it is looked at again one retention period later
  * (at most RECHECK_MAX_S).  Nothing is walked per removal: the event's
  * topic comes from the writer's map of topic names by id
  * (mic_groups_topic_find), and only the groups that can hold a delivery of
@@ -257,14 +259,15 @@ static struct mic_group *holder(const struct holders *h, struct mic_group *prev,
 }
 
 /* Nonzero if event 'r' must stay for some group: a delivery not terminal,
- * or a replay run that has still to add it.  A store error goes to *rc. */
+ * a backfill or a replay run that has still to add it.  A store error goes
+ * to *rc. */
 static int busy_somewhere(struct mic_wctx *w, const struct holders *h, const struct mic_rec *r,
                           const char *id, size_t idlen, int *rc)
 {
     struct mic_group *gr = NULL;
 
     for (int i = 0; (gr = holder(h, gr, i)); i++) {
-        int busy, e = mic_delivery_busy(w, gr, r->seq, &busy);
+        int busy, e = mic_delivery_busy(w, gr, r, &busy);
         if (!e && !busy)
             e = mic_replay_holds(w, gr, r, id, idlen, &busy);
         if (e) {

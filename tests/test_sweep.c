@@ -3,7 +3,15 @@
  * its topic by id (topics created by PUT, by publish, after a restart, and
  * after a batch that created a topic was aborted and its id reused) and
  * asks only the groups that can hold a delivery of it (exact and prefix
- * subscribers); the archive file is named after the right topic. */
+ * subscribers); the archive file is named after the right topic.
+ *
+ * Retention against a backfill (issue 29, point 4): a group created with
+ * start "all" is filled in chunks, one per writer batch; retention that
+ * comes due between two chunks keeps every event the backfill has still to
+ * add, for an unordered group, an ordered one with versions and without
+ * (none is gap-parked), and a replay run's group.  These run a quiet
+ * writer: it runs a batch only for an op of the test, so each batch is one
+ * backfill chunk, then one sweep, then the op, at the clock the test set. */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,9 +24,11 @@
 #include "clock.h"
 #include "config.h"
 #include "err.h"
+#include "delivery.h"
 #include "group.h"
 #include "procfx.h"
 #include "publish.h"
+#include "replay.h"
 #include "schedule.h"
 #include "store.h"
 #include "topic.h"
@@ -50,6 +60,7 @@ struct fx {
     mic_groups *groups;
     mic_writer *w;
     sem_t sem;
+    int quiet;  /* the writer runs no batch of its own (quiet_hooks) */
 };
 
 static void done(mic_op *op)
@@ -72,6 +83,25 @@ static void run(struct fx *f, mic_op *op)
     assert_int_equal(run_rc(f, op), MIC_OK);
 }
 
+/* The schedule's next_due hook, called by no_wakeup. */
+static int64_t (*sched_next_due)(struct mic_sched *s, struct mic_wctx *w);
+
+/* A quiet writer's hooks: the schedule's seek of the next deadline still
+ * runs, but the writer is told of no deadline ahead and of no background
+ * work left, so it never runs a batch of its own (a backfill chunk or a
+ * sweep at a clock the test did not choose yet). */
+static int64_t no_wakeup(struct mic_sched *s, struct mic_wctx *w)
+{
+    (void)sched_next_due(s, w);
+    return 0;
+}
+
+static int never_busy(struct mic_sched *s)
+{
+    (void)s;
+    return 0;
+}
+
 static int start(struct fx *f)
 {
     struct mic_writer_hooks h;
@@ -81,6 +111,11 @@ static int start(struct fx *f)
         return -1;
     memset(&h, 0, sizeof h);
     mic_sched_hooks(f->sched, &h);
+    if (f->quiet) {
+        sched_next_due = h.next_due;
+        h.next_due = no_wakeup;
+        h.busy = never_busy;
+    }
     return mic_writer_start(&f->w, f->store, &f->cfg, &h) ? -1 : 0;
 }
 
@@ -110,6 +145,19 @@ static int setup(void **state)
     sem_init(&f->sem, 0, 0);
     *state = f;
     return 0;
+}
+
+/* setup, with a quiet writer. */
+static int setup_quiet(void **state)
+{
+    struct fx *f;
+
+    if (setup(state))
+        return -1;
+    f = *state;
+    stop(f);
+    f->quiet = 1;
+    return start(f);
 }
 
 static void rm_file(const char *dir, const char *name)
@@ -391,7 +439,9 @@ static void one_entry_per_topic_and_commit(void **state)
 }
 
 /* A range longer than one batch's share of the sweep (1000) is finished by
- * the next batches, each event once. */
+ * the next batches, each event once.  A quiet writer: left to itself it
+ * would run the next batches at once, and a slow test thread then read a
+ * count of 0 instead of 1500. */
 static void range_longer_than_a_sweep(void **state)
 {
     static const char *const k[] = {"keep"};
@@ -468,14 +518,355 @@ static void publish_writes_per_commit(void **state)
     assert_int_equal(topic_count(f, "keep"), 7);
 }
 
+/* ---- Retention against a backfill ---- */
+
+#define FILL_CHUNK 2000 /* records a backfill chunk or a run's chunk walks (group.c, replay.c) */
+
+/* Publish 'n' events "<prefix><i>" to 'topic' in batches of at most 2000,
+ * each with created_at 'at' (0: the clock's). */
+static void publish_many(struct fx *f, const char *prefix, int n, const char *topic, int64_t at)
+{
+    char when[MIC_TIME_LEN + 1];
+
+    f->cfg.max_batch = FILL_CHUNK;
+    if (at)
+        mic_time_format(at, when);
+    for (int i = 0; i < n;) {
+        struct mic_buf b;
+
+        mic_buf_init(&b);
+        mic_buf_puts(&b, "{\"events\":[");
+        for (int k = 0; k < FILL_CHUNK && i < n; k++, i++) {
+            mic_buf_printf(&b, "%s{\"event_id\":\"%s%05d\",\"topic\":\"%s\"", k ? "," : "",
+                           prefix, i, topic);
+            if (at)
+                mic_buf_printf(&b, ",\"created_at\":\"%s\"", when);
+            mic_buf_puts(&b, "}");
+        }
+        mic_buf_puts(&b, "]}");
+        assert_false(b.oom);
+        assert_int_equal(publish_rc(f, b.p), MIC_OK);
+        mic_buf_fini(&b);
+    }
+}
+
+/* The kinds of group the backfill tests run against. */
+enum kind { UNORDERED, VERSIONED, UNVERSIONED };
+
+#define NTARGET 6
+
+/* The targets: k0..k5 on topic "keep" (retention 10 s), created 1 ms
+ * apart; for the ordered kinds over two aggregates a and b in turn (k0, k2,
+ * k4 are a's versions 1, 2, 3 or its events in created_at order). */
+static void publish_targets(struct fx *f, enum kind kind)
+{
+    char when[MIC_TIME_LEN + 1];
+    struct mic_buf b;
+
+    mic_buf_init(&b);
+    mic_buf_puts(&b, "{\"events\":[");
+    for (int i = 0; i < NTARGET; i++) {
+        mic_time_format(T0 - 100000 + i * 1000, when);
+        mic_buf_printf(&b, "%s{\"event_id\":\"k%d\",\"topic\":\"keep\",\"created_at\":\"%s\"",
+                       i ? "," : "", i, when);
+        if (kind != UNORDERED)
+            mic_buf_printf(&b, ",\"aggregate_type\":\"o\",\"aggregate_id\":\"%c\"",
+                           i % 2 ? 'b' : 'a');
+        if (kind == VERSIONED)
+            mic_buf_printf(&b, ",\"aggregate_version\":%d", i / 2 + 1);
+        mic_buf_puts(&b, "}");
+    }
+    mic_buf_puts(&b, "]}");
+    assert_false(b.oom);
+    assert_int_equal(publish_rc(f, b.p), MIC_OK);
+    mic_buf_fini(&b);
+}
+
+/* The group record's backfill state (0 done, 1 adding, 2 releasing heads). */
+static int fill_state(struct fx *f, const char *group)
+{
+    struct mic_group_rec rec;
+    mic_txn *t;
+    int st;
+
+    assert_int_equal(mic_txn_begin(f->store, 0, &t), MIC_OK);
+    assert_int_equal(mic_store_group_get(t, group, strlen(group), &rec), MIC_OK);
+    st = rec.backfilling;
+    mic_txn_abort(t);
+    return st;
+}
+
+/* Batches until the group's backfill is done (heads released); at most 10. */
+static void fill_finish(struct fx *f, const char *group)
+{
+    for (int i = 0; i < 10 && fill_state(f, group); i++)
+        batch(f);
+    assert_int_equal(fill_state(f, group), 0);
+}
+
+/* The group's committed figure 'field' (MIC_GSTAT_*). */
+static uint64_t figure(struct fx *f, const char *group, int field)
+{
+    uint64_t fig[MIC_GSTAT_N];
+    uint32_t gid;
+    mic_txn *t;
+
+    assert_int_equal(mic_txn_begin(f->store, 0, &t), MIC_OK);
+    assert_int_equal(mic_group_gid(t, group, &gid), MIC_OK);
+    assert_int_equal(mic_delivery_figures(t, gid, fig), MIC_OK);
+    mic_txn_abort(t);
+    return fig[field];
+}
+
+/* Claim and ack until 'group' hands out nothing more (at most 'max'
+ * deliveries, 10 per claim); the event ids go to ids[] in claim order.
+ * Returns how many. */
+static int drain(struct fx *f, const char *group, char (*ids)[16], int max)
+{
+    struct mic_error e;
+    struct mic_buf b;
+    mic_claim *c;
+    int n = 0;
+
+    for (;;) {
+        json_t *j, *d;
+        size_t i, got;
+
+        assert_int_equal(mic_claim_parse(MIC_CLAIM, group, "{\"max\":10}", 10, &f->cfg, &c, &e),
+                         MIC_OK);
+        run(f, mic_claim_op(c));
+        mic_buf_init(&b);
+        assert_int_equal(mic_claim_result(c, f->store, &b, &e), MIC_OK);
+        j = json_loadb(b.p, b.len, 0, NULL);
+        assert_non_null(j);
+        mic_buf_fini(&b);
+        mic_claim_free(c);
+        got = json_array_size(json_object_get(j, "deliveries"));
+        if (!got) {
+            json_decref(j);
+            return n;
+        }
+        json_array_foreach(json_object_get(j, "deliveries"), i, d) {
+            char body[256];
+            const char *id = json_string_value(json_object_get(json_object_get(d, "event"),
+                                                               "event_id"));
+            assert_non_null(id);
+            assert_true(n < max);
+            snprintf(ids[n++], 16, "%s", id);
+            snprintf(body, sizeof body, "{\"deliveries\":[{\"seq\":%lld,\"lease_token\":\"%s\"}]}",
+                     (long long)json_integer_value(json_object_get(d, "seq")),
+                     json_string_value(json_object_get(d, "lease_token")));
+            assert_int_equal(mic_claim_parse(MIC_ACK, group, body, strlen(body), &f->cfg, &c, &e),
+                             MIC_OK);
+            run(f, mic_claim_op(c));
+            mic_claim_free(c);
+        }
+        json_decref(j);
+    }
+}
+
+static int index_of(char (*ids)[16], int n, const char *id)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(ids[i], id))
+            return i;
+    return -1;
+}
+
+/* 'nfill' events of topic "fill" (no group of the test takes them, a long
+ * retention) lie ahead of the targets in the log, so the backfill's first
+ * chunks walk them only.  Retention comes due for the targets after the
+ * group is created and before its backfill reaches them; with 'restart',
+ * micd restarts between two such sweeps (the backfill's position comes
+ * from the store).  Then the backfill finishes: the group gets every
+ * target, an ordered one in its aggregates' order, none gap-parked; and
+ * once they are handled retention removes them. */
+static void backfill_holds(struct fx *f, enum kind kind, int nfill, int restart)
+{
+    char ids[NTARGET + 1][16], id[16];
+    int n;
+
+    make_topic(f, "keep", "{\"retention_s\":10}");
+    publish_many(f, "f", nfill, "fill", 0);
+    publish_targets(f, kind);
+    fake_now += 5 * SEC;
+    make_group(f, "g", kind == UNORDERED ? "{\"topics\":[\"keep\"],\"start\":\"all\"}"
+                                         : "{\"topics\":[\"keep\"],\"start\":\"all\",\"ordered\":true}");
+    assert_int_equal(fill_state(f, "g"), 1);
+
+    /* Past the targets' retention: one chunk of the backfill (fill events
+     * only), then the sweep. */
+    fake_now += 6 * SEC;
+    batch(f);
+    assert_int_equal(fill_state(f, "g"), 1);
+    for (int i = 0; i < NTARGET; i++) {
+        snprintf(id, sizeof id, "k%d", i);
+        if (!procfx_stored(f->store, id))
+            fail_msg("%s removed by retention before the backfill of g reached it", id);
+        assert_int_equal(archived(f, "keep", id), 0);
+    }
+    if (restart) {
+        stop(f);
+        assert_int_equal(start(f), 0);
+        /* Their next look, after a restart, before the backfill reaches
+         * them: still kept. */
+        fake_now += 11 * SEC;
+        batch(f);
+        assert_int_equal(fill_state(f, "g"), 1);
+        for (int i = 0; i < NTARGET; i++) {
+            snprintf(id, sizeof id, "k%d", i);
+            if (!procfx_stored(f->store, id))
+                fail_msg("%s removed by retention after a restart, before the backfill of g "
+                         "reached it", id);
+        }
+    }
+    fill_finish(f, "g");
+    assert_int_equal(topic_count(f, "keep"), NTARGET);
+    assert_int_equal(figure(f, "g", MIC_GSTAT_PENDING), NTARGET);
+    assert_int_equal(figure(f, "g", MIC_GSTAT_GAP_PARKED), 0);
+    assert_int_equal(figure(f, "g", MIC_GSTAT_BLOCKED), 0);
+
+    n = drain(f, "g", ids, NTARGET + 1);
+    assert_int_equal(n, NTARGET);
+    for (int i = 0; i < NTARGET; i++) {
+        snprintf(id, sizeof id, "k%d", i);
+        assert_true(index_of(ids, n, id) >= 0);
+        if (kind != UNORDERED && i >= 2) {
+            char prev[16];
+            snprintf(prev, sizeof prev, "k%d", i - 2);
+            assert_true(index_of(ids, n, prev) < index_of(ids, n, id));
+        }
+    }
+    assert_int_equal(figure(f, "g", MIC_GSTAT_DISPATCHED), NTARGET);
+    assert_int_equal(figure(f, "g", MIC_GSTAT_GAP_PARKED), 0);
+
+    /* Handled: retention takes them at their next look. */
+    fake_now += 61 * SEC;
+    batch(f);
+    for (int i = 0; i < NTARGET; i++) {
+        snprintf(id, sizeof id, "k%d", i);
+        assert_false(procfx_stored(f->store, id));
+        assert_int_equal(archived(f, "keep", id), 1);
+    }
+    assert_int_equal(topic_count(f, "keep"), 0);
+    assert_int_equal(topic_count(f, "fill"), (uint64_t)nfill);
+}
+
+static void backfill_holds_unordered(void **state)
+{
+    /* Two chunks of fill events, a restart between the two sweeps. */
+    backfill_holds(*state, UNORDERED, 2 * FILL_CHUNK, 1);
+}
+
+static void backfill_holds_ordered_versions(void **state)
+{
+    backfill_holds(*state, VERSIONED, FILL_CHUNK, 0);
+}
+
+static void backfill_holds_ordered_no_versions(void **state)
+{
+    backfill_holds(*state, UNVERSIONED, FILL_CHUNK, 0);
+}
+
+/* A backfill holds only what it will add: a group whose start is after the
+ * targets' created_at keeps none of them. */
+static void backfill_holds_only_what_it_adds(void **state)
+{
+    struct fx *f = *state;
+    char body[128], when[MIC_TIME_LEN + 1], id[16];
+
+    make_topic(f, "keep", "{\"retention_s\":10}");
+    publish_many(f, "f", FILL_CHUNK, "fill", 0);
+    publish_targets(f, UNORDERED);
+    fake_now += 5 * SEC;
+    mic_time_format(T0, when); /* the targets were created before T0 */
+    snprintf(body, sizeof body, "{\"topics\":[\"keep\"],\"start\":\"%s\"}", when);
+    make_group(f, "g", body);
+    assert_int_equal(fill_state(f, "g"), 1);
+    fake_now += 6 * SEC;
+    batch(f);
+    assert_int_equal(fill_state(f, "g"), 1);
+    for (int i = 0; i < NTARGET; i++) {
+        snprintf(id, sizeof id, "k%d", i);
+        assert_false(procfx_stored(f->store, id));
+        assert_int_equal(archived(f, "keep", id), 1);
+    }
+    fill_finish(f, "g");
+    assert_int_equal(figure(f, "g", MIC_GSTAT_PENDING), 0);
+}
+
+/* A replay run's group is filled by its run (replay.c), which holds what
+ * it has still to add: the first chunk of its walk adds the fill events
+ * (created before the targets, on the same topic), retention comes due for
+ * all, and the run still gets every target. */
+static void backfill_holds_replay_run(void **state)
+{
+    struct fx *f = *state;
+    const char *body = "{\"topic\":\"keep\",\"run_id\":\"r1\"}";
+    struct mic_error e;
+    struct mic_buf b;
+    mic_replay_op *o;
+    json_t *j;
+    mic_txn *t;
+    uint32_t gid;
+    char id[16];
+
+    make_topic(f, "keep", "{\"retention_s\":10}");
+    publish_many(f, "f", FILL_CHUNK, "keep", T0 - 200000);
+    publish_targets(f, UNORDERED);
+    fake_now += 5 * SEC;
+    assert_int_equal(mic_replay_create_parse(f->store, body, strlen(body), &f->cfg, &o, &e),
+                     MIC_OK);
+    run(f, mic_replay_op_base(o));
+    mic_buf_init(&b);
+    assert_int_equal(mic_replay_op_result(o, &b, &e), MIC_OK);
+    mic_buf_fini(&b);
+    mic_replay_op_free(o);
+    assert_int_equal(fill_state(f, "replay.r1"), 1);
+
+    fake_now += 6 * SEC;
+    batch(f); /* the run's first chunk (the fill events), then the sweep */
+    assert_int_equal(fill_state(f, "replay.r1"), 1);
+    for (int i = 0; i < NTARGET; i++) {
+        snprintf(id, sizeof id, "k%d", i);
+        assert_true(procfx_stored(f->store, id));
+    }
+    fill_finish(f, "replay.r1");
+    assert_int_equal(figure(f, "replay.r1", MIC_GSTAT_PENDING), FILL_CHUNK + NTARGET);
+    assert_int_equal(figure(f, "replay.r1", MIC_GSTAT_GAP_PARKED), 0);
+    assert_int_equal(mic_txn_begin(f->store, 0, &t), MIC_OK);
+    assert_int_equal(mic_group_gid(t, "replay.r1", &gid), MIC_OK);
+    for (int i = 0; i < NTARGET; i++) {
+        struct mic_dlv d;
+        snprintf(id, sizeof id, "k%d", i);
+        assert_int_equal(mic_delivery_get(t, gid, FILL_CHUNK + 1 + (uint64_t)i, &d), MIC_OK);
+        assert_int_equal(d.state, MIC_DLV_PENDING);
+    }
+    mic_txn_abort(t);
+    mic_buf_init(&b);
+    assert_int_equal(mic_replay_get(f->store, "r1", &b, &e), MIC_OK);
+    j = json_loadb(b.p, b.len, 0, NULL);
+    mic_buf_fini(&b);
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(json_object_get(j, "selected")), FILL_CHUNK + NTARGET);
+    assert_int_equal(json_integer_value(json_object_get(j, "pending")), FILL_CHUNK + NTARGET);
+    assert_int_equal(json_integer_value(json_object_get(j, "dlq")), 0);
+    json_decref(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(sweep_finds_topic_and_holders, setup, teardown),
         cmocka_unit_test_setup_teardown(sweep_after_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(one_entry_per_topic_and_commit, setup, teardown),
-        cmocka_unit_test_setup_teardown(range_longer_than_a_sweep, setup, teardown),
+        cmocka_unit_test_setup_teardown(range_longer_than_a_sweep, setup_quiet, teardown),
         cmocka_unit_test_setup_teardown(publish_writes_per_commit, setup, teardown),
+        cmocka_unit_test_setup_teardown(backfill_holds_unordered, setup_quiet, teardown),
+        cmocka_unit_test_setup_teardown(backfill_holds_ordered_versions, setup_quiet, teardown),
+        cmocka_unit_test_setup_teardown(backfill_holds_ordered_no_versions, setup_quiet, teardown),
+        cmocka_unit_test_setup_teardown(backfill_holds_only_what_it_adds, setup_quiet, teardown),
+        cmocka_unit_test_setup_teardown(backfill_holds_replay_run, setup_quiet, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
