@@ -17,6 +17,15 @@
  * away fail with EPIPE), the write end the copy thread's (closed when the
  * copy returned: the pump then reads the end of the stream).
  *
+ * A stalled client: the pump waits for room in a full ring no longer than
+ * 'stall_us' after the reader last took bytes (mic_backup_read); past it
+ * the backup is 'stalled', and ends as a cancelled one does (the pump
+ * closes the pipe, the copy fails with EPIPE and its read transaction is
+ * released), while the reader answers FAILED from then on, so the body is
+ * cut short.  A client that takes no bytes does not call the reader
+ * either: its connection is cut by libmicrohttpd's timeout (routes.c sets
+ * it to the stall timeout plus a second for a backup's connection).
+ *
  * Globally, 'glock' guards the list of running backups (a backup is
  * running until both its threads ended), 'shutting' and the counters;
  * 'gdone' is signalled when a backup stops running. */
@@ -65,10 +74,13 @@ struct mic_backup {
     int cancel;             /* the HTTP side is gone, or micd stops */
     int stopping;           /* micd stops */
     int ended;              /* the reader was handed the whole copy */
+    int stalled;            /* ended: no bytes taken for stall_us, the ring full */
     int refs;               /* HTTP side + threads still holding it */
     uint64_t rate;          /* bytes a second at most, 0 = no limit */
     uint64_t pumped;        /* bytes the pump has read so far */
     int64_t t0_us;          /* when the backup began (mono_us) */
+    int64_t stall_us;       /* --backup-stall-timeout, 0: none */
+    int64_t taken_us;       /* when the reader last took bytes (or t0_us) */
     /* under glock */
     int threads;            /* threads still running */
     struct mic_backup *next; /* in the list of running backups */
@@ -78,7 +90,7 @@ static pthread_mutex_t glock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gdone = PTHREAD_COND_INITIALIZER;
 static struct mic_backup *running;
 static int nrunning, shutting;
-static uint64_t n_ok, n_gone, n_failed, n_refused, n_bytes;
+static uint64_t n_ok, n_gone, n_failed, n_stalled, n_refused, n_bytes;
 
 static void unref(struct mic_backup *b)
 {
@@ -110,6 +122,13 @@ static void stop_running(struct mic_backup *b)
         pthread_cond_broadcast(&gdone);
     }
     pthread_mutex_unlock(&glock);
+}
+
+/* The timed waits of the pump: the monotonic time 'us' as a deadline. */
+static void mono_deadline(int64_t us, struct timespec *ts)
+{
+    ts->tv_sec = (time_t)(us / 1000000);
+    ts->tv_nsec = (long)(us % 1000000) * 1000;
 }
 
 /* Wake the reader if it waits.  With b->lock held. */
@@ -149,8 +168,23 @@ static void *pump_main(void *arg)
         ssize_t n;
 
         pthread_mutex_lock(&b->lock);
-        while (b->len == RING && !b->cancel)
-            pthread_cond_wait(&b->space, &b->lock);
+        /* A full ring: the reader takes the bytes, or the stall timeout
+         * ends the backup ('taken_us' moves on with each take). */
+        while (b->len == RING && !b->cancel) {
+            struct timespec ts;
+
+            if (!b->stall_us) {
+                pthread_cond_wait(&b->space, &b->lock);
+                continue;
+            }
+            if (mono_us() - b->taken_us >= b->stall_us) {
+                b->stalled = 1;
+                b->cancel = 1;
+                break;
+            }
+            mono_deadline(b->taken_us + b->stall_us, &ts);
+            pthread_cond_timedwait(&b->space, &b->lock, &ts);
+        }
         /* --backup-rate: no byte before its time (a cancel wakes this). */
         while (b->rate && !b->cancel) {
             int64_t due = b->t0_us + (int64_t)((double)b->pumped * 1e6 / (double)b->rate);
@@ -159,17 +193,21 @@ static void *pump_main(void *arg)
 
             if (now >= due)
                 break;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_sec += (due - now) / 1000000;
-            ts.tv_nsec += (long)((due - now) % 1000000) * 1000;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
+            mono_deadline(due, &ts);
             pthread_cond_timedwait(&b->space, &b->lock, &ts);
         }
         if (b->cancel) {
+            int stalled = b->stalled;
+
             pthread_mutex_unlock(&b->lock);
+            if (stalled) {
+                char secs[24];
+
+                snprintf(secs, sizeof secs, "%lld", (long long)(b->stall_us / 1000000));
+                mic_log(MIC_LOG_WARN, NULL, "backup stalled: its client took no bytes for "
+                        "--backup-stall-timeout; the copy ends, the body is cut short",
+                        "seconds", secs, NULL);
+            }
             break;
         }
         /* The free part after the filled one, up to the ring's end. */
@@ -204,15 +242,16 @@ static void *pump_main(void *arg)
         wake_reader(b);
         pthread_mutex_unlock(&b->lock);
     }
-    /* Cancelled: a copy still writing now fails with EPIPE and ends. */
+    /* Cancelled (or stalled): a copy still writing now fails with EPIPE
+     * and ends, and its read transaction with it. */
     close(b->rfd);
     stop_running(b);
     unref(b);
     return NULL;
 }
 
-int mic_backup_start(mic_backup **out, mic_store *s, uint64_t rate, void (*wake)(void *arg),
-                     void *arg)
+int mic_backup_start(mic_backup **out, mic_store *s, uint64_t rate, int stall_s,
+                     void (*wake)(void *arg), void *arg)
 {
     struct mic_backup *b;
     pthread_attr_t attr;
@@ -245,9 +284,11 @@ int mic_backup_start(mic_backup **out, mic_store *s, uint64_t rate, void (*wake)
     b->wake_arg = arg;
     b->rate = rate;
     b->t0_us = mono_us();
+    b->taken_us = b->t0_us;
+    b->stall_us = stall_s > 0 ? (int64_t)stall_s * 1000000 : 0;
     pthread_mutex_init(&b->lock, NULL);
     {
-        pthread_condattr_t ca; /* timed waits (the rate) on the monotonic clock */
+        pthread_condattr_t ca; /* timed waits (rate, stall) on the monotonic clock */
 
         pthread_condattr_init(&ca);
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -308,7 +349,7 @@ ssize_t mic_backup_read(mic_backup *b, char *buf, size_t max)
     ssize_t ret;
 
     pthread_mutex_lock(&b->lock);
-    if (b->stopping) {
+    if (b->stopping || b->stalled) {
         ret = MIC_BACKUP_FAILED;
     } else if (b->len) {
         size_t n = b->len < max ? b->len : max, first = RING - b->start;
@@ -320,6 +361,7 @@ ssize_t mic_backup_read(mic_backup *b, char *buf, size_t max)
         memcpy(buf + first, b->ring, n - first);
         b->start = (b->start + n) % RING;
         b->len -= n;
+        b->taken_us = mono_us();
         pthread_cond_signal(&b->space);
         ret = (ssize_t)n;
     } else if (b->eof) {
@@ -351,6 +393,11 @@ void mic_backup_close(mic_backup *b)
     if (b->ended) {
         result = "ok";
         counter = &n_ok;
+    } else if (b->stalled || (b->stall_us && b->len && mono_us() - b->taken_us >= b->stall_us)) {
+        /* ... or its connection timed out first, the ring not yet full:
+         * bytes were there, none taken for the timeout. */
+        result = "stalled";
+        counter = &n_stalled;
     } else if (b->stopping || (b->copy_done && b->copy_rc != MIC_OK) || b->read_err) {
         result = "failed";
         counter = &n_failed;
@@ -365,7 +412,9 @@ void mic_backup_close(mic_backup *b)
     pthread_mutex_lock(&glock);
     (*counter)++;
     pthread_mutex_unlock(&glock);
-    mic_log(!strcmp(result, "failed") ? MIC_LOG_WARN : MIC_LOG_INFO, NULL, "backup ended",
+    mic_log(!strcmp(result, "failed") || !strcmp(result, "stalled") ? MIC_LOG_WARN
+                                                                     : MIC_LOG_INFO,
+            NULL, "backup ended",
             "result", result, NULL);
     unref(b);
 }
@@ -391,13 +440,14 @@ void mic_backups_shutdown(void)
 
 void mic_backup_metrics(struct mic_buf *out)
 {
-    uint64_t ok, gone, failed, refused, bytes;
+    uint64_t ok, gone, failed, stalled, refused, bytes;
     int nrun;
 
     pthread_mutex_lock(&glock);
     ok = n_ok;
     gone = n_gone;
     failed = n_failed;
+    stalled = n_stalled;
     refused = n_refused;
     bytes = n_bytes;
     nrun = nrunning;
@@ -405,11 +455,13 @@ void mic_backup_metrics(struct mic_buf *out)
     mic_buf_printf(out,
         "# HELP mic_backups_total Backups (GET /v1/backup) by how they ended: ok (the whole "
         "copy was sent), client_gone (the client left first), failed (the copy failed, or "
-        "micd stopped), refused (another backup was running: 409).\n"
+        "micd stopped), stalled (the client took no bytes for --backup-stall-timeout: ended, "
+        "its body cut short), refused (another backup was running: 409).\n"
         "# TYPE mic_backups_total counter\n"
         "mic_backups_total{result=\"ok\"} %llu\n"
         "mic_backups_total{result=\"client_gone\"} %llu\n"
         "mic_backups_total{result=\"failed\"} %llu\n"
+        "mic_backups_total{result=\"stalled\"} %llu\n"
         "mic_backups_total{result=\"refused\"} %llu\n"
         "# HELP mic_backup_bytes_total Bytes of backups handed to the HTTP layer.\n"
         "# TYPE mic_backup_bytes_total counter\n"
@@ -419,5 +471,5 @@ void mic_backup_metrics(struct mic_buf *out)
         "# TYPE mic_backups_running gauge\n"
         "mic_backups_running %d\n",
         (unsigned long long)ok, (unsigned long long)gone, (unsigned long long)failed,
-        (unsigned long long)refused, (unsigned long long)bytes, nrun);
+        (unsigned long long)stalled, (unsigned long long)refused, (unsigned long long)bytes, nrun);
 }

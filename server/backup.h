@@ -28,6 +28,13 @@
  * backup at once: another is refused with MIC_ECONFLICT (409
  * backup_running, proto/openapi.yaml).
  *
+ * A client that stops reading: once it has taken no bytes for the stall
+ * timeout while the ring is full (the copy waits for it), the backup ends
+ * as stalled: the copy stops (EPIPE) and its read transaction is released,
+ * its slot freed, and mic_backup_read answers MIC_BACKUP_FAILED, so the
+ * body is cut short.  The caller closes such a connection, which the
+ * reader is no longer called for (routes.c: libmicrohttpd's timeout).
+ *
  * Threads: mic_backup_start, mic_backup_read and mic_backup_close from the
  * HTTP thread that serves the request; mic_backups_shutdown and
  * mic_backup_metrics from any thread.  Each backup's state is behind its
@@ -50,7 +57,9 @@ typedef struct mic_backup mic_backup;
 /* Start a backup of 's', handed out at 'rate' bytes a second at most (0:
  * as fast as it comes; micd's --backup-rate): the pump reads the pipe no
  * faster, so the copy's writes block and LMDB's walk of the store slows
- * down with it.  'wake(arg)' is called (from the pump thread,
+ * down with it.  'stall_s' (micd's --backup-stall-timeout; 0: none): the
+ * backup ends as stalled when its reader took no bytes for that many
+ * seconds while the ring was full.  'wake(arg)' is called (from the pump thread,
  * with the backup's lock held: it must only hand the connection over, as
  * mic_loop_resume and mic_loops_kick do) once after each
  * mic_backup_read that answered 0, when bytes or the end are there, or
@@ -59,14 +68,15 @@ typedef struct mic_backup mic_backup;
  * mic_backup_close); MIC_ECONFLICT when MIC_BACKUPS_MAX backups are
  * running; MIC_ENOTREADY after mic_backups_shutdown; MIC_ENOMEM; MIC_EIO
  * when no pipe or thread can be had (logged). */
-int mic_backup_start(mic_backup **out, mic_store *s, uint64_t rate, void (*wake)(void *arg),
-                     void *arg);
+int mic_backup_start(mic_backup **out, mic_store *s, uint64_t rate, int stall_s,
+                     void (*wake)(void *arg), void *arg);
 
 /* What mic_backup_read answers besides a count of bytes. */
 #define MIC_BACKUP_AGAIN 0   /* nothing yet: 'wake' will be called */
 #define MIC_BACKUP_END (-1)  /* the whole copy was handed out */
-#define MIC_BACKUP_FAILED (-2) /* the copy failed (logged) or micd stops:
-                                * the transfer must end incomplete */
+#define MIC_BACKUP_FAILED (-2) /* the copy failed (logged), it stalled or
+                                * micd stops: the transfer must end
+                                * incomplete */
 
 /* Copy up to 'max' bytes of the backup into 'buf': the count (> 0), or
  * one of the three above.  Never blocks. */
@@ -86,7 +96,7 @@ void mic_backup_close(mic_backup *b);
 void mic_backups_shutdown(void);
 
 /* Append the backup families to a /metrics exposition:
- * mic_backups_total{result="ok|client_gone|failed|refused"},
+ * mic_backups_total{result="ok|client_gone|failed|stalled|refused"},
  * mic_backup_bytes_total, mic_backups_running. */
 void mic_backup_metrics(struct mic_buf *out);
 

@@ -90,6 +90,9 @@ static const struct setting settings[] = {
      "testing only: pause this long before each batch (makes 429 reproducible)"},
     {"backup-rate", C_SIZE, "0", 0, 64 * GiB, F(backup_rate),
      "GET /v1/backup: bytes a second at most (K, M, G suffixes), 0 for no limit"},
+    {"backup-stall-timeout", C_INT, "60", 1, 86400, F(backup_stall_timeout_s),
+     "GET /v1/backup: seconds a client may take no bytes while the copy waits for it; then "
+     "the backup ends, its body cut short"},
     {"no-auto-topics", C_FLAG, "0", 0, 1, F(no_auto_topics),
      "refuse events for topics not created with PUT /v1/topics/{topic}"},
     {"log-level", C_LOGLEVEL, "info", 0, 0, F(log_level),

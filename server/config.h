@@ -29,6 +29,7 @@ struct mic_config {
     int max_connections;
     int per_ip_connections;
     int idle_timeout_s;
+    int backup_stall_timeout_s; /* GET /v1/backup: no bytes taken this long -> ended */
     int head_timeout_s;     /* request line to complete headers */
     int http_threads;
     int writer_queue;       /* queued operations before 429 */

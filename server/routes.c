@@ -929,7 +929,16 @@ static enum MHD_Result h_metrics(struct req *r, const char **args)
  * runs inside a round.  No Content-Length: the compacted size is known
  * only at the end; a copy that fails after the 200 went out ends the
  * chunked body without its last chunk, so the client sees an incomplete
- * transfer, never a short file that looks whole. */
+ * transfer, never a short file that looks whole.
+ *
+ * A client that stops reading (--backup-stall-timeout, backup.h): the
+ * backup ends itself once the client took no bytes for the timeout; the
+ * connection, which libmicrohttpd no longer hands to the reader (it cannot
+ * send), gets the timeout plus a second as its own timeout (when shorter
+ * than --idle-timeout), so that libmicrohttpd closes it then, without the
+ * last chunk.  A backup's connection closes after it (Connection: close),
+ * so that timeout never applies to a next request on it.  Suspended
+ * connections (a copy slower than its client) are never timed out. */
 
 struct backup_ctx {
     mic_backup *b;
@@ -988,7 +997,8 @@ static enum MHD_Result h_backup(struct req *r, const char **args)
     k->h = r->h;
     k->loop = r->loop;
     k->conn = r->conn;
-    if ((rc = mic_backup_start(&k->b, r->h->store, r->h->cfg->backup_rate, backup_wake, k))) {
+    if ((rc = mic_backup_start(&k->b, r->h->store, r->h->cfg->backup_rate,
+                               r->h->cfg->backup_stall_timeout_s, backup_wake, k))) {
         free(k);
         if (rc == MIC_ECONFLICT)
             mic_error_set(&e, rc, "backup_running", NULL,
@@ -1009,6 +1019,10 @@ static enum MHD_Result h_backup(struct req *r, const char **args)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, disp);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (r->h->cfg->backup_stall_timeout_s < r->h->cfg->idle_timeout_s - 1)
+        MHD_set_connection_option(r->conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                                  (unsigned)r->h->cfg->backup_stall_timeout_s + 1);
+    r->close = 1;
     return queue_reply(r, MHD_HTTP_OK, resp, NULL);
 }
 

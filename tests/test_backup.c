@@ -15,6 +15,11 @@
  *     backup's threads end (mic_backups_running back to 0, counted
  *     client_gone), no file appears in the store directory, and the next
  *     backup is whole;
+ *   - a client that reads a few KiB and then stops reading, socket open,
+ *     against --backup-stall-timeout 1: micd ends the backup (counted
+ *     stalled, logged), the body cut short; the backup's threads end, the
+ *     map grows again under writes, and the next backup is whole; a copy
+ *     slower than its client (--backup-rate) is not a stall;
  *   - mic backup FILE ($MIC_CLI) writes a file a micd starts on, prints
  *     its progress line, and fails with a message on 403 leaving no file;
  *   - with --backup-rate the copy comes no faster than the rate, whole.
@@ -650,6 +655,179 @@ static void client_leaves(void **state)
     }
 }
 
+/* ---- A client that stops reading ---- */
+
+static int backup_stalled(void *arg)
+{
+    return metric(arg, "mic_backups_total{result=\"stalled\"}") >= 1;
+}
+
+/* A client that reads a few KiB of a backup and then stops reading (its
+ * socket open, its receive buffer small) against a micd with
+ * --backup-stall-timeout 1 (and an idle timeout far longer, so that the
+ * stall timeout is what ends it): micd ends the backup, counted stalled
+ * and logged; the rest of the body the client can still read ends without
+ * the chunked body's last chunk; the copy's read transaction is gone (the
+ * backup's threads end, and writes make the map grow again); the next
+ * backup is whole. */
+static void client_stalls(void **state)
+{
+    const char *args[] = {"--keys", keys_path, "--backup-stall-timeout", "1",
+                          "--idle-timeout", "300", "--map-size", "32M", NULL};
+    static const char last_chunk[] = "\r\n0\r\n\r\n";
+    struct srv L = {0};
+    struct sockaddr_in sa = {0};
+    struct timeval tv = {10, 0};
+    char req[256], buf[4097], tail[sizeof last_chunk] = "";
+    size_t got = 0, tlen = sizeof last_chunk - 1;
+    uint64_t rest = 0, bytes = 0;
+    double map0, ok0;
+    ssize_t n;
+    int fd, small = 8192, grew = 0, nul, mib = 0;
+    char *log;
+    mic_client *c;
+
+    (void)state;
+    assert_int_equal(srv_start(&L, args), 0);
+    /* More store than every buffer between the copy and the client. */
+    fill(&L, 24);
+    map0 = metric(&L, "mic_store_map_size_bytes");
+    ok0 = metric(&L, "mic_backups_total{result=\"ok\"}");
+    assert_true(map0 > 0 && ok0 >= 0);
+
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)L.port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    snprintf(req, sizeof req, "GET /v1/backup HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n\r\n",
+             ADMIN_HDR);
+    assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+    while (got < 16384) {
+        n = read(fd, buf, sizeof buf - 1);
+        assert_true(n > 0);
+        buf[n] = 0;
+        if (got == 0)
+            assert_non_null(strstr(buf, "HTTP/1.1 200"));
+        got += (size_t)n;
+    }
+
+    /* The client reads no more.  micd ends the backup as stalled, and its
+     * threads end (the copy's read transaction with them). */
+    if (!await(backup_stalled, &L, 20000))
+        fail_msg("a backup whose client stopped reading was not ended as stalled within "
+                 "20 s (--backup-stall-timeout 1): mic_backups_running %g",
+                 metric(&L, "mic_backups_running"));
+    assert_true(await(backups_idle, &L, 10000));
+    assert_true(metric(&L, "mic_backups_total{result=\"client_gone\"}") == 0);
+    assert_true(metric(&L, "mic_backups_total{result=\"failed\"}") == 0);
+    assert_non_null(log = file_read(L.logpath));
+    assert_non_null(strstr(log, "\"msg\":\"backup ended\",\"result\":\"stalled\""));
+    free(log);
+
+    /* What the client can still read ends (EOF or a reset, not the 10 s
+     * receive timeout) without the last chunk: never a whole-looking copy. */
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+    while ((n = read(fd, buf, sizeof buf - 1)) > 0) {
+        rest += (uint64_t)n;
+        if ((size_t)n >= tlen) {
+            memcpy(tail, buf + n - (ssize_t)tlen, tlen);
+        } else {
+            memmove(tail, tail + n, tlen - (size_t)n);
+            memcpy(tail + tlen - (size_t)n, buf, (size_t)n);
+        }
+    }
+    if (!(n == 0 || (n < 0 && errno == ECONNRESET)))
+        fail_msg("the stalled backup's connection did not end: read %zd (%s)", n,
+                 n < 0 ? strerror(errno) : "");
+    assert_false(rest >= tlen && memcmp(tail, last_chunk, tlen) == 0);
+    close(fd);
+
+    /* The store is free: writes that need a bigger map get it. */
+    while (mib < 64 && !grew) {
+        fill(&L, 1);
+        mib++;
+        grew = metric(&L, "mic_store_map_size_bytes") > map0;
+    }
+    if (!grew)
+        fail_msg("the map did not grow past %.0f bytes after the stalled backup ended", map0);
+
+    /* The next backup is whole. */
+    nul = open("/dev/null", O_WRONLY);
+    assert_true(nul >= 0);
+    c = client_for(&L, ADMIN_SECRET);
+    if (mic_backup_fd(c, 0, nul, NULL, NULL, &bytes)) {
+        char why[700];
+        fail_msg("backup after the stall: %s",
+                 mic_failure_text(mic_client_failure(c), why, sizeof why));
+    }
+    mic_client_free(c);
+    close(nul);
+    assert_true(bytes > (uint64_t)24 << 20);
+    assert_true(metric(&L, "mic_backups_total{result=\"ok\"}") == ok0 + 1);
+    print_message("stalled backup: %zu bytes read, then %llu more once it ended (%s); the map "
+                  "grew after %d MiB more; the next backup %llu bytes\n", got,
+                  (unsigned long long)rest, n == 0 ? "EOF" : "reset", mib,
+                  (unsigned long long)bytes);
+    assert_int_equal(srv_stop(&L), 0);
+    srv_cleanup(&L);
+}
+
+/* A copy slower than its client is no stall: with --backup-rate 20K the
+ * connection waits (suspended) about 3.2 s between steps of 64 KiB, longer
+ * than the stall timeout of 1 s and the connection's timeout of 2 s, and
+ * the backup is whole (counted ok, never stalled).  The bytes, less the
+ * first step, take at least bytes / rate: over at most bytes / 64 KiB - 1
+ * waits, so one of them at least lasts 64 KiB / rate. */
+static void slow_copy_not_stalled(void **state)
+{
+    const char *args[] = {"--keys", keys_path, "--backup-rate", "20K",
+                          "--backup-stall-timeout", "1", NULL};
+    struct srv L = {0};
+    char *body = malloc(200 * 1024), pad[1501];
+    size_t len = 0;
+    uint64_t bytes = 0;
+    int64_t t0, us;
+    int nul;
+    mic_client *c;
+
+    (void)state;
+    assert_non_null(body);
+    memset(pad, 'p', sizeof pad - 1);
+    pad[sizeof pad - 1] = 0;
+    assert_int_equal(srv_start(&L, args), 0);
+    len += (size_t)sprintf(body + len, "{\"events\":[");
+    for (int i = 0; i < 80; i++)
+        len += (size_t)sprintf(body + len, "%s{\"topic\":\"slow\",\"event_id\":\"slow-%d\","
+                               "\"payload\":{\"s\":\"%s\"}}", i ? "," : "", i, pad);
+    sprintf(body + len, "]}");
+    json_decref(adm(&L, "POST", "/v1/events", body, 201));
+    free(body);
+
+    nul = open("/dev/null", O_WRONLY);
+    assert_true(nul >= 0);
+    c = client_for(&L, ADMIN_SECRET);
+    t0 = mono_us();
+    if (mic_backup_fd(c, 0, nul, NULL, NULL, &bytes)) {
+        char why[700];
+        fail_msg("slow backup: %s", mic_failure_text(mic_client_failure(c), why, sizeof why));
+    }
+    us = mono_us() - t0;
+    mic_client_free(c);
+    close(nul);
+    print_message("slow backup: %llu bytes in %lld ms\n", (unsigned long long)bytes, (long long)(us / 1000));
+    assert_true(bytes >= 3 * 65536);
+    if ((double)us < (double)(bytes - 65536) / 20480 * 1e6)
+        fail_msg("%llu bytes in %lld us: faster than 20 KiB/s", (unsigned long long)bytes,
+                 (long long)us);
+    assert_true(metric(&L, "mic_backups_total{result=\"ok\"}") == 1);
+    assert_true(metric(&L, "mic_backups_total{result=\"stalled\"}") == 0);
+    assert_int_equal(srv_stop(&L), 0);
+    srv_cleanup(&L);
+}
+
 /* ---- --backup-rate ---- */
 
 /* A micd with --backup-rate 1M hands a backup out no faster than that: its
@@ -788,6 +966,8 @@ int main(void)
         cmocka_unit_test(backup_under_load),
         cmocka_unit_test(backup_needs_admin),
         cmocka_unit_test(client_leaves),
+        cmocka_unit_test(client_stalls),
+        cmocka_unit_test(slow_copy_not_stalled),
         cmocka_unit_test(cli_backup),
         cmocka_unit_test(rate_limited),
     };

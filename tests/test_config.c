@@ -511,7 +511,7 @@ static void usage_lists_every_flag(void **state)
         "--durability", "--max-body", "--max-batch", "--max-depth",
         "--max-connections", "--per-ip-connections", "--idle-timeout",
         "--http-threads", "--writer-queue", "--writer-batch",
-        "--no-auto-topics", "--log-level", "--config",
+        "--no-auto-topics", "--log-level", "--config", "--backup-stall-timeout",
     };
     char *text = NULL;
     size_t len = 0;

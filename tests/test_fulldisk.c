@@ -10,7 +10,9 @@
  * were acked -- publishing works again, in the same process.  On ext4 the
  * store is then opened again by a new micd: every event it held is there
  * and a range read over them all succeeds.  Needs root (CAP_SYS_ADMIN),
- * as make test has.  Prints its figures. */
+ * as make test has, and a loop device for ext4: where the child cannot
+ * mount (a container, say), each test fails with one line saying what it
+ * needs and which step was refused.  Prints its figures. */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,6 +26,7 @@
 #include "claimkit.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,6 +35,7 @@
 #include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define BATCH 20
@@ -40,30 +44,70 @@
 
 static char image[300]; /* the ext4 image of the ext4 test */
 
+/* The write end of start_on's pipe (O_CLOEXEC: gone once micd is
+ * executed), on which a mount hook in the child says why it failed. */
+static int why_fd = -1;
+
+/* In the child: a mount step failed.  One line to start_on (and micd's
+ * log, the child's stderr) of what the test needs and why it cannot run
+ * here; returns -1 (the child exits 126 without starting micd). */
+static int cannot_mount(const char *needs, const char *step, const char *why)
+{
+    char line[700];
+    int n = snprintf(line, sizeof line, "test_fulldisk needs %s to mount micd's store on a small "
+                     "filesystem in a private mount namespace, and cannot here: %s: %s",
+                     needs, step, why);
+
+    if (n > 0 && (size_t)n >= sizeof line)
+        n = (int)sizeof line - 1;
+    fprintf(stderr, "%s\n", line);
+    if (n > 0 && why_fd >= 0 && write(why_fd, line, (size_t)n) != (ssize_t)n)
+        fprintf(stderr, "(that line could not be handed to the test: %s)\n", strerror(errno));
+    return -1;
+}
+
 static int private_ns(void)
 {
-    if (unshare(CLONE_NEWNS)) {
-        fprintf(stderr, "unshare(CLONE_NEWNS): %s (this test needs root)\n", strerror(errno));
-        return -1;
-    }
-    return mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
+    if (unshare(CLONE_NEWNS))
+        return cannot_mount("CAP_SYS_ADMIN", "unshare(CLONE_NEWNS)", strerror(errno));
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL))
+        return cannot_mount("CAP_SYS_ADMIN", "making / private (mount MS_REC|MS_PRIVATE)",
+                            strerror(errno));
+    return 0;
 }
 
 static int mount_tmpfs(struct srv *s)
 {
     if (private_ns())
         return -1;
-    return mount("tmpfs", s->dir, "tmpfs", 0, "size=24m,mode=0700");
+    if (mount("tmpfs", s->dir, "tmpfs", 0, "size=24m,mode=0700"))
+        return cannot_mount("CAP_SYS_ADMIN", "mount -t tmpfs -o size=24m", strerror(errno));
+    return 0;
 }
 
 static int mount_ext4(struct srv *s)
 {
-    char cmd[700];
+    char cmd[700], why[300] = "";
+    FILE *m;
+    int rc;
 
     if (private_ns())
         return -1;
-    snprintf(cmd, sizeof cmd, "mount -o loop '%s' '%s'", image, s->dir);
-    return system(cmd) == 0 ? 0 : -1;
+    snprintf(cmd, sizeof cmd, "mount -o loop '%s' '%s' 2>&1", image, s->dir);
+    if (!(m = popen(cmd, "r")))
+        return cannot_mount("CAP_SYS_ADMIN and a loop device", "running mount(8)",
+                            strerror(errno));
+    if (!fgets(why, sizeof why, m))
+        why[0] = 0;
+    if ((rc = pclose(m)) != 0) {
+        why[strcspn(why, "\n")] = 0;
+        if (!why[0])
+            snprintf(why, sizeof why, "exit status %d",
+                     rc > 0 && WIFEXITED(rc) ? WEXITSTATUS(rc) : -1);
+        return cannot_mount("CAP_SYS_ADMIN and a loop device", "mount -o loop (ext4 image)",
+                            why);
+    }
+    return 0;
 }
 
 /* Publish batch 'b' of 'n' events of 'blob' payload bytes (events
@@ -173,13 +217,34 @@ static int alive(struct srv *s)
     return s->pid > 0 && kill(s->pid, 0) == 0;
 }
 
-/* Start micd on a new store directory, mounted by 'mount' in the child. */
+/* Start micd on a new store directory, mounted by 'mount' in the child.
+ * When the child cannot mount it, the test fails with the child's line of
+ * what it needs (cannot_mount), not a bare status. */
 static void start_on(struct srv *s, int (*mount)(struct srv *s))
 {
+    char why[700];
+    ssize_t n;
+    int p[2], rc;
+
     snprintf(s->dir, sizeof s->dir, "/tmp/mic-full-XXXXXX");
     assert_non_null(mkdtemp(s->dir));
     s->before_exec = mount;
-    assert_int_equal(srv_start(s, NULL), 0);
+    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+    why_fd = p[1];
+    rc = srv_start(s, NULL);
+    why_fd = -1;
+    close(p[1]); /* the child's copy is gone too (exited, or micd executed) */
+    n = read(p[0], why, sizeof why - 1);
+    close(p[0]);
+    if (rc == 0)
+        return;
+    why[n > 0 ? n : 0] = 0;
+    srv_cleanup(s);
+    if (mount == mount_ext4)
+        unlink(image);
+    if (n > 0)
+        fail_msg("%s", why);
+    fail_msg("micd did not start on its mounted store");
 }
 
 static void setup_resources(struct srv *s, const char *topic_body)
@@ -408,7 +473,8 @@ static void tmpfs_refused_batch_not_stored(void **state)
     (void)state;
     snprintf(s.dir, sizeof s.dir, "/tmp/mic-full-XXXXXX");
     assert_non_null(mkdtemp(s.dir));
-    assert_int_equal(mount_tmpfs(&s), 0);
+    if (mount_tmpfs(&s)) /* in this process: the line above says why */
+        fail_msg("test_fulldisk cannot mount its tmpfs here (see the line above)");
     assert_int_equal(srv_start(&s, args), 0);
     setup_resources(&s, "{}");
     json_decref(call(&s, "PUT", "/v1/topics/fill", "{\"retention_s\":1}", 201));

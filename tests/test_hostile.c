@@ -1002,6 +1002,27 @@ static int micd_full(void *arg)
     return full;
 }
 
+/* micd closed some of the slow attackers' connections (evicted, or at
+ * the head deadline), and some of the idle ones (evicted, or at the idle
+ * timeout), as their threads saw. */
+static int slow_were_closed(void *arg)
+{
+    return atomic_load(&((struct storm *)arg)->slow_closed) > 0;
+}
+
+static int idle_were_closed(void *arg)
+{
+    return atomic_load(&((struct storm *)arg)->idle_reopened) > 0;
+}
+
+/* How long the attack may go on for those closings: past micd's idle
+ * timeout (75 s by default, the longest deadline that applies: the head
+ * deadline is 10 s), plus the sweeper's round (1 s) and the attackers'
+ * (500 ms), with margin.  They mostly come at once, by eviction while
+ * micd is full; on a fast machine the rest of the attack may be over
+ * before eviction reached the slow ones, which the deadlines then close. */
+#define CLOSED_DEADLINE_MS 90000
+
 static int attack_is_up(void *arg)
 {
     struct storm *s = arg;
@@ -1075,6 +1096,12 @@ static void all_at_once_legit_traffic_served(void **state)
     assert_true(await(micd_full, &full, 60000));
     mic_client_free(full.c);
     assert_true(await(every_kind_answered, st, 60000));
+    /* ... and micd closed attackers' connections: awaited, not assumed
+     * from how long the rest took (asserted again below). */
+    if (!await(slow_were_closed, st, CLOSED_DEADLINE_MS))
+        print_message("no slow connection closed by micd within %d ms\n", CLOSED_DEADLINE_MS);
+    if (!await(idle_were_closed, st, CLOSED_DEADLINE_MS))
+        print_message("no idle connection closed by micd within %d ms\n", CLOSED_DEADLINE_MS);
 
     atomic_store(&st->stop, 1);
     pthread_join(idle_t, NULL);
