@@ -569,13 +569,42 @@ static void fill(const struct srv *s, int mib)
     free(body);
 }
 
-static void client_leaves(void **state)
+/* A raw client of GET /v1/backup with a small receive buffer that reads
+ * the answer's first 'want' bytes (the status line 200 among them) and
+ * then nothing more; returns its socket. */
+static int backup_reader(const struct srv *s, size_t want)
 {
     struct sockaddr_in sa = {0};
-    char req[256], buf[4097], *before, *after, *dir;
-    double gone0, ok0;
+    char req[256], buf[4097];
     size_t got = 0;
     int fd, small = 8192;
+
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)s->port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    snprintf(req, sizeof req, "GET /v1/backup HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n\r\n",
+             ADMIN_HDR);
+    assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+    while (got < want) {
+        ssize_t n = read(fd, buf, sizeof buf - 1);
+        assert_true(n > 0);
+        buf[n] = 0;
+        if (got == 0)
+            assert_non_null(strstr(buf, "HTTP/1.1 200"));
+        got += (size_t)n;
+    }
+    return fd;
+}
+
+static void client_leaves(void **state)
+{
+    char *before, *after, *dir;
+    double gone0, ok0;
+    int fd;
     mic_client *c;
     uint64_t bytes = 0;
 
@@ -590,24 +619,7 @@ static void client_leaves(void **state)
     ok0 = metric(&S, "mic_backups_total{result=\"ok\"}");
     assert_true(gone0 >= 0 && ok0 >= 0);
 
-    fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)S.port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    snprintf(req, sizeof req, "GET /v1/backup HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n\r\n",
-             ADMIN_HDR);
-    assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
-    while (got < 16384) {
-        ssize_t n = read(fd, buf, sizeof buf - 1);
-        assert_true(n > 0);
-        buf[n] = 0;
-        if (got == 0)
-            assert_non_null(strstr(buf, "HTTP/1.1 200"));
-        got += (size_t)n;
-    }
+    fd = backup_reader(&S, 16384);
     close(fd);
 
     /* micd serves on; the backup's threads end (its read transaction with
@@ -676,14 +688,13 @@ static void client_stalls(void **state)
                           "--idle-timeout", "300", "--map-size", "32M", NULL};
     static const char last_chunk[] = "\r\n0\r\n\r\n";
     struct srv L = {0};
-    struct sockaddr_in sa = {0};
     struct timeval tv = {10, 0};
-    char req[256], buf[4097], tail[sizeof last_chunk] = "";
-    size_t got = 0, tlen = sizeof last_chunk - 1;
+    char buf[4097], tail[sizeof last_chunk] = "";
+    size_t got = 16384, tlen = sizeof last_chunk - 1;
     uint64_t rest = 0, bytes = 0;
     double map0, ok0;
     ssize_t n;
-    int fd, small = 8192, grew = 0, nul, mib = 0;
+    int fd, grew = 0, nul, mib = 0;
     char *log;
     mic_client *c;
 
@@ -695,24 +706,7 @@ static void client_stalls(void **state)
     ok0 = metric(&L, "mic_backups_total{result=\"ok\"}");
     assert_true(map0 > 0 && ok0 >= 0);
 
-    fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)L.port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    snprintf(req, sizeof req, "GET /v1/backup HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n\r\n",
-             ADMIN_HDR);
-    assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
-    while (got < 16384) {
-        n = read(fd, buf, sizeof buf - 1);
-        assert_true(n > 0);
-        buf[n] = 0;
-        if (got == 0)
-            assert_non_null(strstr(buf, "HTTP/1.1 200"));
-        got += (size_t)n;
-    }
+    fd = backup_reader(&L, got);
 
     /* The client reads no more.  micd ends the backup as stalled, and its
      * threads end (the copy's read transaction with them). */
