@@ -23,9 +23,12 @@
 #   make deps     install the Debian packages micd and the tools need (RUN_DEBS; apt-get update
 #                 only when something is missing); make test-deps those only the tests need
 #   make fault-crash  T1 of tests/fault: 20 SIGKILL/restart cycles under load, then the checker
-#   make fault-power  T2/T3: 25 power cuts rebuilt from the recorded syncs, I/O error scenarios
+#   make fault-power  T2/T3: 49 power cuts rebuilt from the recorded syncs (24 at journal
+#                 boundaries), I/O error scenarios
+#   make fault-full   a full disk at each journal boundary (6 scenarios, tests/fault/fullcut.c)
 #   make soak     the long profile of the reliability suite (tests/fault/README.md): 500 crash
-#                 cycles (soak-crash), 240 power cuts (soak-power), the fuzz targets (fuzz)
+#                 cycles (soak-crash), 640 power cuts (soak-power), 102 full-disk scenarios
+#                 (soak-full), the fuzz targets (fuzz)
 
 CC      ?= cc
 PKGS    := libmicrohttpd lmdb jansson yajl openssl libnats
@@ -332,6 +335,9 @@ check: check-install build/san/micd build/san/mic-events-replay build/san/mic bu
 	$(MAKE) --no-print-directory fault-crash
 	@# T2 and T3: power cuts rebuilt from the recorded syncs, injected I/O errors
 	$(MAKE) --no-print-directory fault-power
+	@# A full disk at each boundary of the journal (switch, first record,
+	@# zero-ahead, checkpoint start and end)
+	$(MAKE) --no-print-directory fault-full
 	@# T7: each fuzz target for FUZZ_CHECK_SECONDS (make fuzz runs them longer);
 	@# a crash, leak or sanitizer report fails the build
 	tests/fuzz/run.sh $(FUZZ_CHECK_SECONDS) $(FUZZ_TARGETS)
@@ -484,19 +490,27 @@ FAULT_KIT := tests/fault/powerkit.c tests/fault/powerkit.h tests/fault/iofault.h
 build/fault/iofault.so: tests/fault/iofault.c tests/fault/iofault.h
 	@mkdir -p build/fault
 	$(CC) $(WARN) -O2 -fPIC -shared $< -o $@ -ldl -lpthread
-build/fault/powercut build/fault/ioerr: build/fault/%: tests/fault/%.c $(FAULT_KIT) client/mic.h \
+build/fault/powercut build/fault/ioerr build/fault/fullcut: build/fault/%: tests/fault/%.c $(FAULT_KIT) client/mic.h \
                                         build/san/libmic.a
 	@mkdir -p build/fault
 	$(CC) $(WARN) -O1 $(SAN) $(LIBMIC_CFLAGS) -Iclient -Itests/fault $< tests/fault/powerkit.c \
 	    build/san/libmic.a -o $@ $(LIBMIC_LIBS)
 FAULT_POWER := build/micd build/san/micd build/fault/iofault.so build/fault/powercut build/fault/ioerr
-# make check: 25 cuts of one recording + the --durability none proof, and
-# the I/O error scenarios (about 1-2 minutes).
+# make check: 25 random cuts and 24 at the journal's boundaries of one
+# recording (--journal-size 64K) + the --durability none proof, and the I/O
+# error scenarios (about 1-2 minutes).
 fault-power: $(FAULT_POWER)
-	build/fault/powercut --cuts 25
+	build/fault/powercut --cuts 25 --boundary-cuts 24
 	build/fault/ioerr
-# make soak: 240 cuts.
+# make soak: 240 random cuts and 400 at boundaries.
 soak-power: $(FAULT_POWER)
-	build/fault/powercut --cuts 240 --ms 6000 --none-cuts 10
-soak: soak-crash soak-power fuzz
-.PHONY: fault-power soak-power soak
+	build/fault/powercut --cuts 240 --boundary-cuts 400 --ms 6000 --none-cuts 10
+# A full disk at each journal boundary (tests/fault/fullcut.c): make check
+# runs each of the 6 scenarios once (about 30 s), make soak 17 times (102).
+FAULT_FULL := build/micd build/san/micd build/fault/iofault.so build/fault/fullcut
+fault-full: $(FAULT_FULL)
+	build/fault/fullcut
+soak-full: $(FAULT_FULL)
+	build/fault/fullcut --rounds 17
+soak: soak-crash soak-power soak-full fuzz
+.PHONY: fault-power soak-power fault-full soak-full soak

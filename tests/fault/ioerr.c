@@ -79,7 +79,8 @@ static const struct scenario scenarios[] = {
 
 static const char *op_name(const struct iof_rec *r)
 {
-    static const char *n[] = {"?", "name", "write", "trunc", "falloc", "sync", "sfr", "msync"};
+    static const char *n[] = {"?",    "name", "write", "trunc", "falloc",
+                              "sync", "sfr",  "msync", "mark"};
     return r->op < sizeof n / sizeof n[0] ? n[r->op] : "?";
 }
 

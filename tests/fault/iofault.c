@@ -12,7 +12,7 @@
  *   IOFAULT_LOG   the log file (created, truncated).  Format and reader:
  *                 iofault.h.  Unset: nothing is recorded (rules still apply).
  *   IOFAULT       fault rules, separated by ';', each
- *                     OP:FILE:WHEN:ERR[:minoff=N][:maxoff=N]
+ *                     OP:FILE:WHEN:ERR[:minoff=N][:maxoff=N][:extend][:zero|:data]
  *                 OP    write, pwrite (pwrite64), writev, pwritev
  *                       (pwritev64, pwritev2), ftruncate, fallocate
  *                       (posix_fallocate), fsync, fdatasync,
@@ -27,14 +27,33 @@
  *                       after=N  every matching call after the first N
  *                       while=PATH  every matching call while PATH exists
  *                                (PATH without ':')
- *                 ERR   EIO, ENOSPC, EDQUOT, EROFS, or a number
+ *                 ERR   EIO, ENOSPC, EDQUOT, EROFS, or a number; or
+ *                       mark=PATH (no failure: PATH is created just before
+ *                       the call is made, so that a while=PATH rule listed
+ *                       after this one applies to that very call) or
+ *                       mark-after=PATH (PATH is created once the call
+ *                       returned); a mark rule fires once, at the first
+ *                       call its WHEN selects, and is logged (IOF_MARK);
+ *                       or delay=MS (no failure: the call is made MS
+ *                       milliseconds late, a slow disk)
  *                 minoff=N  only calls at file offset >= N match (pwrite,
  *                       pwritev, fallocate); maxoff=N: only calls at an
  *                       offset below N (the two may be given: "minoff=8192"
  *                       skips LMDB's meta pages, "maxoff=8192" picks them)
+ *                 extend  only a call that makes the file longer matches
+ *                       (a write or fallocate ending past the file's size,
+ *                       an ftruncate to more than it): what a full
+ *                       filesystem refuses, while overwrites still succeed
+ *                 zero  only a write of zeros matches; data: only a write
+ *                       with a nonzero byte (neither matches other calls)
  *                 e.g. "fdatasync:journal:7:EIO" (the 7th fdatasync of a
  *                 journal file fails with EIO),
- *                 "pwrite:data.mdb:after=200:ENOSPC".
+ *                 "pwrite:data.mdb:after=200:ENOSPC",
+ *                 "anywrite:journal:3:mark=/tmp/sw:maxoff=1;
+ *                  anywrite:journal:while=/tmp/sw:ENOSPC:extend" (from the
+ *                 third write at offset 0 of a journal file on, every
+ *                 write that extends a journal file fails with ENOSPC,
+ *                 until /tmp/sw is removed).
  *                 Each rule counts its own matching calls, over every
  *                 file it matches.  An injected failure does not make the
  *                 real call: it returns -1 with errno set, and is logged
@@ -121,6 +140,9 @@ enum kind {
 };
 #define K_ANYWRITE (K_WRITE | K_PWRITE | K_WRITEV | K_PWRITEV | K_FTRUNCATE | K_FALLOCATE)
 
+enum { MARK_NONE, MARK_BEFORE, MARK_AFTER };
+enum { ZERO_ANY, ZERO_ONLY, DATA_ONLY };
+
 struct rule {
     unsigned kinds;
     char file[64];          /* "" = any watched file */
@@ -128,8 +150,24 @@ struct rule {
     long from, to;          /* calls from..to (1-based, inclusive); to < 0: no end */
     char while_path[256];   /* active while this exists */
     long long minoff, maxoff;   /* maxoff 0: no bound */
+    int extend;             /* only calls that make the file longer */
+    int zero;               /* ZERO_* */
     int err;
+    int mark;               /* MARK_*: create mark_path instead of failing */
+    char mark_path[256];
+    long delay_ms;          /* > 0: delay the call instead of failing it */
+    int marked;             /* the mark rule fired (under 'lock') */
     long count;             /* matching calls so far (under 'lock') */
+};
+
+/* What inject() knows of a call beyond its kind, file and offset. */
+struct callinfo {
+    int fd;
+    long long len;          /* bytes written, or the new size (ftruncate) */
+    const struct iovec *iov;    /* the bytes of a write (NULL: not a write) */
+    int cnt;
+    int zero;               /* -1 not looked at yet, else all_zero() */
+    long delay_ms;          /* set by inject(): sleep this long before the call */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -188,10 +226,10 @@ static unsigned parse_kinds(const char *s)
     return 0;
 }
 
-/* One rule "OP:FILE:WHEN:ERR[:minoff=N][:maxoff=N]" (modified in place). */
+/* One rule "OP:FILE:WHEN:ERR[:option]..." (modified in place). */
 static void parse_rule(char *s)
 {
-    char *f[7] = {0}, *p = s, *end;
+    char *f[10] = {0}, *p = s, *end;
     struct rule *r;
     int n = 0;
 
@@ -199,14 +237,14 @@ static void parse_rule(char *s)
         die("too many rules at ", s);
     r = &rules[nrules];
     memset(r, 0, sizeof *r);
-    while (n < 7) {
+    while (n < 10) {
         f[n++] = p;
         if (!(p = strchr(p, ':')))
             break;
         *p++ = 0;
     }
-    if (n < 4 || n > 6 || !(r->kinds = parse_kinds(f[0])))
-        die("bad rule (OP:FILE:WHEN:ERR[:minoff=N][:maxoff=N]): ", s);
+    if (n < 4 || n > 9 || p || !(r->kinds = parse_kinds(f[0])))
+        die("bad rule (OP:FILE:WHEN:ERR[:minoff=N][:maxoff=N][:extend][:zero|:data]): ", s);
     if (!strcmp(f[1], "*"))
         r->any = 1;
     else if (!*f[1] || strlen(f[1]) >= sizeof r->file)
@@ -239,11 +277,30 @@ static void parse_rule(char *s)
         if (*end)
             die("bad WHEN: ", f[2]);
     }
-    if ((r->err = parse_err(f[3])) < 0)
+    if (!strncmp(f[3], "mark=", 5) || !strncmp(f[3], "mark-after=", 11)) {
+        const char *path = strchr(f[3], '=') + 1;
+        r->mark = f[3][4] == '=' ? MARK_BEFORE : MARK_AFTER;
+        if (!*path || strlen(path) >= sizeof r->mark_path)
+            die("bad mark=PATH: ", f[3]);
+        strcpy(r->mark_path, path);
+    } else if (!strncmp(f[3], "delay=", 6)) {
+        r->delay_ms = strtol(f[3] + 6, &end, 10);
+        if (*end || r->delay_ms < 1 || r->delay_ms > 600000)
+            die("bad delay=MS: ", f[3]);
+    } else if ((r->err = parse_err(f[3])) < 0) {
         die("bad ERR: ", f[3]);
+    }
     for (int i = 4; i < n; i++) {
         long long *to = !strncmp(f[i], "minoff=", 7) ? &r->minoff
                       : !strncmp(f[i], "maxoff=", 7) ? &r->maxoff : NULL;
+        if (!strcmp(f[i], "extend")) {
+            r->extend = 1;
+            continue;
+        }
+        if (!strcmp(f[i], "zero") || !strcmp(f[i], "data")) {
+            r->zero = f[i][0] == 'z' ? ZERO_ONLY : DATA_ONLY;
+            continue;
+        }
         if (!to || !f[i][7])
             die("bad option: ", f[i]);
         *to = strtoll(f[i] + 7, &end, 10);
@@ -442,36 +499,6 @@ static inline int st_file(int st)
 
 /* ---- Rules (under 'lock') ---- */
 
-/* The errno to inject for this call, or 0. */
-static int inject(unsigned kind, int file, long long off)
-{
-    const char *name = file >= 0 ? names[file] : NULL;
-    int err = 0;
-
-    for (int i = 0; i < nrules; i++) {
-        struct rule *r = &rules[i];
-        struct stat sb;
-        if (!(r->kinds & kind) || off < r->minoff || (r->maxoff && off >= r->maxoff))
-            continue;
-        if (!r->any && (!name || !strstr(name, r->file)))
-            continue;
-        if (r->any && file < 0 && kind != K_MSYNC)
-            continue;
-        r->count++;
-        if (err)
-            continue;
-        if (r->while_path[0]) {
-            if (stat(r->while_path, &sb) == 0)
-                err = r->err;
-        } else if (r->count >= r->from && (r->to < 0 || r->count <= r->to)) {
-            err = r->err;
-        }
-    }
-    return err;
-}
-
-/* ---- Hooks ---- */
-
 static int all_zero(const struct iovec *iov, int cnt, size_t len)
 {
     for (int i = 0; i < cnt && len; i++) {
@@ -484,6 +511,119 @@ static int all_zero(const struct iovec *iov, int cnt, size_t len)
     }
     return 1;
 }
+
+/* 1 when the call makes its file longer (see "extend"). */
+static int extends(unsigned kind, long long off, const struct callinfo *ci)
+{
+    struct stat sb;
+
+    if (!ci || ci->fd < 0 || fstat(ci->fd, &sb))
+        return 0;
+    if (kind == K_FTRUNCATE)
+        return ci->len > (long long)sb.st_size;
+    if (!(kind & K_ANYWRITE))
+        return 0;
+    return off + ci->len > (long long)sb.st_size;
+}
+
+/* Create rule r's mark file and log it (IOF_MARK, for the call on file
+ * 'file'). */
+static void mark_make(const struct rule *r, int file)
+{
+    struct iof_rec h;
+    struct iovec v;
+    int fd = real_open(r->mark_path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+
+    if (fd < 0)
+        die("cannot create the mark file ", r->mark_path);
+    real_close(fd);
+    memset(&h, 0, sizeof h);
+    h.op = IOF_MARK;
+    h.file = file;
+    h.aux = r->mark == MARK_AFTER;
+    h.datalen = strlen(r->mark_path);
+    v.iov_base = (void *)r->mark_path;
+    v.iov_len = h.datalen;
+    log_rec(&h, &v, 1);
+}
+
+/* The errno to inject for this call, or 0.  The mark rules it selects
+ * make their file now (mark=) or set their bit in *after (mark-after=:
+ * marks_after makes them once the call returned). */
+static int inject(unsigned kind, int file, long long off, struct callinfo *ci, unsigned *after)
+{
+    const char *name = file >= 0 ? names[file] : NULL;
+    int err = 0;
+
+    *after = 0;
+    for (int i = 0; i < nrules; i++) {
+        struct rule *r = &rules[i];
+        struct stat sb;
+        int on;
+        if (!(r->kinds & kind) || off < r->minoff || (r->maxoff && off >= r->maxoff))
+            continue;
+        if (!r->any && (!name || !strstr(name, r->file)))
+            continue;
+        if (r->any && file < 0 && kind != K_MSYNC)
+            continue;
+        if (r->zero) {
+            if (!ci || !ci->iov)
+                continue;
+            if (ci->zero < 0)
+                ci->zero = all_zero(ci->iov, ci->cnt, (size_t)ci->len);
+            if (ci->zero != (r->zero == ZERO_ONLY))
+                continue;
+        }
+        if (r->extend && !extends(kind, off, ci))
+            continue;
+        r->count++;
+        if (err && !r->mark && !r->delay_ms)
+            continue;
+        if (r->while_path[0])
+            on = stat(r->while_path, &sb) == 0;
+        else
+            on = r->count >= r->from && (r->to < 0 || r->count <= r->to);
+        if (!on)
+            continue;
+        if (r->delay_ms) {
+            if (ci)
+                ci->delay_ms += r->delay_ms;
+        } else if (!r->mark) {
+            err = r->err;
+        } else if (!r->marked) {
+            r->marked = 1;
+            if (r->mark == MARK_BEFORE)
+                mark_make(r, file);
+            else
+                *after |= 1u << i;
+        }
+    }
+    return err;
+}
+
+/* Sleep ci->delay_ms (outside 'lock'). */
+static void delay(const struct callinfo *ci)
+{
+    struct timespec ts = {ci->delay_ms / 1000, (ci->delay_ms % 1000) * 1000000L};
+
+    while (ci->delay_ms > 0 && nanosleep(&ts, &ts) && errno == EINTR)
+        ;
+}
+
+/* After the call: make the mark files inject() left in 'after'. */
+static void marks_after(unsigned after, int file)
+{
+    if (!after)
+        return;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < nrules; i++)
+        if (after & (1u << i))
+            mark_make(&rules[i], file);
+    pthread_mutex_unlock(&lock);
+}
+
+/* ---- Hooks ---- */
+
 
 /* The real call behind a hook, with its arguments. */
 struct call {
@@ -507,9 +647,13 @@ static ssize_t do_write(int st, unsigned kind, int variant, const struct iovec *
                         off_t off, ssize_t (*real)(const struct call *), const struct call *c)
 {
     struct iof_rec h;
+    struct callinfo ci = {.fd = c->fd, .iov = iov, .cnt = cnt, .zero = -1};
     ssize_t r;
+    unsigned after;
     int err, saved;
 
+    for (int i = 0; i < cnt; i++)
+        ci.len += (long long)iov[i].iov_len;
     memset(&h, 0, sizeof h);
     h.op = IOF_WRITE;
     h.file = st_file(st);
@@ -517,17 +661,19 @@ static ssize_t do_write(int st, unsigned kind, int variant, const struct iovec *
     if (st & FD_DSYNC)
         h.flags |= IOF_F_DSYNC;
     pthread_mutex_lock(&lock);
-    err = inject(kind, h.file, off >= 0 ? off : lseek(c->fd, 0, SEEK_CUR));
+    err = inject(kind, h.file, off >= 0 ? off : lseek(c->fd, 0, SEEK_CUR), &ci, &after);
     if (err) {
         h.flags |= IOF_F_INJECTED;
         h.err = err;
         h.off = off;
         log_rec(&h, NULL, 0);
         pthread_mutex_unlock(&lock);
+        marks_after(after, h.file);
         errno = err;
         return -1;
     }
     pthread_mutex_unlock(&lock);
+    delay(&ci);
     r = real(c);
     saved = errno;
     if (r < 0) {
@@ -548,6 +694,7 @@ static ssize_t do_write(int st, unsigned kind, int variant, const struct iovec *
     pthread_mutex_lock(&lock);
     log_rec(&h, iov, cnt);
     pthread_mutex_unlock(&lock);
+    marks_after(after, h.file);
     errno = saved;
     return r;
 }
@@ -663,6 +810,10 @@ static int do_call(int file, unsigned kind, int op, uint16_t flags, int64_t off,
                    const struct call *c)
 {
     struct iof_rec h;
+    /* ftruncate logs its new size as 'off'; fallocate its range. */
+    struct callinfo ci = {.fd = c ? c->fd : -1, .len = kind == K_FTRUNCATE ? off : len,
+                          .zero = -1};
+    unsigned after;
     int r, err, saved;
 
     memset(&h, 0, sizeof h);
@@ -675,18 +826,27 @@ static int do_call(int file, unsigned kind, int op, uint16_t flags, int64_t off,
     pthread_mutex_lock(&lock);
     if (op == IOF_SYNC)
         h.aux = next_seq;
-    err = inject(kind, file, kind == K_FALLOCATE ? off : 0);
+    err = inject(kind, file, kind == K_FALLOCATE ? off : 0, &ci, &after);
     if (err) {
         h.flags |= IOF_F_INJECTED;
         h.err = err;
         log_rec(&h, NULL, 0);
         pthread_mutex_unlock(&lock);
+        marks_after(after, file);
         if (posix)
             return err;
         errno = err;
         return -1;
     }
     pthread_mutex_unlock(&lock);
+    if (ci.delay_ms > 0) {
+        delay(&ci);
+        /* The sync starts now: what was written meanwhile is covered too. */
+        pthread_mutex_lock(&lock);
+        if (op == IOF_SYNC)
+            h.aux = next_seq;
+        pthread_mutex_unlock(&lock);
+    }
     r = real(c);
     saved = errno;
     if (r)
@@ -694,6 +854,7 @@ static int do_call(int file, unsigned kind, int op, uint16_t flags, int64_t off,
     pthread_mutex_lock(&lock);
     log_rec(&h, NULL, 0);
     pthread_mutex_unlock(&lock);
+    marks_after(after, file);
     errno = saved;
     return r;
 }

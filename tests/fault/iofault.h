@@ -27,6 +27,9 @@
  *   IOF_SFR     sync_file_range (not a durability point: no metadata, no
  *               device cache flush)
  *   IOF_MSYNC   msync of ['off', 'off'+'len') (an address; file -1)
+ *   IOF_MARK    a mark rule created its file (the data: its path) for a
+ *               call on 'file': just before that call (aux 0; the call's
+ *               own record follows) or once it returned (aux 1)
  *
  * 'flags': IOF_F_INJECTED when the result is a failure the rules injected
  * (the real call was not made), IOF_F_DSYNC when the descriptor was opened
@@ -48,6 +51,7 @@ enum iof_op {
     IOF_SYNC,
     IOF_SFR,
     IOF_MSYNC,
+    IOF_MARK,
 };
 
 enum iof_variant { IOF_V_WRITE = 0, IOF_V_PWRITE, IOF_V_WRITEV, IOF_V_PWRITEV };

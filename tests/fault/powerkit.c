@@ -1061,12 +1061,28 @@ void pk_check_dir(const char *bin, const char *dir, const struct pk_record *rec,
     c->events_in_store = json_object_size(stored);
     {
         const char *k;
-        json_t *v;
-        json_object_foreach(stored, k, v)
+        json_t *v, *answers = json_object();
+        /* Per event id, the kinds of answers its publishes got: 1 a 2xx,
+         * 2 a 507, 4 anything else (no answer included). */
+        for (size_t i = 0; answers && i < rec->n; i++) {
+            const struct pk_ans *a = &rec->a[i];
+            json_int_t bits;
+            if (a->kind != PK_PUB)
+                continue;
+            bits = json_integer_value(json_object_get(answers, a->event_id));
+            bits |= a->status >= 200 && a->status < 300 ? 1 : a->status == 507 ? 2 : 4;
+            json_object_set_new(answers, a->event_id, json_integer(bits));
+        }
+        json_object_foreach(stored, k, v) {
             if (!json_object_get(rec->sent, k)) {
                 c->unexpected++;
                 why(c, "unexpected event %s", k);
+            } else if (json_integer_value(json_object_get(answers, k)) == 2) {
+                if (!c->refused_stored++)
+                    snprintf(c->refused_id, sizeof c->refused_id, "%s", k);
             }
+        }
+        json_decref(answers);
     }
     /* Publishes answered 2xx before the cut. */
     c->acked = 0;

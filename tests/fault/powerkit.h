@@ -146,6 +146,11 @@ struct pk_check {
     /* Acks answered before the cut: checked, still dispatched, redelivered. */
     size_t acks, ack_redelivered;
     size_t events_in_store;   /* events the range read returned */
+    /* Events in the store whose every publish answer (at any time) was
+     * 507: a refusal that stored them anyway.  Not part of pk_check_ok:
+     * the programs that make a disk full judge it themselves. */
+    size_t refused_stored;
+    char refused_id[40];      /* the first of them */
     int range_error;          /* the range read failed (a 5xx) */
     int stop_status;          /* micd's exit status at SIGTERM */
     int verify_status;        /* micd --verify's exit status, -2 when not run */
