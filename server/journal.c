@@ -1131,7 +1131,8 @@ struct scan {
     uint64_t hdr_size, size, first_seq, base_txnid, floor;
     unsigned char *base;        /* 2 * psize: the meta pages at first_seq */
     uint64_t nrec, last_seq, last_txnid;
-    uint64_t stray;             /* a record past the chain (0: none) */
+    uint64_t stray;             /* a record past the chain (0: none) ... */
+    uint64_t stray_off;         /* ... at this offset */
 };
 
 /* Read the record at 'off' of a file of 'size' bytes into *buf (grown as
@@ -1207,21 +1208,57 @@ bad:
     return -1;
 }
 
-/* Read and check file fd's header; walk its chain of records (first_seq,
- * first_seq + 1, ... each whole and with a good CRC), writing each one's
- * segments to data_fd unless data_fd < 0.  Where the chain ends, a whole
- * record that belongs to no earlier chain of the file (a sequence number
- * past the chain's, or from the header's floor on in a file that holds no
- * chain) sets s->stray: records were written after a header that does not
- * lead to them.  Returns 0, or -1 when a read or write failed or a record
- * with a good CRC does not parse. */
+/* Walk the chain of records of file 'fd' from offset 'off', where record
+ * 'expect' should be, then 'expect' + 1 ... (each whole, with a good CRC),
+ * writing each one's segments to data_fd unless data_fd < 0; adds to
+ * s->nrec and sets s->last_seq and s->last_txnid.  Where the chain ends, a
+ * whole record with a sequence number past it sets s->stray and
+ * s->stray_off (no earlier use of the file can have left one there: a
+ * file's old records all come before its header's chain).  Returns 0, or
+ * -1 when a read or write failed or a record with a good CRC does not
+ * parse. */
+static int scan_chain(int fd, struct scan *s, uint64_t off, uint64_t expect, int data_fd,
+                      unsigned char **buf, size_t *cap)
+{
+    uint64_t len, seq;
+    int rc;
+
+    while ((rc = rec_read(fd, off, s->size, buf, cap, &len, &seq)) == 1 && seq == expect) {
+        const unsigned char *b = *buf;
+        if (rec_check(b, len, s->psize))
+            return -1;
+        if (data_fd >= 0)
+            for (uint64_t p = REC_HDR, n = get32(b + 32); n; n--) {
+                uint64_t soff = get64(b + p);
+                uint32_t slen = get32(b + p + 8);
+                if (pwrite_full(data_fd, b + p + SEG_HDR, slen, (off_t)soff))
+                    return -1;
+                p += SEG_HDR + ((slen + 7) & ~(uint64_t)7);
+            }
+        s->nrec++;
+        s->last_seq = expect;
+        s->last_txnid = get64(b + 16);
+        expect++;
+        off += len;
+    }
+    if (rc < 0)
+        return -1;
+    if (rc == 1 && seq > expect) {
+        s->stray = seq;
+        s->stray_off = off;
+    }
+    return 0;
+}
+
+/* Read and check file fd's header, then walk its chain (scan_chain): from
+ * first_seq, or, in a file that holds no chain, only the check for a
+ * record from the header's floor on at its start (s->stray).  Returns 0,
+ * or -1 as scan_chain. */
 static int scan_file(int fd, struct scan *s, int data_fd, unsigned char **buf, size_t *cap)
 {
     unsigned char h[HDR_FIELDS];
     struct stat st;
-    uint64_t off, expect, len, seq;
     uint32_t crc;
-    int rc;
 
     memset(s, 0, sizeof *s);
     if (fstat(fd, &st))
@@ -1252,40 +1289,42 @@ static int scan_file(int fd, struct scan *s, int data_fd, unsigned char **buf, s
     if (data_fd >= 0 && s->first_seq &&
         pwrite_full(data_fd, s->base, 2 * (size_t)s->psize, 0))
         return -1;
-    expect = s->first_seq;
-    off = s->hdr_size;
-    while ((rc = rec_read(fd, off, s->size, buf, cap, &len, &seq)) == 1 && expect && seq == expect) {
-        const unsigned char *b = *buf;
-        if (rec_check(b, len, s->psize))
+    if (s->first_seq)
+        return scan_chain(fd, s, s->hdr_size, s->first_seq, data_fd, buf, cap);
+    {
+        uint64_t len, seq;
+        int rc = rec_read(fd, s->hdr_size, s->size, buf, cap, &len, &seq);
+        if (rc < 0)
             return -1;
-        if (data_fd >= 0)
-            for (uint64_t p = REC_HDR, n = get32(b + 32); n; n--) {
-                uint64_t soff = get64(b + p);
-                uint32_t slen = get32(b + p + 8);
-                if (pwrite_full(data_fd, b + p + SEG_HDR, slen, (off_t)soff))
-                    return -1;
-                p += SEG_HDR + ((slen + 7) & ~(uint64_t)7);
-            }
-        s->nrec++;
-        s->last_seq = expect;
-        s->last_txnid = get64(b + 16);
-        expect++;
-        off += len;
+        if (rc == 1 && seq >= s->floor) {
+            s->stray = seq;
+            s->stray_off = s->hdr_size;
+        }
     }
-    if (rc < 0)
-        return -1;
-    if (rc == 1 && (expect ? seq > expect : seq >= s->floor))
-        s->stray = seq;
     return 0;
+}
+
+/* A stray run (scan_chain) that recovery may replay: it is in file 'i',
+ * at the start of the file (its header's write never became durable, or
+ * was never made), and it goes on from the last record of 'newest', the
+ * chain that is replayed last.  Such records were written after that
+ * chain, in order, by a switch to file 'i'; acknowledged or not, they
+ * hold whole commits that follow it. */
+static int stray_follows(const struct scan *s, int i, int newest)
+{
+    uint64_t next = s[newest].nrec ? s[newest].last_seq + 1 : s[newest].first_seq;
+
+    return i != newest && s[i].stray && s[i].nrec == 0 && s[i].stray_off == s[i].hdr_size &&
+           s[i].psize == s[newest].psize && s[i].stray == next;
 }
 
 int mic_jnl_recover(const char *dir, int *lock_fd, uint64_t *next_seq, uint64_t *replayed)
 {
     char path[PATH_MAX];
-    struct scan s[2];
+    struct scan s[2], run;
     unsigned char *buf = NULL, *meta = NULL;
     size_t cap = 0;
-    int fd[2] = {-1, -1}, data_fd = -1, rc = MIC_EIO, newest = -1, older = -1;
+    int fd[2] = {-1, -1}, data_fd = -1, rc = MIC_EIO, newest = -1, older = -1, strayf = -1;
     uint64_t top = 0, L, t;
     unsigned psize;
 
@@ -1317,18 +1356,33 @@ int mic_jnl_recover(const char *dir, int *lock_fd, uint64_t *next_seq, uint64_t 
                 top = s[i].last_seq;
             if (s[i].first_seq && (newest < 0 || s[i].first_seq > s[newest].first_seq))
                 newest = i;
-            if (s[i].stray) {
-                /* Replaying the chains would silently drop those records,
-                 * which may hold acknowledged commits. */
-                char n[32];
-                snprintf(n, sizeof n, "%llu", (unsigned long long)s[i].stray);
-                snprintf(path, sizeof path, "journal-%d", i);
-                mic_log(MIC_LOG_ERROR, NULL, "journal: a file holds records its header does not "
-                        "lead to (refusing to open the store)", "dir", dir, "file", path,
-                        "seq", n, NULL);
-                goto out;
-            }
         }
+    }
+    /* Records past a file's chain: a run that goes on from the newest
+     * chain is replayed after it (a switch whose header write never became
+     * durable, or, before issue 29's fix, was never made); any other would
+     * be dropped silently by the replay, and may hold acknowledged
+     * commits, so the store is refused. */
+    memset(&run, 0, sizeof run);
+    for (int i = 0; i < 2; i++) {
+        char n[32];
+        if (!s[i].stray)
+            continue;
+        if (newest >= 0 && stray_follows(s, i, newest) && strayf < 0) {
+            strayf = i;
+            run.size = s[i].size;
+            run.psize = s[i].psize;
+            if (scan_chain(fd[i], &run, s[i].stray_off, s[i].stray, -1, &buf, &cap))
+                goto io;
+            if (run.last_seq > top)
+                top = run.last_seq;
+            continue;
+        }
+        snprintf(n, sizeof n, "%llu", (unsigned long long)s[i].stray);
+        snprintf(path, sizeof path, "journal-%d", i);
+        mic_log(MIC_LOG_ERROR, NULL, "journal: a file holds records that follow no chain "
+                "(refusing to open the store)", "dir", dir, "file", path, "seq", n, NULL);
+        goto out;
     }
     *next_seq = top + 1;
     if (newest < 0) {
@@ -1360,6 +1414,23 @@ int mic_jnl_recover(const char *dir, int *lock_fd, uint64_t *next_seq, uint64_t 
     }
     psize = s[newest].psize;
     L = s[newest].nrec ? s[newest].last_txnid : s[newest].base_txnid;
+    if (strayf >= 0) {
+        char n[32];
+        uint64_t found = run.nrec;
+        run.nrec = 0;
+        if (scan_chain(fd[strayf], &run, s[strayf].stray_off, s[strayf].stray, data_fd, &buf, &cap))
+            goto io;
+        if (run.nrec != found) {
+            errno = EIO; /* the file changed under recovery */
+            goto io;
+        }
+        *replayed += run.nrec;
+        L = run.last_txnid;
+        snprintf(n, sizeof n, "%llu", (unsigned long long)run.nrec);
+        snprintf(path, sizeof path, "journal-%d", strayf);
+        mic_log(MIC_LOG_WARN, NULL, "journal: replayed records written after a header that "
+                "does not lead to them", "file", path, "records", n, NULL);
+    }
     if (!(meta = malloc(2 * (size_t)psize))) {
         rc = MIC_ENOMEM;
         goto out;

@@ -940,6 +940,13 @@ static uint64_t le64(const unsigned char *p)
     return v;
 }
 
+static uint32_t le32(const unsigned char *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
 static void set_le64(unsigned char *p, uint64_t v)
 {
     memcpy(p, &v, 8);
@@ -950,37 +957,91 @@ static void set_le32(unsigned char *p, uint32_t v)
     memcpy(p, &v, 4);
 }
 
-/* proto/store-format.md, "Journal": the header's CRC-32C covers bytes
- * 0-31 and 36 to its end; a record's, bytes 8 to its end. */
-static void header_crc(unsigned char *b, size_t hdr)
+/* Issue 29, point 1, as the defect left a store: journal-0's chain ends
+ * at record k-1, and records k... were written after journal-1's header
+ * of a file that holds no chain (a switch whose header was never
+ * written).  Recovery replays them after journal-0's chain: every commit
+ * is there.  Records that do not go on from the chain (record k missing)
+ * make it refuse the store instead of replaying without them. */
+static void write_file(const char *dir, int i, const unsigned char *b, size_t len)
 {
-    uint32_t crc = mic_crc32c(0, b, 32);
-    set_le32(b + 32, mic_crc32c(crc, b + 36, hdr - 36));
+    char path[200];
+    int fd;
+
+    snprintf(path, sizeof path, "%s/journal-%d", dir, i);
+    assert_true((fd = open(path, O_WRONLY | O_CREAT, 0600)) >= 0);
+    assert_int_equal(pwrite(fd, b, len, 0), (ssize_t)len);
+    close(fd);
 }
 
-/* Issue 29, point 1: records written after a header that does not lead
- * to them (the header of a file that holds no chain) make recovery
- * refuse the store instead of replaying without them. */
-static void recovery_refuses_records_past_the_header(void **state)
+static void recovery_replays_records_past_the_header(void **state)
 {
-    char dir[64];
-    unsigned char *b;
-    size_t len, hdr;
-    uint64_t next, replayed;
-    int lockfd;
+    for (int round = 0; round < 2; round++) {
+        char dir[64], path[200];
+        unsigned char *b, *one;
+        size_t len, hdr, at[40], end;
+        uint64_t next, replayed;
+        int lockfd, k = 5, n = 8, r;
 
-    (void)state;
-    crashed_store(dir, sizeof dir, 5);
-    b = read_journal(dir, &len);
-    hdr = 4096 + 2 * (size_t)(b[12] | b[13] << 8 | b[14] << 16);
-    assert_true(len > hdr + 40);
-    assert_int_equal(le64(b + 16), le64(b + hdr + 8)); /* the chain starts at record 1 */
-    set_le64(b + 16, 0);                                 /* a header that names no chain */
-    header_crc(b, hdr);
-    write_journal(dir, b, hdr);
-    assert_int_equal(mic_jnl_recover(dir, &lockfd, &next, &replayed), MIC_EIO);
-    free(b);
-    procfx_rm_store(dir);
+        (void)state;
+        crashed_store(dir, sizeof dir, n);
+        b = read_journal(dir, &len);
+        hdr = 4096 + 2 * (size_t)(b[12] | b[13] << 8 | b[14] << 16);
+        /* The records' offsets (the store's own commits at open, then the
+         * n puts), then the end of the chain. */
+        at[0] = hdr;
+        for (r = 0; at[r] + 40 <= len && le32(b + at[r]) == 0x4d4a5243u &&
+                    le64(b + at[r] + 8) == le64(b + 16) + (uint64_t)r; r++) {
+            assert_true(r + 1 < 40);
+            at[r + 1] = at[r] + le64(b + at[r] + 24);
+        }
+        assert_true(r > k + 1);
+        end = at[r];
+        /* journal-1: its header as micd's open left it (no chain, floor =
+         * journal-0's first record), then records k.. (round 1: k+1..). */
+        snprintf(path, sizeof path, "%s/journal-1", dir);
+        {
+            size_t l1;
+            unsigned char *h1;
+            int fd = open(path, O_RDONLY);
+            struct stat sb;
+            assert_true(fd >= 0);
+            assert_int_equal(fstat(fd, &sb), 0);
+            l1 = (size_t)sb.st_size;
+            assert_true(l1 >= hdr);
+            assert_non_null(h1 = malloc(l1 > hdr + (end - at[k]) ? l1 : hdr + (end - at[k])));
+            assert_int_equal(read(fd, h1, hdr), (ssize_t)hdr);
+            close(fd);
+            assert_int_equal(le64(h1 + 16), 0);
+            one = h1;
+        }
+        memcpy(one + hdr, b + at[k + round], end - at[k + round]);
+        write_file(dir, 1, one, hdr + (end - at[k + round]));
+        memset(b + at[k], 0, end - at[k]); /* journal-0's chain ends at k-1 */
+        write_journal(dir, b, len);
+        if (round == 0) {
+            mic_store *s;
+            assert_int_equal(mic_jnl_recover(dir, &lockfd, &next, &replayed), MIC_OK);
+            close(lockfd);
+            assert_int_equal(replayed, (uint64_t)r);
+            assert_int_equal(next, le64(b + 16) + (uint64_t)r);
+            assert_int_equal(mic_store_open(&s, dir, 4 * MiB, 4 * MiB, 0), MIC_OK);
+            for (int i = 0; i < n; i++) {
+                char id[16];
+                snprintf(id, sizeof id, "k%d", i);
+                if (!id_present(s, id))
+                    fail_msg("commit %s lost: the records after journal-1's header were not "
+                             "replayed", id);
+            }
+            mic_store_close(s);
+            check_verify(dir);
+        } else {
+            assert_int_equal(mic_jnl_recover(dir, &lockfd, &next, &replayed), MIC_EIO);
+        }
+        free(one);
+        free(b);
+        procfx_rm_store(dir);
+    }
 }
 
 /* Issue 29, point 6: a record with a good CRC whose segment lies past the
@@ -1038,7 +1099,7 @@ int main(void)
         cmocka_unit_test(switch_on_full_disk_keeps_acknowledged),
         cmocka_unit_test(refused_commit_is_never_stored),
         cmocka_unit_test(uncaptured_commit_fails_the_journal),
-        cmocka_unit_test(recovery_refuses_records_past_the_header),
+        cmocka_unit_test(recovery_replays_records_past_the_header),
         cmocka_unit_test(recovery_bounds_segments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
