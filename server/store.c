@@ -48,6 +48,8 @@
 #include "log.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <lmdb.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -354,6 +356,33 @@ fail:
     return from_mdb(rc);
 }
 
+/* LMDB sizes lock.mdb with ftruncate and writes its reader table through
+ * a shared map: on a full filesystem the first write to a page with no
+ * block behind it is a SIGBUS, not an error.  So the file's blocks are
+ * allocated first (LOCK_BYTES covers the 1024 readers' table), and a
+ * filesystem without room for them is a clean MIC_ENOSPC (logged). */
+#define LOCK_BYTES (128 * 1024)
+static int lock_file_room(const char *dir)
+{
+    char path[PATH_MAX];
+    int fd, rc;
+
+    snprintf(path, sizeof path, "%s/lock.mdb", dir);
+    if ((fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0) {
+        rc = errno;
+        goto fail;
+    }
+    rc = posix_fallocate(fd, 0, LOCK_BYTES);
+    close(fd);
+    if (rc == 0 || rc == EOPNOTSUPP || rc == EINVAL)
+        return MIC_OK; /* a filesystem without fallocate: LMDB as it is */
+fail:
+    mic_log(MIC_LOG_ERROR, NULL, "cannot open store", "dir", dir, "error",
+            rc == ENOSPC || rc == EDQUOT ? "no room on the filesystem for lock.mdb"
+                                         : strerror(rc), NULL);
+    return rc == ENOSPC || rc == EDQUOT ? MIC_ENOSPC : MIC_EIO;
+}
+
 int mic_store_open(mic_store **out, const char *dir, uint64_t map_size,
                    uint64_t map_max, int nosync)
 {
@@ -381,6 +410,8 @@ int mic_store_open(mic_store **out, const char *dir, uint64_t map_size,
     s->jlock = -1;
     /* A journal left by a crash is replayed first, whatever the mode. */
     if ((mic_rc = mic_jnl_recover(dir, &jlock, &next_seq, &replayed)))
+        goto fail_free;
+    if ((mic_rc = lock_file_room(dir)))
         goto fail_free;
     if ((rc = mdb_env_create(&s->env)))
         goto fail_free;
@@ -410,8 +441,12 @@ int mic_store_open(mic_store **out, const char *dir, uint64_t map_size,
      * CRC to every log record). */
     while ((mic_rc = open_dbs(s)) == MIC_ENOSPC && mic_store_grow(s) == MIC_OK)
         ;
-    if (mic_rc)
+    if (mic_rc) {
+        mic_log(MIC_LOG_ERROR, NULL, "cannot open store", "dir", dir, "error",
+                mic_rc == MIC_ENOSPC ? "no room: the filesystem or --map-max is full"
+                                     : mic_strerror(mic_rc), NULL);
         goto fail_env;
+    }
     *out = s;
     return MIC_OK;
 fail_env:

@@ -515,6 +515,32 @@ static void tmpfs_refused_batch_not_stored(void **state)
     srv_cleanup(&s);
 }
 
+/* A new store on a filesystem with no room: micd exits 3 and its log says
+ * why. */
+static void full_before_first_commit(void **state)
+{
+    struct srv s = {0};
+    char bal[300], *log;
+    int rc;
+
+    (void)state;
+    snprintf(s.dir, sizeof s.dir, "/tmp/mic-full-XXXXXX");
+    assert_non_null(mkdtemp(s.dir));
+    if (mount_tmpfs(&s)) /* in this process: the line above says why */
+        fail_msg("test_fulldisk cannot mount its tmpfs here (see the line above)");
+    ballast(s.dir, bal, sizeof bal, 0);
+    rc = srv_run_expect_exit(&s, NULL);
+    assert_non_null(log = file_read(s.logpath));
+    if (rc != 3)
+        fail_msg("micd on a full filesystem: exit %d (want 3): %s", rc, log);
+    if (!strstr(log, "cannot open store"))
+        fail_msg("micd exited 3 on a full filesystem without saying why: %s", log);
+    free(log);
+    assert_int_equal(unlink(bal), 0);
+    assert_int_equal(umount2(s.dir, MNT_DETACH), 0);
+    srv_cleanup(&s);
+}
+
 /* Batches of 2.5 MB (a journal record larger than the room micd keeps
  * written ahead): once one does not fit it is answered 507 and, since a
  * 507 stores nothing, sent again once room is made it is stored (201);
@@ -560,6 +586,7 @@ int main(void)
         cmocka_unit_test(ext4_full_then_retention),
         cmocka_unit_test(tmpfs_big_batches),
         cmocka_unit_test(tmpfs_refused_batch_not_stored),
+        cmocka_unit_test(full_before_first_commit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
