@@ -1,5 +1,5 @@
 /*
- * bench/peer_redis.c - the Redis Streams peer of the side-by-side benchmark
+ * bench/peers/redis.c - the Redis Streams peer of the side-by-side benchmark
  * (issue 7), driven with hiredis.
  *
  * Owns: the command line shared by every peer driver, the mapping of the

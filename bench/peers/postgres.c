@@ -1,5 +1,5 @@
 /*
- * bench/peer_postgres.c - the PostgreSQL 15 peer of the side-by-side
+ * bench/peers/postgres.c - the PostgreSQL 15 peer of the side-by-side
  * benchmark (issue 7): an outbox table claimed with FOR UPDATE SKIP LOCKED.
  *
  * Owns: the command line shared by every peer driver, the outbox table of

@@ -1,4 +1,4 @@
-/* peer_nats.c - the NATS JetStream driver of the side-by-side benchmark
+/* bench/peers/nats.c - the NATS JetStream driver of the side-by-side benchmark
  * (issue 7, bench/peers.py).
  *
  *   build/peer_nats --addr HOST:PORT --workload W1|W2|W3|W4|W5 [--events N]

@@ -1,5 +1,5 @@
 /*
- * bench/peer_beanstalkd.c - the beanstalkd driver of the side-by-side bench
+ * bench/peers/beanstalkd.c - the beanstalkd driver of the side-by-side bench
  * (issue 7, bench/peers.py).
  *
  * Owns: the command line shared by every build/peer_NAME driver, the client
