@@ -59,8 +59,11 @@ TLIBS     = $(shell pkg-config --libs $(TPKGS) 2>/dev/null)
 RCFLAGS   = $(shell pkg-config --cflags $(RPKGS) 2>/dev/null)
 RLIBS     = $(shell pkg-config --libs $(RPKGS) 2>/dev/null)
 
-# The peers of bench/peers.py (make bench-peers; make test runs its smoke mode).
-PEER_DRIVERS := $(patsubst bench/peer_%.c,build/peer_%,$(wildcard bench/peer_*.c))
+# The peers of bench/peers.py (make bench-peers; make test runs its smoke mode):
+# bench/peers/NAME.c on the skeleton bench/peers/driver.c is built as
+# build/peer_NAME, the name peers.py runs.
+PEER_SKEL    := bench/peers/driver.c bench/peerlib.c
+PEER_DRIVERS := $(patsubst bench/peers/%.c,build/peer_%,$(filter-out $(PEER_SKEL),$(wildcard bench/peers/*.c)))
 # tests/test_deploy.c: systemd-analyze verify of deploy/micd.service, and the
 # compose and Grafana provisioning YAML read with python3-yaml.
 DEPLOY_TEST_DEBS := systemd python3-yaml
@@ -441,14 +444,14 @@ bench-relay: build/micd build/mic-relay build/outbox_poller
 bench-sink: build/micd build/loadgen build/sink_watch build/peer_nats
 	bench/sink.sh
 
-build/peer_redis: bench/peer_redis.c bench/peerlib.c bench/peerlib.h | build/rel
-	$(CC) $(WARN) -O2 $(shell pkg-config --cflags hiredis) $< bench/peerlib.c -o $@ $(shell pkg-config --libs hiredis) -lpthread -lm
-build/peer_postgres: bench/peer_postgres.c bench/peerlib.c bench/peerlib.h | build/rel
-	$(CC) $(WARN) -O2 $(shell pkg-config --cflags libpq) $< bench/peerlib.c -o $@ $(shell pkg-config --libs libpq) -lpthread -lm
-build/peer_nats: bench/peer_nats.c bench/peerlib.c bench/peerlib.h | build/rel
-	$(CC) $(WARN) -O2 $(shell pkg-config --cflags libnats) $< bench/peerlib.c -o $@ $(shell pkg-config --libs libnats) -lpthread -lm
-build/peer_beanstalkd: bench/peer_beanstalkd.c bench/peerlib.c bench/peerlib.h | build/rel
-	$(CC) $(WARN) -O2 $< bench/peerlib.c -o $@ -lpthread -lm -lssl -lcrypto
+build/peer_%: bench/peers/%.c $(PEER_SKEL) bench/peers/driver.h bench/peerlib.h | build/rel
+	$(CC) $(WARN) -O2 -Ibench $(PEER_CFLAGS_$*) $< $(PEER_SKEL) -o $@ $(PEER_LIBS_$*) -lpthread -lm
+PEER_CFLAGS_redis    = $(shell pkg-config --cflags hiredis)
+PEER_LIBS_redis      = $(shell pkg-config --libs hiredis)
+PEER_CFLAGS_postgres = $(shell pkg-config --cflags libpq)
+PEER_LIBS_postgres   = $(shell pkg-config --libs libpq)
+PEER_CFLAGS_nats     = $(shell pkg-config --cflags libnats)
+PEER_LIBS_nats       = $(shell pkg-config --libs libnats)
 
 # deploy/container-test.sh: build deploy/Containerfile with podman and run
 # the image (downloads from Debian's archive: not part of make check).

@@ -7,7 +7,7 @@ stops everything by PID, and writes bench/RESULTS.md (OUT=FILE elsewhere)
 plus PNG charts next to it when gnuplot is installed.  Peers: Redis Streams (appendfsync always),
 PostgreSQL 15 (SKIP LOCKED, synchronous_commit on), NATS JetStream (file
 storage), beanstalkd (-f 0); each driven by its C driver build/peer_NAME
-(bench/peer_NAME.c).  A peer whose server or driver is missing is reported
+(bench/peers/NAME.c).  A peer whose server or driver is missing is reported
 as such, never silently left out.
 
     SMOKE=1   tiny sizes, 1 run; exits 1 on any problem, duplicate, missing
@@ -432,7 +432,7 @@ def main():
         systems.append(Mic(tmp))
         for name in PEERS:
             if not os.path.exists("./build/peer_" + name):
-                problems.append("%s: no driver build/peer_%s (bench/peer_%s.c)" % (name, name, name))
+                problems.append("%s: no driver build/peer_%s (bench/peers/%s.c)" % (name, name, name))
                 continue
             try:
                 systems.append(Peer(name, tmp))
@@ -558,12 +558,12 @@ PROFILES = {
 
 
 # How each system runs the workloads, restated with every RESULTS.md; the
-# drivers' header comments (bench/peer_NAME.c) hold the details.
+# drivers' header comments (bench/peers/NAME.c) hold the details.
 METHODS = """## How each system runs the workloads
 
 Same event bodies (about 300 bytes of JSON) for every system; every client
 is C (MIC: bench/loadgen.c, bench/workers.c --driver raw, bench/rangeread.c;
-peers: bench/peer_NAME.c with hiredis, libpq, cnats, or beanstalkd's text
+peers: bench/peers/NAME.c with hiredis, libpq, cnats, or beanstalkd's text
 protocol).  MIC's publishers and workers speak HTTP/1.1 over their own
 keep-alive sockets rather than through libmic, so the figures are micd's:
 what libmic and its worker loop add is measured under "Worker loop

@@ -1,9 +1,8 @@
-/* peer_nats.c - the NATS JetStream driver of the side-by-side benchmark
- * (issue 7, bench/peers.py).
+/* bench/peers/nats.c - the NATS JetStream driver of the side-by-side benchmark
+ * (issue 7, bench/peers.py), on the skeleton of bench/peers/driver.h (the
+ * command line, the threads, the latencies and the report line are its).
  *
- *   build/peer_nats --addr HOST:PORT --workload W1|W2|W3|W4|W5 [--events N]
- *       [--producers N] [--batch N] [--workers N] [--max N] [--aggregates A]
- *       [--per-aggregate K] [--payload-bytes 300] [--max-seconds S]
+ *   build/peer_nats --addr HOST:PORT --workload W1|W2|W3|W4|W5 [--events N] ...
  *
  * The server is started by the caller:
  *   nats-server -a 127.0.0.1 -p PORT -js -sd TMPDIR
@@ -48,13 +47,14 @@
  *       consecutive (gaps count as missing), timestamps non-decreasing, and
  *       the message before the first one read must be older than lo.
  *
- * Threads share up to CONN_MAX connections (thread i uses connection
- * i % n); cnats connections are thread-safe.  Shared state is a few atomic
+ * The skeleton's threads share up to CONN_MAX connections (thread i uses
+ * connection i % n); cnats connections are thread-safe.  Shared state is a few atomic
  * counters, the latency array (slots handed out by an atomic index), the
  * 'seen' byte per seq (atomic exchange) and the first error (one mutex).
  * In W4 last_version[k] is touched only by the worker owning partition k%W.
  * Every blocking call is bounded (WAIT_MS, FETCH_MS), and every loop checks
- * the deadline (--max-seconds from the start, prefill included).
+ * the stop: the deadline (--max-seconds from the start, prefill included),
+ * a signal or the first error.
  *
  * Output: one JSON line on stdout, also after a timeout or failure when
  * something was measured; errors on stderr.  Exit 0 when the workload
@@ -64,7 +64,6 @@
 #include <nats/nats.h>
 
 #include <errno.h>
-#include <getopt.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -75,14 +74,11 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "peerlib.h"
+#include "driver.h"
 
 #define PROG "peer_nats"
-#define EXIT_FAIL 1
-#define EXIT_USAGE 2
 
 #define CONN_MAX 4             /* connections shared by the threads */
 #define WAIT_MS 5000           /* JetStream API calls and publish acks */
@@ -91,7 +87,6 @@
 #define PREFILL_THREADS 4
 #define PREFILL_WINDOW 1000
 #define EVENT_MAX (64 * 1024)
-#define NS_PER_S 1000000000LL
 
 #define DURABILITY "file storage, 1 replica: the PubAck is sent once the message is written " \
     "to the stream's block file (OS page cache), before any fsync; Debian's nats-server 2.9 " \
@@ -101,32 +96,22 @@
 
 enum workload { W1 = 1, W2, W3, W4, W5 };
 
-struct opts {
-    const char *addr;
-    enum workload w;
-    long events, producers, batch, workers, max, aggregates, per_agg, payload_bytes;
-    double max_seconds;
-};
-
+/* The threads are the pool's bare ones: thread i uses connection
+ * nc[i % nconn].  d.lat is the latency per publish, window or Fetch. */
 struct run {
-    struct opts o;
-    char url[300], version[80], runid[17];
-    char ev_head[64];               /* {"event_id":"nats-<runid>- */
-    size_t ev_head_len;
+    struct drv d;                   /* first: the skeleton's */
+    char url[300], version[80];
     char stream[40], prefix[40], subject[48];
     natsOptions *nopts;
     natsConnection *nc[CONN_MAX];
     int nconn;
     jsCtx *js;                      /* admin context on nc[0] */
-    int64_t deadline;               /* CLOCK_MONOTONIC ns */
-    atomic_int stop;                /* 1 = error or deadline */
-    atomic_int timed_out;
+    bool created;                   /* the stream exists */
     atomic_long next;               /* next event number to hand out */
     atomic_long done;               /* events acknowledged (first deliveries) */
     atomic_long dups, missing, disorder;
     atomic_llong end_ns;            /* when 'done' reached the target */
-    long target;                    /* events the timed part must complete */
-    struct peer_lat lat;
+    long target;                    /* events the phase (prefill or timed) must complete */
     atomic_uchar *seen;             /* W3/W4: deliveries per seq (saturating) */
     uint32_t *last_version;         /* W4: per aggregate */
     int64_t t0, t1;                 /* the timed part */
@@ -134,21 +119,7 @@ struct run {
     char err[600];
 };
 
-struct worker {
-    struct run *r;
-    int index;
-    pthread_t tid;
-};
-
-/* ---- Errors, time, latency ---- */
-
-static int64_t wall_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * NS_PER_S + ts.tv_nsec;
-}
+/* ---- Errors ---- */
 
 /* Keep the first error, stop every thread; returns -1. */
 __attribute__((format(printf, 2, 3)))
@@ -163,7 +134,7 @@ static int fail(struct run *r, const char *fmt, ...)
         va_end(ap);
     }
     pthread_mutex_unlock(&r->err_lock);
-    atomic_store(&r->stop, 1);
+    drv_request_stop(3);
     return -1;
 }
 
@@ -176,17 +147,10 @@ static int nats_fail(struct run *r, const char *what, natsStatus s, jsErrCode je
                 last && *last ? ": " : "", last && *last ? last : "");
 }
 
-/* True once the run must end: an error, or the deadline (recorded). */
+/* True once the run must end: an error, a signal or the deadline. */
 static int stopping(struct run *r)
 {
-    if (atomic_load(&r->stop))
-        return 1;
-    if ((int64_t)peer_now_ns() > r->deadline) {
-        atomic_store(&r->timed_out, 1);
-        atomic_store(&r->stop, 1);
-        return 1;
-    }
-    return 0;
+    return drv_stopping(&r->d);
 }
 
 /* Note the end of the timed part when 'done' reaches the target. */
@@ -201,12 +165,11 @@ static void done_add(struct run *r, long n)
 /* ---- Events ---- */
 
 /* Event 'n' (aggregate 'agg' version 'ver' when agg >= 0) at 'out', at most
- * peer_event_max(r->ev_head_len, sizeof PEER_TOPIC - 1, payload_bytes)
+ * peer_event_max(r->d.ev_head_len, sizeof PEER_TOPIC - 1, payload_bytes)
  * bytes; returns its length. */
 static int event_put(const struct run *r, char *out, long n, long agg, long ver)
 {
-    return (int)peer_event_put(out, r->ev_head, r->ev_head_len, (uint64_t)n, PEER_TOPIC, agg,
-                               ver, 0, (size_t)r->o.payload_bytes);
+    return (int)drv_event_put(&r->d, out, (uint64_t)n, agg, ver, 0);
 }
 
 /* The number after "key" in data[0..len), or -1. */
@@ -229,10 +192,10 @@ static long field_num(const char *data, int len, const char *key)
 /* The subject of event n: W4 puts aggregate k on partition k % workers. */
 static void subject_of(const struct run *r, long n, char *out, size_t cap, long *agg, long *ver)
 {
-    if (r->o.w == W4) {
-        *agg = n % r->o.aggregates;
-        *ver = n / r->o.aggregates + 1;
-        snprintf(out, cap, "%s.p%ld.a%ld", r->prefix, *agg % r->o.workers, *agg);
+    if (r->d.o.workload == W4) {
+        *agg = n % r->d.o.aggregates;
+        *ver = n / r->d.o.aggregates + 1;
+        snprintf(out, cap, "%s.p%ld.a%ld", r->prefix, *agg % r->d.o.workers, *agg);
     } else {
         *agg = *ver = -1;
         snprintf(out, cap, "%s", r->subject);
@@ -241,24 +204,11 @@ static void subject_of(const struct run *r, long n, char *out, size_t cap, long 
 
 /* ---- Server and stream ---- */
 
-static int split_addr(const char *addr, char *host, size_t hcap, char *port, size_t pcap)
-{
-    const char *a = strncmp(addr, "nats://", 7) ? addr : addr + 7;
-    const char *colon = strrchr(a, ':');
-
-    if (!colon || colon == a || !colon[1] || (size_t)(colon - a) >= hcap || strlen(colon + 1) >= pcap)
-        return -1;
-    memcpy(host, a, (size_t)(colon - a));
-    host[colon - a] = 0;
-    strcpy(port, colon + 1);
-    return 0;
-}
-
 /* The server's version from the INFO line it sends on connect (cnats 3.4
  * does not expose it). */
 static int server_version(struct run *r)
 {
-    char host[256], port[32], buf[4096], *v, *q;
+    char port[16], buf[4096], *v, *q;
     struct addrinfo hints, *ai = NULL;
     struct timeval tv = {5, 0};
     size_t len = 0;
@@ -267,13 +217,13 @@ static int server_version(struct run *r)
 
     memset(&hints, 0, sizeof hints);
     hints.ai_socktype = SOCK_STREAM;
-    if (split_addr(r->o.addr, host, sizeof host, port, sizeof port) ||
-        getaddrinfo(host, port, &hints, &ai))
-        return fail(r, "cannot resolve %s", r->o.addr);
+    snprintf(port, sizeof port, "%d", r->d.o.port);
+    if (getaddrinfo(r->d.o.host, port, &hints, &ai))
+        return fail(r, "cannot resolve %s", r->d.o.addr);
     if ((fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol)) < 0 ||
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) ||
         connect(fd, ai->ai_addr, ai->ai_addrlen)) {
-        fail(r, "cannot connect to %s: %s", r->o.addr, strerror(errno));
+        fail(r, "cannot connect to %s: %s", r->d.o.addr, strerror(errno));
         goto out;
     }
     while (len < sizeof buf - 1 && !memchr(buf, '\n', len)) {
@@ -284,7 +234,7 @@ static int server_version(struct run *r)
     buf[len] = 0;
     if (strncmp(buf, "INFO ", 5) || !(v = strstr(buf, "\"version\":\"")) ||
         !(q = strchr(v += 11, '"')) || q - v > 40) {
-        fail(r, "%s did not answer with a NATS INFO line", r->o.addr);
+        fail(r, "%s did not answer with a NATS INFO line", r->d.o.addr);
         goto out;
     }
     snprintf(r->version, sizeof r->version, "nats-server %.*s", (int)(q - v), v);
@@ -375,31 +325,16 @@ static void stream_count(struct run *r)
 
 /* ---- Publishing ---- */
 
-static int threads_run(struct run *r, long n, void *(*fn)(void *))
+/* Run 'fn' on n of the pool's threads; -1 once the run is stopping. */
+static int threads_run(struct run *r, long n, void (*fn)(struct drv_thread *t))
 {
-    struct worker *w = calloc((size_t)n, sizeof *w);
-    long started = 0;
-
-    if (!w)
-        return fail(r, "out of memory");
-    for (; started < n; started++) {
-        w[started].r = r;
-        w[started].index = (int)started;
-        if (pthread_create(&w[started].tid, NULL, fn, &w[started])) {
-            fail(r, "cannot start a thread");
-            break;
-        }
-    }
-    for (long i = 0; i < started; i++)
-        pthread_join(w[i].tid, NULL);
-    free(w);
-    return atomic_load(&r->stop) ? -1 : 0;
+    drv_threads_run(&r->d, NULL, 0, n, fn, 0);
+    return drv_stop_reason() ? -1 : 0;
 }
 
-static void *w1_thread(void *arg)
+static void w1_thread(struct drv_thread *w)
 {
-    struct worker *w = arg;
-    struct run *r = w->r;
+    struct run *r = (struct run *)w->d;
     char *buf = malloc(EVENT_MAX), subj[96];
     jsCtx *js = NULL;
     jsPubOptions po;
@@ -409,13 +344,13 @@ static void *w1_thread(void *arg)
 
     jsOptions_Init(&jo);
     jo.Wait = WAIT_MS;
-    if (!buf || (s = natsConnection_JetStream(&js, r->nc[w->index % r->nconn], &jo)) != NATS_OK) {
+    if (!buf || (s = natsConnection_JetStream(&js, r->nc[w->id % r->nconn], &jo)) != NATS_OK) {
         fail(r, "cannot create a JetStream context");
         goto out;
     }
     jsPubOptions_Init(&po);
     po.MaxWait = WAIT_MS;
-    while (!stopping(r) && (n = atomic_fetch_add(&r->next, 1)) < r->o.events) {
+    while (!stopping(r) && (n = atomic_fetch_add(&r->next, 1)) < r->d.o.events) {
         jsPubAck *pa = NULL;
         jsErrCode jerr = 0;
         int len;
@@ -429,14 +364,13 @@ static void *w1_thread(void *arg)
             nats_fail(r, "js_Publish", s, jerr);
             break;
         }
-        peer_lat_add(&r->lat, (double)((int64_t)peer_now_ns() - t) / 1e6);
+        drv_lat_add(&r->d.lat, (double)((int64_t)peer_now_ns() - t) / 1e6);
         jsPubAck_Destroy(pa);
         done_add(r, 1);
     }
 out:
     jsCtx_Destroy(js);
     free(buf);
-    return NULL;
 }
 
 static void on_async_err(jsCtx *js, jsPubAckErr *pae, void *closure)
@@ -450,10 +384,9 @@ static void on_async_err(jsCtx *js, jsPubAckErr *pae, void *closure)
 
 /* Windows of 'window' async publishes, each completed before the next.
  * W2 (timed) records a latency per window; the prefills do not. */
-static void *async_thread(void *arg, long window, int timed)
+static void async_thread(struct drv_thread *w, long window, int timed)
 {
-    struct worker *w = arg;
-    struct run *r = w->r;
+    struct run *r = (struct run *)w->d;
     char *buf = malloc(EVENT_MAX), subj[96];
     jsCtx *js = NULL;
     jsPubOptions po;
@@ -466,7 +399,7 @@ static void *async_thread(void *arg, long window, int timed)
     jo.PublishAsync.MaxPending = window;
     jo.PublishAsync.ErrHandler = on_async_err;
     jo.PublishAsync.ErrHandlerClosure = r;
-    if (!buf || (s = natsConnection_JetStream(&js, r->nc[w->index % r->nconn], &jo)) != NATS_OK) {
+    if (!buf || (s = natsConnection_JetStream(&js, r->nc[w->id % r->nconn], &jo)) != NATS_OK) {
         fail(r, "cannot create a JetStream context");
         goto out;
     }
@@ -490,35 +423,32 @@ static void *async_thread(void *arg, long window, int timed)
             nats_fail(r, "js_PublishAsyncComplete", s, 0);
             break;
         }
-        if (atomic_load(&r->stop))
+        if (drv_stop_reason())
             break;
         if (timed)
-            peer_lat_add(&r->lat, (double)((int64_t)peer_now_ns() - t) / 1e6);
+            drv_lat_add(&r->d.lat, (double)((int64_t)peer_now_ns() - t) / 1e6);
         done_add(r, cnt);
     }
 out:
     jsCtx_Destroy(js);
     free(buf);
-    return NULL;
 }
 
-static void *w2_thread(void *arg)
+static void w2_thread(struct drv_thread *w)
 {
-    struct worker *w = arg;
-
-    return async_thread(arg, w->r->o.batch, 1);
+    async_thread(w, w->d->o.batch, 1);
 }
 
-static void *prefill_thread(void *arg)
+static void prefill_thread(struct drv_thread *w)
 {
-    return async_thread(arg, PREFILL_WINDOW, 0);
+    async_thread(w, PREFILL_WINDOW, 0);
 }
 
 /* Store events 0..n-1, untimed.  W4 uses one publisher so that every
  * aggregate's versions reach the stream in order. */
 static int prefill(struct run *r, long n)
 {
-    int threads = r->o.w == W4 ? 1 : PREFILL_THREADS;
+    int threads = r->d.o.workload == W4 ? 1 : PREFILL_THREADS;
 
     r->target = n;
     atomic_store(&r->next, 0);
@@ -546,7 +476,7 @@ static int consumer_create(struct run *r, const char *name, const char *filter)
     cc.AckPolicy = js_AckExplicit;
     cc.AckWait = ACK_WAIT_NS;
     cc.DeliverPolicy = js_DeliverAll;
-    cc.MaxAckPending = 4 * r->o.workers * r->o.max;
+    cc.MaxAckPending = 4 * r->d.o.workers * r->d.o.max;
     if ((s = js_AddConsumer(&ci, r->js, r->stream, &cc, NULL, &jerr)) != NATS_OK)
         return nats_fail(r, "cannot create the consumer", s, jerr);
     jsConsumerInfo_Destroy(ci);
@@ -561,7 +491,7 @@ static int delivered(struct run *r, natsMsg *m)
     int len = natsMsg_GetDataLength(m);
     long seq = field_num(data, len, "\"seq\":");
 
-    if (seq < 0 || seq >= r->o.events) {
+    if (seq < 0 || seq >= r->d.o.events) {
         fail(r, "a message without a valid seq: %.80s", data ? data : "");
         return 0;
     }
@@ -569,11 +499,11 @@ static int delivered(struct run *r, natsMsg *m)
         atomic_fetch_add(&r->dups, 1);
         return 0;
     }
-    if (r->o.w == W4) {
+    if (r->d.o.workload == W4) {
         long agg = field_num(data, len, "\"aggregate_id\":\"a");
         long ver = field_num(data, len, "\"aggregate_version\":");
 
-        if (agg < 0 || agg >= r->o.aggregates || ver < 1) {
+        if (agg < 0 || agg >= r->d.o.aggregates || ver < 1) {
             fail(r, "a message without aggregate_id/aggregate_version: %.80s", data);
             return 0;
         }
@@ -584,10 +514,9 @@ static int delivered(struct run *r, natsMsg *m)
     return 1;
 }
 
-static void *consume_thread(void *arg)
+static void consume_thread(struct drv_thread *w)
 {
-    struct worker *w = arg;
-    struct run *r = w->r;
+    struct run *r = (struct run *)w->d;
     natsSubscription *sub = NULL;
     jsCtx *js = NULL;
     jsSubOptions so;
@@ -597,19 +526,19 @@ static void *consume_thread(void *arg)
     char durable[24], filter[64];
     long mine = 0, expect = r->target;
 
-    if (r->o.w == W4) {
-        snprintf(durable, sizeof durable, "p%d", w->index);
-        snprintf(filter, sizeof filter, "%s.p%d.>", r->prefix, w->index);
+    if (r->d.o.workload == W4) {
+        snprintf(durable, sizeof durable, "p%ld", w->id);
+        snprintf(filter, sizeof filter, "%s.p%ld.>", r->prefix, w->id);
         /* Aggregates k with k % workers == index, per_agg events each. */
-        expect = (r->o.aggregates / r->o.workers +
-                  (w->index < r->o.aggregates % r->o.workers)) * r->o.per_agg;
+        expect = (r->d.o.aggregates / r->d.o.workers +
+                  (w->id < r->d.o.aggregates % r->d.o.workers)) * r->d.o.per_agg;
     } else {
         snprintf(durable, sizeof durable, "w3");
         snprintf(filter, sizeof filter, "%s", r->subject);
     }
     jsOptions_Init(&jo);
     jo.Wait = WAIT_MS;
-    if ((s = natsConnection_JetStream(&js, r->nc[w->index % r->nconn], &jo)) != NATS_OK) {
+    if ((s = natsConnection_JetStream(&js, r->nc[w->id % r->nconn], &jo)) != NATS_OK) {
         nats_fail(r, "cannot create a JetStream context", s, 0);
         goto out;
     }
@@ -625,7 +554,7 @@ static void *consume_thread(void *arg)
         int64_t t = (int64_t)peer_now_ns();
         long fresh = 0;
 
-        s = natsSubscription_Fetch(&list, sub, (int)r->o.max, FETCH_MS, &jerr);
+        s = natsSubscription_Fetch(&list, sub, (int)r->d.o.max, FETCH_MS, &jerr);
         if (s == NATS_TIMEOUT)
             continue;
         if (s != NATS_OK) {
@@ -633,7 +562,7 @@ static void *consume_thread(void *arg)
             break;
         }
         if (list.Count > 0)
-            peer_lat_add(&r->lat, (double)((int64_t)peer_now_ns() - t) / 1e6);
+            drv_lat_add(&r->d.lat, (double)((int64_t)peer_now_ns() - t) / 1e6);
         for (int i = 0; i < list.Count && s == NATS_OK; i++) {
             fresh += delivered(r, list.Msgs[i]);
             if (i < list.Count - 1)
@@ -652,21 +581,20 @@ static void *consume_thread(void *arg)
 out:
     natsSubscription_Destroy(sub);
     jsCtx_Destroy(js);
-    return NULL;
 }
 
 static int run_consume(struct run *r)
 {
-    long n = r->o.events;
+    long n = r->d.o.events;
 
     if (!(r->seen = calloc((size_t)n, sizeof *r->seen)))
         return fail(r, "out of memory");
-    if (r->o.w == W4 && !(r->last_version = calloc((size_t)r->o.aggregates, sizeof *r->last_version)))
+    if (r->d.o.workload == W4 && !(r->last_version = calloc((size_t)r->d.o.aggregates, sizeof *r->last_version)))
         return fail(r, "out of memory");
     if (prefill(r, n))
         return -1;
-    if (r->o.w == W4) {
-        for (long p = 0; p < r->o.workers; p++) {
+    if (r->d.o.workload == W4) {
+        for (long p = 0; p < r->d.o.workers; p++) {
             char name[24], filter[64];
 
             snprintf(name, sizeof name, "p%ld", p);
@@ -679,12 +607,12 @@ static int run_consume(struct run *r)
     }
     r->target = n;
     r->t0 = (int64_t)peer_now_ns();
-    threads_run(r, r->o.workers, consume_thread);
+    threads_run(r, r->d.o.workers, consume_thread);
     r->t1 = atomic_load(&r->end_ns) ? atomic_load(&r->end_ns) : (int64_t)peer_now_ns();
     for (long i = 0; i < n; i++)
         if (!atomic_load(&r->seen[i]))
             atomic_fetch_add(&r->missing, 1);
-    return atomic_load(&r->stop) ? -1 : 0;
+    return drv_stop_reason() ? -1 : 0;
 }
 
 /* ---- Time window (W5) ---- */
@@ -700,10 +628,10 @@ static int run_window(struct run *r)
     uint64_t prev_seq = 0, first_seq = 0;
     int done = 0, timeouts = 0;
 
-    if (prefill(r, r->o.events) || stream_state(r, &st))
+    if (prefill(r, r->d.o.events) || stream_state(r, &st))
         return -1;
-    if ((long)st.Msgs != r->o.events)
-        return fail(r, "the stream holds %llu messages, not %ld", (unsigned long long)st.Msgs, r->o.events);
+    if ((long)st.Msgs != r->d.o.events)
+        return fail(r, "the stream holds %llu messages, not %ld", (unsigned long long)st.Msgs, r->d.o.events);
     span = st.LastTime - st.FirstTime;
     lo = st.FirstTime + span * 45 / 100;
     hi = st.FirstTime + span * 55 / 100;
@@ -715,7 +643,7 @@ static int run_window(struct run *r)
     so.Config.OptStartTime = lo;
     so.Config.AckPolicy = js_AckNone;
     so.Config.ReplayPolicy = js_ReplayInstant;
-    so.Config.MaxRequestBatch = r->o.batch;
+    so.Config.MaxRequestBatch = r->d.o.batch;
     if ((s = js_PullSubscribe(&sub, r->js, r->subject, NULL, NULL, &so, &jerr)) != NATS_OK)
         return nats_fail(r, "cannot create the time-window consumer", s, jerr);
     while (!done && !stopping(r)) {
@@ -723,7 +651,7 @@ static int run_window(struct run *r)
         int64_t t = (int64_t)peer_now_ns();
         long fresh = 0;
 
-        s = natsSubscription_Fetch(&list, sub, (int)r->o.batch, FETCH_MS, &jerr);
+        s = natsSubscription_Fetch(&list, sub, (int)r->d.o.batch, FETCH_MS, &jerr);
         if (s == NATS_TIMEOUT && prev_seq >= st.LastSeq)
             break;   /* the window ends at the stream's end */
         /* The stream is complete before the read starts, so a consumer that
@@ -738,7 +666,7 @@ static int run_window(struct run *r)
             nats_fail(r, "natsSubscription_Fetch", s, jerr);
             break;
         }
-        peer_lat_add(&r->lat, (double)((int64_t)peer_now_ns() - t) / 1e6);
+        drv_lat_add(&r->d.lat, (double)((int64_t)peer_now_ns() - t) / 1e6);
         for (int i = 0; i < list.Count && !done; i++) {
             jsMsgMetaData *md = NULL;
 
@@ -769,7 +697,7 @@ static int run_window(struct run *r)
     r->t1 = (int64_t)peer_now_ns();
     natsSubscription_Unsubscribe(sub);
     natsSubscription_Destroy(sub);
-    if (atomic_load(&r->stop))
+    if (drv_stop_reason())
         return -1;
     /* The message just before the first one read must be older than lo. */
     if (first_seq > st.FirstSeq) {
@@ -784,142 +712,14 @@ static int run_window(struct run *r)
     return 0;
 }
 
-/* ---- Command line ---- */
-
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: " PROG " --addr HOST:PORT --workload W1|W2|W3|W4|W5 [--events N]\n"
-            "       [--producers N] [--batch N] [--workers N] [--max N] [--aggregates A]\n"
-            "       [--per-aggregate K] [--payload-bytes 300] [--max-seconds S]\n"
-            "defaults: W1 50000 events, 32 producers; W2 200000 events, batch 100, 32 producers;\n"
-            "W3 100000 events prefilled, 8 workers, max 32; W4 2000 aggregates x 25, 8 workers,\n"
-            "max 32; W5 1000000 events stored, middle 10%% read in pages of --batch 1000;\n"
-            "--payload-bytes 300, --max-seconds 300.\n");
-}
-
-static int num_arg(const char *name, const char *s, long lo, long hi, long *out)
-{
-    if (peer_num(s, lo, hi, out)) {
-        fprintf(stderr, PROG ": --%s wants an integer in [%ld, %ld], not '%s'\n", name, lo, hi, s);
-        return -1;
-    }
-    return 0;
-}
-
-static int opts_parse(struct opts *o, int argc, char **argv)
-{
-    long events = -1, ms = 300;
-    int c, rc = 0;
-
-    memset(o, 0, sizeof *o);
-    o->producers = o->batch = o->workers = o->max = o->aggregates = o->per_agg = -1;
-    o->payload_bytes = 300;
-    while ((c = getopt_long(argc, argv, "", peer_options, NULL)) != -1) {
-        switch (c) {
-        case P_ADDR:
-            o->addr = optarg;
-            break;
-        case P_WORKLOAD:
-            if (optarg[0] != 'W' || !(o->w = (enum workload)peer_workload(optarg))) {
-                fprintf(stderr, PROG ": --workload wants W1..W5, not '%s'\n", optarg);
-                return EXIT_USAGE;
-            }
-            break;
-        case P_EVENTS:
-            rc = num_arg("events", optarg, 1, 100000000, &events);
-            break;
-        case P_PRODUCERS:
-            rc = num_arg("producers", optarg, 1, 1024, &o->producers);
-            break;
-        case P_BATCH:
-            rc = num_arg("batch", optarg, 1, 100000, &o->batch);
-            break;
-        case P_WORKERS:
-            rc = num_arg("workers", optarg, 1, 1024, &o->workers);
-            break;
-        case P_MAX:
-            rc = num_arg("max", optarg, 1, 100000, &o->max);
-            break;
-        case P_AGGREGATES:
-            rc = num_arg("aggregates", optarg, 1, 10000000, &o->aggregates);
-            break;
-        case P_PER_AGG:
-            rc = num_arg("per-aggregate", optarg, 1, 1000000, &o->per_agg);
-            break;
-        case P_PAYLOAD:
-            rc = num_arg("payload-bytes", optarg, 0, EVENT_MAX / 2, &o->payload_bytes);
-            break;
-        case P_SECONDS:
-            rc = num_arg("max-seconds", optarg, 1, 86400, &ms);
-            break;
-        case P_HELP:
-            usage(stdout);
-            return -1;
-        default:
-            usage(stderr);
-            return EXIT_USAGE;
-        }
-        if (rc)
-            return EXIT_USAGE;
-    }
-    if (optind < argc) {
-        fprintf(stderr, PROG ": unexpected argument '%s'\n", argv[optind]);
-        return EXIT_USAGE;
-    }
-    if (!o->addr || !o->w) {
-        usage(stderr);
-        return EXIT_USAGE;
-    }
-    o->max_seconds = (double)ms;
-#define DEF(field, v) do { if (o->field < 0) o->field = (v); } while (0)
-    switch (o->w) {
-    case W1:
-        DEF(producers, 32);
-        o->events = events > 0 ? events : 50000;
-        break;
-    case W2:
-        DEF(producers, 32);
-        DEF(batch, 100);
-        o->events = events > 0 ? events : 200000;
-        break;
-    case W3:
-        DEF(workers, 8);
-        DEF(max, 32);
-        o->events = events > 0 ? events : 100000;
-        break;
-    case W4:
-        DEF(workers, 8);
-        DEF(max, 32);
-        DEF(aggregates, 2000);
-        DEF(per_agg, 25);
-        if (events > 0 && events != o->aggregates * o->per_agg) {
-            fprintf(stderr, PROG ": W4 has --aggregates x --per-aggregate events\n");
-            return EXIT_USAGE;
-        }
-        o->events = o->aggregates * o->per_agg;
-        break;
-    case W5:
-        DEF(batch, 1000);
-        o->events = events > 0 ? events : 1000000;
-        if (o->events < 10) {
-            fprintf(stderr, PROG ": W5 needs at least 10 events\n");
-            return EXIT_USAGE;
-        }
-        break;
-    }
-#undef DEF
-    return 0;
-}
-
-/* ---- Main ---- */
+/* ---- Report ---- */
 
 static const char *note_of(const struct run *r)
 {
     static char note[600];
-    const struct opts *o = &r->o;
+    const struct drv_opts *o = &r->d.o;
 
-    switch (o->w) {
+    switch (o->workload) {
     case W1:
         snprintf(note, sizeof note, "%ld threads over %d shared connections each js_Publish one event "
                  "and wait for its PubAck; latency per publish", o->producers, r->nconn);
@@ -956,58 +756,89 @@ static const char *note_of(const struct run *r)
     return note;
 }
 
-static void report(struct run *r)
+/* The report's fields: what the workload ran with before the counts, then
+ * timed_out and the note. */
+static void fields(struct drv *d, enum drv_part part)
 {
-    static const char *const names[] = {"", "W1", "W2", "W3", "W4", "W5"};
-    long events = atomic_load(&r->done);
-    double secs = (double)(r->t1 - r->t0) / 1e9, p50, p99;
+    struct run *r = (struct run *)d;
+    const struct drv_opts *o = &d->o;
 
-    printf("{\"peer\":\"nats\",\"version\":");
-    peer_json_str(stdout, r->version);
-    printf(",\"durability\":");
-    peer_json_str(stdout, DURABILITY);
-    printf(",\"workload\":\"%s\"", names[r->o.w]);
-    switch (r->o.w) {
+    if (part == DRV_PART_TAIL) {
+        drv_put_bool("timed_out", drv_timed_out());
+        drv_put_str("note", note_of(r));
+        return;
+    }
+    switch (o->workload) {
     case W1:
-        printf(",\"producers\":%ld", r->o.producers);
+        drv_put_long("producers", o->producers);
         break;
     case W2:
-        printf(",\"producers\":%ld,\"batch\":%ld", r->o.producers, r->o.batch);
+        drv_put_long("producers", o->producers);
+        drv_put_long("batch", o->batch);
         break;
     case W3:
-        printf(",\"workers\":%ld,\"max\":%ld", r->o.workers, r->o.max);
+        drv_put_long("workers", o->workers);
+        drv_put_long("max", o->max);
         break;
     case W4:
-        printf(",\"workers\":%ld,\"max\":%ld,\"aggregates\":%ld,\"per_aggregate\":%ld",
-               r->o.workers, r->o.max, r->o.aggregates, r->o.per_agg);
+        drv_put_long("workers", o->workers);
+        drv_put_long("max", o->max);
+        drv_put_long("aggregates", o->aggregates);
+        drv_put_long("per_aggregate", o->per_agg);
         break;
     case W5:
-        printf(",\"stored\":%ld,\"page\":%ld", r->o.events, r->o.batch);
+        drv_put_long("stored", o->events);
+        drv_put_long("page", o->batch);
         break;
     }
-    printf(",\"payload_bytes\":%ld,\"events\":%ld,\"seconds\":%.3f,\"events_per_s\":%.1f",
-           r->o.payload_bytes, events, secs, secs > 0 ? (double)events / secs : 0.0);
-    peer_lat_pct(&r->lat, &p50, &p99);
-    peer_json_ms("p50_ms", p50);
-    peer_json_ms("p99_ms", p99);
-    printf(",\"duplicates\":%ld,\"missing\":%ld,\"order_violations\":%ld,\"timed_out\":%s,\"note\":",
-           atomic_load(&r->dups), atomic_load(&r->missing), atomic_load(&r->disorder),
-           atomic_load(&r->timed_out) ? "true" : "false");
-    peer_json_str(stdout, note_of(r));
-    printf("}\n");
-    fflush(stdout);
+    drv_put_long("payload_bytes", o->payload_bytes);
 }
 
-static int run_workload(struct run *r)
+/* ---- Open, run, close ---- */
+
+/* The names of this run, the connections and the stream. */
+static int open_run(struct drv *d)
 {
-    switch (r->o.w) {
+    struct run *r = (struct run *)d;
+    int w = d->o.workload, threads;
+
+    pthread_mutex_init(&r->err_lock, NULL);
+    d->version = r->version;
+    d->durability = DURABILITY;
+    snprintf(r->stream, sizeof r->stream, "BENCH_%s", d->runid);
+    snprintf(r->prefix, sizeof r->prefix, "bench.%s", d->runid);
+    snprintf(r->subject, sizeof r->subject, "%s.ev", r->prefix);
+    snprintf(r->url, sizeof r->url, "%s%s", strncmp(d->o.addr, "nats://", 7) ? "nats://" : "",
+             d->o.addr);
+    drv_lat_init(&d->lat, d->o.events + 1024);
+    if (!d->lat.ms) {
+        fail(r, "out of memory");
+        return DRV_ABORT;
+    }
+    threads = w == W1 || w == W2 ? (int)d->o.producers
+              : w == W5 ? PREFILL_THREADS : (int)d->o.workers;
+    if (threads < PREFILL_THREADS && w != W1 && w != W2)
+        threads = PREFILL_THREADS;
+    if (server_version(r) || connect_all(r, threads < CONN_MAX ? threads : CONN_MAX) ||
+        stream_create(r))
+        return DRV_ABORT;
+    r->created = true;
+    return DRV_OK;
+}
+
+/* The workload; reported when something was timed. */
+static int run_workload(struct drv *d)
+{
+    struct run *r = (struct run *)d;
+
+    switch (d->o.workload) {
     case W1:
     case W2:
-        r->target = r->o.events;
+        r->target = d->o.events;
         r->t0 = (int64_t)peer_now_ns();
-        threads_run(r, r->o.producers, r->o.w == W1 ? w1_thread : w2_thread);
+        threads_run(r, d->o.producers, d->o.workload == W1 ? w1_thread : w2_thread);
         r->t1 = atomic_load(&r->end_ns) ? atomic_load(&r->end_ns) : (int64_t)peer_now_ns();
-        if (!atomic_load(&r->stop))
+        if (!drv_stop_reason())
             stream_count(r);
         break;
     case W3:
@@ -1018,65 +849,62 @@ static int run_workload(struct run *r)
         run_window(r);
         break;
     }
-    return atomic_load(&r->stop) ? -1 : 0;
+    d->events = atomic_load(&r->done);
+    d->seconds = (double)(r->t1 - r->t0) / 1e9;
+    d->dups = atomic_load(&r->dups);
+    d->missing = atomic_load(&r->missing);
+    d->disorder = atomic_load(&r->disorder);
+    if (r->t1 <= r->t0)
+        return DRV_ABORT;
+    return drv_stop_reason() ? DRV_FAILED : DRV_OK;
 }
 
-int main(int argc, char **argv)
+/* The stream deleted (success or not), the connections closed, and the
+ * reason of a failed run on stderr. */
+static int close_run(struct drv *d)
 {
-    struct run *r = calloc(1, sizeof *r);
-    int rc, status = EXIT_FAIL, threads;
-    unsigned long long id;
+    struct run *r = (struct run *)d;
+    int why = drv_stop_reason();
 
-    if (!r) {
-        fprintf(stderr, PROG ": out of memory\n");
-        return EXIT_FAIL;
-    }
-    if ((rc = opts_parse(&r->o, argc, argv))) {
-        free(r);
-        return rc < 0 ? 0 : rc;
-    }
-    pthread_mutex_init(&r->err_lock, NULL);
-    r->deadline = (int64_t)peer_now_ns() + (int64_t)(r->o.max_seconds * 1e9);
-    id = (unsigned long long)wall_ns() ^ ((unsigned long long)getpid() << 40);
-    snprintf(r->runid, sizeof r->runid, "%016llx", id);
-    snprintf(r->stream, sizeof r->stream, "BENCH_%s", r->runid);
-    snprintf(r->prefix, sizeof r->prefix, "bench.%s", r->runid);
-    snprintf(r->subject, sizeof r->subject, "%s.ev", r->prefix);
-    snprintf(r->url, sizeof r->url, "%s%s", strncmp(r->o.addr, "nats://", 7) ? "nats://" : "", r->o.addr);
-    r->ev_head_len = (size_t)snprintf(r->ev_head, sizeof r->ev_head, "{\"event_id\":\"nats-%s-",
-                                      r->runid);
-    peer_lat_init(&r->lat, r->o.events + 1024);
-    if (!r->lat.ms) {
-        fail(r, "out of memory");
-        goto out;
-    }
-    threads = r->o.w == W1 || r->o.w == W2 ? (int)r->o.producers
-              : r->o.w == W5 ? PREFILL_THREADS : (int)r->o.workers;
-    if (threads < PREFILL_THREADS && r->o.w != W1 && r->o.w != W2)
-        threads = PREFILL_THREADS;
-    if (server_version(r) || connect_all(r, threads < CONN_MAX ? threads : CONN_MAX))
-        goto out;
-    if (stream_create(r))
-        goto out_conn;
-    if (run_workload(r) == 0)
-        status = 0;
-    if (r->t1 > r->t0)
-        report(r);
-    js_DeleteStream(r->js, r->stream, NULL, NULL);
-out_conn:
+    if (r->created)
+        js_DeleteStream(r->js, r->stream, NULL, NULL);
     jsCtx_Destroy(r->js);
     for (int i = 0; i < r->nconn; i++)
         natsConnection_Destroy(r->nc[i]);
-    natsOptions_Destroy(r->nopts);
-    nats_CloseAndWait(2000);
-out:
-    if (status)
-        fprintf(stderr, PROG ": %s\n", atomic_load(&r->timed_out) && !r->err[0]
-                ? "stopped by --max-seconds" : r->err[0] ? r->err : "failed");
-    free(r->lat.ms);
+    if (r->nopts) {
+        natsOptions_Destroy(r->nopts);
+        nats_CloseAndWait(2000);
+    }
+    if (d->rc != DRV_OK || why)
+        drv_say("%s", r->err[0] ? r->err : why == 1 ? "stopped by --max-seconds"
+                : why == 2 ? "stopped by a signal" : "failed");
     free(r->seen);
     free(r->last_version);
     pthread_mutex_destroy(&r->err_lock);
-    free(r);
-    return status;
+    return 0;
+}
+
+static const struct drv_bound bounds[] = {
+    {DRV_O_PAYLOAD, 0, EVENT_MAX / 2},
+    {0, 0, 0},
+};
+
+static const struct drv_peer nats_peer = {
+    .name = "nats",
+    .tag = "nats",
+    .addr_arg = "HOST:PORT",
+    .addr_help = "the nats-server (nats://HOST:PORT also)",
+    .help = "  W2: --batch async publishes per window; W5 reads Fetch pages of --batch.\n",
+    .bounds = bounds,
+    .w5_batch = 1000,
+    .size = sizeof(struct run),
+    .open = open_run,
+    .run = {run_workload, run_workload, run_workload, run_workload, run_workload},
+    .fields = fields,
+    .close = close_run,
+};
+
+int main(int argc, char **argv)
+{
+    return drv_main(&nats_peer, argc, argv);
 }

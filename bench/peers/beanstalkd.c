@@ -1,16 +1,14 @@
 /*
- * bench/peer_beanstalkd.c - the beanstalkd driver of the side-by-side bench
+ * bench/peers/beanstalkd.c - the beanstalkd driver of the side-by-side bench
  * (issue 7, bench/peers.py).
  *
- * Owns: the command line shared by every build/peer_NAME driver, the client
- * side of beanstalkd's text protocol (spoken directly over TCP, no library),
- * the mapping of workloads W1..W5 onto tubes and jobs, and the one-line JSON
- * report on stdout. Everything else (progress, errors) goes to stderr.
+ * Owns: the client side of beanstalkd's text protocol (spoken directly
+ * over TCP, no library), the mapping of workloads W1..W5 onto tubes and
+ * jobs, and the fields the report line adds; the command line, the
+ * threads, the latencies and the report line itself are the skeleton's
+ * (driver.h). Everything else (progress, errors) goes to stderr.
  *
- *   peer_beanstalkd --addr 127.0.0.1:11300 --workload W1|W2|W3|W4|W5
- *       [--events N] [--producers N] [--batch N] [--workers N] [--max N]
- *       [--aggregates A] [--per-aggregate K] [--payload-bytes 300]
- *       [--max-seconds S]
+ *   peer_beanstalkd --addr 127.0.0.1:11300 --workload W1|W2|W3|W4|W5 ...
  *
  * The server is expected to run as
  *   beanstalkd -l 127.0.0.1 -p PORT -b DIR -f 0
@@ -51,25 +49,22 @@
  *       timestamp span is located by binary search with peek, then read in
  *       id order with pipelined peeks (windows of --batch).
  *
- * Shared state: the stop flag (deadline or signal), the event counter that
- * hands out event numbers, the seen[] byte per event (atomic exchange, so a
- * second delivery is a duplicate), and the acked total. Each thread owns its
- * connection, latency array and tallies outright; W4's last version per
- * aggregate is only touched by the one worker that owns the aggregate.
+ * Shared state: the stop flag (deadline, signal or failure), the event
+ * counter that hands out event numbers, the seen[] byte per event (atomic
+ * exchange, so a second delivery is a duplicate), the acked total and the
+ * latency slots of d.lat (handed out by an atomic index). Each thread owns
+ * its connection and tallies outright; W4's last version per aggregate is
+ * only touched by the one worker that owns the aggregate.
  *
  * Exit 0 when every event went through, 1 on a protocol or connection
  * error, a timeout or a shortfall, 2 on a usage error.
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
-#include <limits.h>
-#include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -78,13 +73,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "peerlib.h"
+#include "driver.h"
 
 #define PEER          "beanstalkd"
 #define PUT_TTR       30            /* seconds: the lease of a reserved job */
@@ -98,42 +92,29 @@
 #define LOG_BUDGET    20
 
 #define NS_PER_S      1000000000ull
-#define NS_PER_US     1000ull
 
 #define DURABILITY "put and delete are answered only after their binlog record is written " \
                    "and fsync()ed (-b DIR -f 0); reservations are not logged"
 
 enum workload { W1 = 1, W2, W3, W4, W5 };
 
-struct options {
-    char host[256], port[16];
-    enum workload w;
-    uint64_t events;                /* 0 until set: then the workload's default */
-    unsigned producers, batch, workers, max;
-    uint64_t aggregates, per_aggregate;
-    size_t payload_bytes;
-    double max_seconds;
-};
-
-/* Read-only once the threads start, except the atomics. */
+/* Read-only once the threads start, except the atomics.  d.target is
+ * --events, or in W5 the events of the window; d.lat the latency per put
+ * or window (W1, W2) or per round of reserves (W3, W4). */
 struct run {
-    struct options opt;
+    struct drv d;                   /* first: the skeleton's */
     struct sockaddr_storage addr;
     socklen_t addrlen;
-    char runid[17];
     char tube[64];                  /* pb.<runid>.<w> */
-    char ev_head[64];               /* {"event_id":"pb-<runid>- */
-    size_t ev_head_len;
-    uint64_t deadline_ns;
+    char version[64];
     _Atomic uint64_t next_event;    /* shared event counter (W1, W2, W3 prefill) */
     _Atomic uint64_t acked;         /* events acknowledged by the server so far */
     atomic_uchar *seen;             /* W3, W4: one byte per event */
     uint64_t *last_version;         /* W4: per aggregate, owned by one worker */
-    _Atomic int failed;
 };
 
 /* One line to stderr, prefixed; quiet once LOG_BUDGET lines were said. */
-#define say(...) do { if (peer_may_log()) peer_say(__VA_ARGS__); } while (0)
+#define say(...) do { if (drv_may_log()) drv_say(__VA_ARGS__); } while (0)
 
 /* ---- Small helpers ---- */
 
@@ -149,14 +130,14 @@ static uint64_t wall_us(void)
 /* True once the run must end: a signal, the deadline, or a failure. */
 static bool stopping(struct run *r)
 {
-    return peer_stopping(r->deadline_ns);
+    return drv_stopping(&r->d);
 }
 
 /* Record a failure: the run ends and the exit status is 1. */
 static void fail(struct run *r)
 {
-    atomic_store(&r->failed, 1);
-    peer_request_stop(3);
+    atomic_fetch_add(&r->d.errors, 1);
+    drv_request_stop(3);
 }
 
 /* The decimal number right after 'key' in p[0..n); -1 if there is none. */
@@ -196,61 +177,6 @@ static int opt_u64(const char *s, uint64_t *out)
     return 0;
 }
 
-/* ---- Latencies ---- */
-
-struct lat {
-    uint32_t *us;
-    size_t n, cap;
-};
-
-/* Append one latency; drops it when memory runs out (the run goes on). */
-static void lat_add(struct lat *l, uint64_t ns)
-{
-    uint64_t us = ns / NS_PER_US;
-
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 4096;
-        uint32_t *p = realloc(l->us, cap * sizeof *p);
-
-        if (!p)
-            return;
-        l->us = p;
-        l->cap = cap;
-    }
-    l->us[l->n++] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
-}
-
-static int u32_cmp(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-
-    return (x > y) - (x < y);
-}
-
-/* Merge 'n' latency arrays into 'all' (caller frees all->us), sorted. */
-static void lat_merge(struct lat *all, struct lat *const *parts, size_t n)
-{
-    size_t total = 0, i;
-
-    memset(all, 0, sizeof *all);
-    for (i = 0; i < n; i++)
-        total += parts[i]->n;
-    if (!total || !(all->us = malloc(total * sizeof *all->us)))
-        return;
-    for (i = 0; i < n; i++) {
-        if (parts[i]->n)
-            memcpy(all->us + all->n, parts[i]->us, parts[i]->n * sizeof *all->us);
-        all->n += parts[i]->n;
-    }
-    qsort(all->us, all->n, sizeof *all->us, u32_cmp);
-}
-
-/* Nearest-rank percentile 'p' (0..100) of sorted 'l' in ms; -1 if empty. */
-static double lat_pct(const struct lat *l, unsigned p)
-{
-    return l->n ? l->us[peer_rank(l->n, p)] / 1000.0 : -1;
-}
-
 /* ---- Connections and the text protocol ---- */
 
 /* One blocking TCP connection. Received bytes are in[start..end); commands
@@ -271,7 +197,7 @@ static int conn_open(struct conn *c, const struct run *r)
     int one = 1;
 
     memset(c, 0, sizeof *c);
-    c->cap = r->opt.payload_bytes + 64 + IN_SLACK;
+    c->cap = r->d.o.payload_bytes + 64 + IN_SLACK;
     c->ocap = 4096;
     c->in = malloc(c->cap);
     c->out = malloc(c->ocap);
@@ -498,10 +424,10 @@ static int conn_watch(struct conn *c, struct run *r, const char *t)
  * brings the object to about --payload-bytes. */
 static size_t event_put(const struct run *r, char *out, uint64_t n, uint64_t ts_us)
 {
-    long agg = r->opt.w == W4 ? (long)(n % r->opt.aggregates) : -1;
+    uint64_t a = (uint64_t)r->d.o.aggregates;
+    long agg = r->d.o.workload == W4 ? (long)(n % a) : -1;
 
-    return peer_event_put(out, r->ev_head, r->ev_head_len, n, PEER_TOPIC, agg,
-                          (long)(n / r->opt.aggregates + 1), ts_us, r->opt.payload_bytes);
+    return drv_event_put(&r->d, out, n, agg, (long)(n / a + 1), ts_us);
 }
 
 /* Append "put <pri> 0 <ttr> <bytes>" and the body of event 'n'. */
@@ -510,7 +436,7 @@ static int out_put(struct conn *c, const struct run *r, uint64_t n, uint32_t pri
     char body[64 * 1024 + 1024];
     size_t len;
 
-    if (peer_event_max(r->ev_head_len, sizeof PEER_TOPIC - 1, r->opt.payload_bytes) > sizeof body)
+    if (r->d.ev_max > sizeof body)
         return -1;
     len = event_put(r, body, n, ts_us);
     if (out_printf(c, "put %" PRIu32 " 0 %d %zu\r\n", pri, PUT_TTR, len) || out_reserve(c, len + 2))
@@ -542,29 +468,24 @@ static int read_inserted(struct conn *c, struct run *r, uint64_t *id)
  * Events come from r->next_event, or for a W4 prefill (group >= 0) every
  * event n whose aggregate n % A is in tube group (n % A) % workers, in
  * increasing n. With 'ts' set (W5) each event's wall-clock stamp is stored
- * in ts[n], and ids[n] gets its job id. */
-/* The head of a producer and of a worker: what threads_run needs. */
-struct thr {
-    struct run *r;
-    pthread_t thread;
-    bool started;
-};
-
+ * in ts[n], and ids[n] gets its job id.  A timed producer (W1, W2) records
+ * the latency of each window in d.lat. */
 struct producer {
-    struct thr t;               /* first: threads_run */
+    struct drv_thread t;        /* first: the pool's */
     char tube[96];
     unsigned window;
     int group;
+    bool timed;
     uint64_t cursor, total;
     uint64_t *ts, *ids;
-    struct lat lat;
     uint64_t done;
 };
 
 /* Fill ns[] with up to 'max' event numbers for 'p'; returns how many. */
 static unsigned take_events(struct producer *p, uint64_t *ns, unsigned max)
 {
-    struct run *r = p->t.r;
+    struct run *r = (struct run *)p->t.d;
+    uint64_t a = (uint64_t)r->d.o.aggregates, nw = (uint64_t)r->d.o.workers;
     unsigned k = 0;
 
     if (p->group < 0) {
@@ -575,15 +496,15 @@ static unsigned take_events(struct producer *p, uint64_t *ns, unsigned max)
         return k;
     }
     for (; k < max && p->cursor < p->total; p->cursor++)
-        if ((p->cursor % r->opt.aggregates) % r->opt.workers == (uint64_t)p->group)
+        if ((p->cursor % a) % nw == (uint64_t)p->group)
             ns[k++] = p->cursor;
     return k;
 }
 
-static void *producer_main(void *arg)
+static void producer_main(struct drv_thread *t)
 {
-    struct producer *p = arg;
-    struct run *r = p->t.r;
+    struct producer *p = (struct producer *)t;
+    struct run *r = (struct run *)t->d;
     struct conn c;
     uint64_t *ns = malloc(p->window * sizeof *ns);
     unsigned k, i;
@@ -591,7 +512,7 @@ static void *producer_main(void *arg)
     if (!ns || conn_open(&c, r)) {
         free(ns);
         fail(r);
-        return NULL;
+        return;
     }
     if (conn_use(&c, r, p->tube))
         goto fail;
@@ -600,7 +521,8 @@ static void *producer_main(void *arg)
 
         for (i = 0; i < k; i++) {
             uint64_t n = ns[i], ts = p->ts ? wall_us() : 0;
-            uint32_t pri = r->opt.w == W4 ? (uint32_t)(n / r->opt.aggregates + 1) : PUT_PRI;
+            uint32_t pri = r->d.o.workload == W4 ? (uint32_t)(n / (uint64_t)r->d.o.aggregates + 1)
+                                                  : PUT_PRI;
 
             if (p->ts)
                 p->ts[n] = ts;
@@ -616,55 +538,26 @@ static void *producer_main(void *arg)
             if (p->ids)
                 p->ids[ns[i]] = id;
         }
-        lat_add(&p->lat, peer_now_ns() - t0);
+        if (p->timed)
+            drv_lat_since(&r->d.lat, t0);
         p->done += k;
         atomic_fetch_add_explicit(&r->acked, k, memory_order_relaxed);
     }
     conn_close(&c);
     free(ns);
-    return NULL;
+    return;
 fail:
     if (!stopping(r))
         fail(r);
     conn_close(&c);
     free(ns);
-    return NULL;
-}
-
-/* Start 'fn' on each of the n items of 'size' bytes at 'items' (each
- * begins with a struct thr) and wait for all; returns the seconds they
- * took. */
-static double threads_run(struct run *r, void *items, size_t size, unsigned n,
-                          void *(*fn)(void *))
-{
-    uint64_t t0 = peer_now_ns();
-    unsigned i;
-
-    for (i = 0; i < n; i++) {
-        struct thr *t = (struct thr *)((char *)items + i * size);
-
-        t->r = r;
-        if (pthread_create(&t->thread, NULL, fn, t)) {
-            say("pthread_create failed");
-            fail(r);
-            break;
-        }
-        t->started = true;
-    }
-    for (i = 0; i < n; i++) {
-        struct thr *t = (struct thr *)((char *)items + i * size);
-
-        if (t->started)
-            pthread_join(t->thread, NULL);
-    }
-    return (double)(peer_now_ns() - t0) / NS_PER_S;
 }
 
 /* Run producers to completion; returns the seconds they took. The caller
- * set up ps[0..n) (tube, window, group, total) and frees their latencies. */
+ * set up ps[0..n) (tube, window, group, timed, total). */
 static double producers_run(struct run *r, struct producer *ps, unsigned n)
 {
-    return threads_run(r, ps, sizeof ps[0], n, producer_main);
+    return drv_threads_run(&r->d, ps, sizeof ps[0], n, producer_main, 0);
 }
 
 /* ---- Workers (W3, W4) ---- */
@@ -672,9 +565,8 @@ static double producers_run(struct run *r, struct producer *ps, unsigned n)
 /* One worker: a connection watching one tube, reserving up to 'max' jobs a
  * round and deleting what it got, until the tube is drained. */
 struct worker {
-    struct thr t;               /* first: threads_run */
+    struct drv_thread t;        /* first: the pool's */
     char tube[96];
-    struct lat lat;
     uint64_t acked, duplicates, disorder, rounds;
 };
 
@@ -705,19 +597,19 @@ static int tube_drained(struct conn *c, struct run *r, const char *tube, bool *d
 /* Account one delivered body: duplicates by seq, W4 order by version. */
 static int deliver(struct worker *w, const char *body, size_t len)
 {
-    struct run *r = w->t.r;
+    struct run *r = (struct run *)w->t.d;
     uint64_t seq, agg, ver;
 
-    if (u64_after(body, len, PEER_EV_PAYLOAD, &seq) || seq >= r->opt.events) {
+    if (u64_after(body, len, PEER_EV_PAYLOAD, &seq) || seq >= (uint64_t)r->d.o.events) {
         say("reserved a job that is not one of this run's events");
         return -1;
     }
     if (atomic_exchange_explicit(&r->seen[seq], 1, memory_order_relaxed))
         w->duplicates++;
-    if (r->opt.w != W4)
+    if (r->d.o.workload != W4)
         return 0;
     if (u64_after(body, len, PEER_EV_AGG, &agg) || u64_after(body, len, PEER_EV_VER, &ver) ||
-        agg >= r->opt.aggregates) {
+        agg >= (uint64_t)r->d.o.aggregates) {
         say("W4 job without aggregate_id/aggregate_version");
         return -1;
     }
@@ -728,18 +620,18 @@ static int deliver(struct worker *w, const char *body, size_t len)
     return 0;
 }
 
-static void *worker_main(void *arg)
+static void worker_main(struct drv_thread *t)
 {
-    struct worker *w = arg;
-    struct run *r = w->t.r;
-    unsigned max = r->opt.max, got, i;
+    struct worker *w = (struct worker *)t;
+    struct run *r = (struct run *)t->d;
+    unsigned max = r->d.o.max, got, i;
     uint64_t *ids = malloc(max * sizeof *ids);
     struct conn c;
 
     if (!ids || conn_open(&c, r)) {
         free(ids);
         fail(r);
-        return NULL;
+        return;
     }
     if (conn_watch(&c, r, w->tube))
         goto fail;
@@ -783,7 +675,7 @@ static void *worker_main(void *arg)
             usleep(DRAIN_WAIT_US);   /* another worker still holds jobs */
             continue;
         }
-        lat_add(&w->lat, peer_now_ns() - t0);
+        drv_lat_since(&r->d.lat, t0);
         w->rounds++;
         for (i = 0; i < got; i++)
             if (out_printf(&c, "delete %" PRIu64 "\r\n", ids[i]))
@@ -803,145 +695,136 @@ static void *worker_main(void *arg)
     }
     conn_close(&c);
     free(ids);
-    return NULL;
+    return;
 fail:
     if (!stopping(r))
         fail(r);
     conn_close(&c);
     free(ids);
-    return NULL;
 }
 
 /* Run 'n' workers until their tubes drain; returns the seconds they took. */
 static double workers_run(struct run *r, struct worker *ws, unsigned n)
 {
-    return threads_run(r, ws, sizeof ws[0], n, worker_main);
+    return drv_threads_run(&r->d, ws, sizeof ws[0], n, worker_main, 0);
 }
 
 /* ---- Report ---- */
 
-struct result {
-    uint64_t events;
-    double seconds;
-    struct lat lat;                 /* sorted; empty = null latencies */
-    bool no_latency;
-    uint64_t duplicates, missing, disorder;
-    const char *note;
+/* How each workload maps onto beanstalkd, for the report. */
+static const char *const notes[] = {
+    NULL,
+    "--producers connections (default 32) each send one put (TTR 30) to a fresh tube "
+    "and wait for INSERTED; latency per put",
+    "beanstalkd has no batch command: each producer connection pipelines a window of "
+    "--batch puts in one write and waits for all their INSERTED replies (each put is "
+    "still logged and fsynced alone); latency per window",
+    "jobs prefilled untimed with TTR 30 (the lease); each worker pipelines --max "
+    "reserve-with-timeout 0 (beanstalkd reserves one job per command) then a delete per "
+    "job, until stats-tube shows the tube empty; latency per round of reserves; "
+    "duplicates and missing by the seq in the body",
+    "no per-key order in beanstalkd: static partition, one tube per worker (aggregate k "
+    "in tube k mod workers) read by that worker alone, jobs put untimed with priority = "
+    "version so the (priority, id) ready heap hands out each aggregate in version order; "
+    "reserve/delete as W3; versions checked per aggregate; latency per round of reserves",
+    "no time index or range read: jobs stored untimed from one connection (ids follow "
+    "the body timestamps), then timed: the middle 10% of the timestamp span located by "
+    "binary search with peek <id> and read in id order with pipelined peeks (windows of "
+    "--batch), consuming nothing; no per-request latency",
 };
 
-/* The one JSON line on stdout. 'version' has no quotes or backslashes. */
-static void report(const struct run *r, const char *version, const struct result *res)
+/* The report's fields after the counts. */
+static void fields(struct drv *d, enum drv_part part)
 {
-    bool lat = !res->no_latency && res->lat.n;
-    struct peer_head h = {
-        .peer = PEER, .version = version, .durability = DURABILITY, .workload = (int)r->opt.w,
-        .events = (long long)res->events, .dups = (long long)res->duplicates,
-        .missing = (long long)res->missing, .disorder = (long long)res->disorder,
-        .seconds = res->seconds, .p50_ms = lat ? lat_pct(&res->lat, 50) : NAN,
-        .p99_ms = lat ? lat_pct(&res->lat, 99) : NAN,
-    };
-
-    peer_head_print(&h);
-    printf(",\"target_events\":%" PRIu64 ",\"timed_out\":%s,\"note\":\"%s\"}\n", r->opt.events,
-           peer_stop_reason() == 1 || peer_stop_reason() == 2 ? "true" : "false",
-           res->note);
-    fflush(stdout);
+    if (part != DRV_PART_TAIL)
+        return;
+    drv_put_long("target_events", d->target);
+    drv_put_bool("timed_out", drv_timed_out());
+    drv_put_str("note", notes[d->o.workload]);
 }
 
 /* ---- Workloads ---- */
 
 /* W1 and W2: --producers connections put --events jobs, 'window' at a time. */
-static int run_put(struct run *r, unsigned window, struct result *res)
+static int run_put(struct run *r, unsigned window)
 {
-    unsigned n = r->opt.producers, i;
+    unsigned n = (unsigned)r->d.o.producers, i;
+    uint64_t events = (uint64_t)r->d.o.events;
     struct producer *ps = calloc(n, sizeof *ps);
-    struct lat **parts = calloc(n, sizeof *parts);
 
-    if (!ps || !parts) {
-        free(ps);
-        free(parts);
+    if (!ps)
         return -1;
-    }
     for (i = 0; i < n; i++) {
         snprintf(ps[i].tube, sizeof ps[i].tube, "%s", r->tube);
         ps[i].window = window;
         ps[i].group = -1;
-        ps[i].total = r->opt.events;
-        parts[i] = &ps[i].lat;
+        ps[i].timed = true;
+        ps[i].total = events;
     }
-    res->seconds = producers_run(r, ps, n);
-    res->events = atomic_load(&r->acked);
-    lat_merge(&res->lat, parts, n);
-    res->missing = r->opt.events - res->events;
-    for (i = 0; i < n; i++)
-        free(ps[i].lat.us);
+    drv_lat_init(&r->d.lat, (long)(events / window) + n + 16);
+    r->d.seconds = producers_run(r, ps, n);
+    r->d.events = (long long)atomic_load(&r->acked);
+    r->d.missing = (long long)events - r->d.events;
     free(ps);
-    free(parts);
     return 0;
 }
 
 /* W3 and W4: prefill (untimed), then drain with --workers workers. */
-static int run_work(struct run *r, struct result *res)
+static int run_work(struct run *r)
 {
-    unsigned nw = r->opt.workers, np = r->opt.w == W4 ? nw : PREFILL_CONNS, i;
+    unsigned nw = (unsigned)r->d.o.workers, np = r->d.o.workload == W4 ? nw : PREFILL_CONNS, i;
+    uint64_t events = (uint64_t)r->d.o.events, aggs = (uint64_t)r->d.o.aggregates;
     struct producer *ps = calloc(np, sizeof *ps);
     struct worker *ws = calloc(nw, sizeof *ws);
-    struct lat **parts = calloc(nw, sizeof *parts);
     uint64_t k, distinct = 0;
     double secs;
     int rc = -1;
 
-    r->seen = calloc(r->opt.events, sizeof *r->seen);
-    if (r->opt.w == W4)
-        r->last_version = calloc(r->opt.aggregates, sizeof *r->last_version);
-    if (!ps || !ws || !parts || !r->seen || (r->opt.w == W4 && !r->last_version))
+    r->seen = calloc(events, sizeof *r->seen);
+    if (r->d.o.workload == W4)
+        r->last_version = calloc(aggs, sizeof *r->last_version);
+    if (!ps || !ws || !r->seen || (r->d.o.workload == W4 && !r->last_version))
         goto out;
     for (i = 0; i < np; i++) {
-        if (r->opt.w == W4)
+        if (r->d.o.workload == W4)
             snprintf(ps[i].tube, sizeof ps[i].tube, "%s.g%u", r->tube, i);
         else
             snprintf(ps[i].tube, sizeof ps[i].tube, "%s", r->tube);
         ps[i].window = PREFILL_WIN;
-        ps[i].group = r->opt.w == W4 ? (int)i : -1;
-        ps[i].total = r->opt.events;
+        ps[i].group = r->d.o.workload == W4 ? (int)i : -1;
+        ps[i].total = events;
     }
     secs = producers_run(r, ps, np);
-    if (atomic_load(&r->failed) || stopping(r) || atomic_load(&r->acked) != r->opt.events) {
+    if (atomic_load(&r->d.errors) || stopping(r) || atomic_load(&r->acked) != events) {
         say("prefill failed or was cut short after %.1f s", secs);
         goto out;
     }
-    say("prefilled %" PRIu64 " jobs in %.1f s (%.0f/s)", r->opt.events, secs, r->opt.events / secs);
+    say("prefilled %" PRIu64 " jobs in %.1f s (%.0f/s)", events, secs, events / secs);
     atomic_store(&r->acked, 0);
     for (i = 0; i < nw; i++) {
-        if (r->opt.w == W4)
+        if (r->d.o.workload == W4)
             snprintf(ws[i].tube, sizeof ws[i].tube, "%s.g%u", r->tube, i);
         else
             snprintf(ws[i].tube, sizeof ws[i].tube, "%s", r->tube);
-        parts[i] = &ws[i].lat;
     }
-    res->seconds = workers_run(r, ws, nw);
+    drv_lat_init(&r->d.lat, (long)events + 4 * (long)nw + 16);
+    r->d.seconds = workers_run(r, ws, nw);
     for (i = 0; i < nw; i++) {
-        res->events += ws[i].acked;
-        res->duplicates += ws[i].duplicates;
-        res->disorder += ws[i].disorder;
+        r->d.events += (long long)ws[i].acked;
+        r->d.dups += (long long)ws[i].duplicates;
+        r->d.disorder += (long long)ws[i].disorder;
     }
-    for (k = 0; k < r->opt.events; k++)
+    for (k = 0; k < events; k++)
         distinct += atomic_load_explicit(&r->seen[k], memory_order_relaxed) != 0;
-    res->missing = r->opt.events - distinct;
-    if (r->opt.w == W4)
-        for (k = 0; k < r->opt.aggregates; k++)
-            if (r->last_version[k] != r->opt.per_aggregate)
+    r->d.missing = (long long)(events - distinct);
+    if (r->d.o.workload == W4)
+        for (k = 0; k < aggs; k++)
+            if (r->last_version[k] != (uint64_t)r->d.o.per_agg)
                 say("aggregate a%" PRIu64 " ended at version %" PRIu64, k, r->last_version[k]);
-    lat_merge(&res->lat, parts, nw);
     rc = 0;
 out:
-    for (i = 0; ps && i < np; i++)
-        free(ps[i].lat.us);
-    for (i = 0; ws && i < nw; i++)
-        free(ws[i].lat.us);
     free(ps);
     free(ws);
-    free(parts);
     free(r->seen);
     free(r->last_version);
     r->seen = NULL;
@@ -966,7 +849,7 @@ static int peek_one(struct conn *c, struct run *r, uint64_t id, uint64_t *seq, u
     }
     if (opt_u64(sp + 1, &bytes) || conn_body(c, r, (size_t)bytes, &body))
         return -1;
-    if ((size_t)bytes < r->ev_head_len || memcmp(body, r->ev_head, r->ev_head_len) ||
+    if ((size_t)bytes < r->d.ev_head_len || memcmp(body, r->d.ev_head, r->d.ev_head_len) ||
         u64_after(body, (size_t)bytes, PEER_EV_PAYLOAD, seq) || u64_after(body, (size_t)bytes, PEER_EV_TS, ts))
         return 1;
     return 0;
@@ -1001,11 +884,11 @@ static int find_id(struct conn *c, struct run *r, uint64_t lo, uint64_t hi, uint
 
 /* W5: put --events jobs from one connection (untimed), then read the middle
  * 10% of their timestamp span in id order with peek (timed). */
-static int run_window(struct run *r, struct result *res)
+static int run_window(struct run *r)
 {
     struct producer p = {0};
-    uint64_t n = r->opt.events, *ts = calloc(n, sizeof *ts), *ids = calloc(n, sizeof *ids);
-    uint64_t k, t_lo, t_hi, id_lo, id_hi, id, expect = 0, last_seq = 0, last_ts = 0;
+    uint64_t n = (uint64_t)r->d.o.events, *ts = calloc(n, sizeof *ts), *ids = calloc(n, sizeof *ids);
+    uint64_t k, t_lo, t_hi, id_lo, id_hi, id, expect = 0, got, last_seq = 0, last_ts = 0;
     bool any = false;
     struct conn c = {.fd = -1};
     double secs;
@@ -1015,14 +898,13 @@ static int run_window(struct run *r, struct result *res)
     if (!ts || !ids)
         goto out;
     snprintf(p.tube, sizeof p.tube, "%s", r->tube);
-    p.window = r->opt.batch;
+    p.window = (unsigned)r->d.o.batch;
     p.group = -1;
     p.total = n;
     p.ts = ts;
     p.ids = ids;
     secs = producers_run(r, &p, 1);
-    free(p.lat.us);
-    if (atomic_load(&r->failed) || stopping(r) || p.done != n) {
+    if (atomic_load(&r->d.errors) || stopping(r) || p.done != n) {
         say("prefill failed or was cut short after %.1f s", secs);
         goto out;
     }
@@ -1045,7 +927,7 @@ static int run_window(struct run *r, struct result *res)
         find_id(&c, r, id_lo, ids[n - 1], t_hi, &id_hi))
         goto out;
     for (id = id_lo; id < id_hi && !stopping(r);) {
-        uint64_t upto = id + r->opt.batch < id_hi ? id + r->opt.batch : id_hi, j, seq, t;
+        uint64_t b = (uint64_t)r->d.o.batch, upto = id + b < id_hi ? id + b : id_hi, j, seq, t;
         int prc;
 
         for (j = id; j < upto; j++)
@@ -1061,21 +943,22 @@ static int run_window(struct run *r, struct result *res)
                 goto out;
             }
             if (any && seq == last_seq)
-                res->duplicates++;
+                r->d.dups++;
             else if (any && (seq < last_seq || t < last_ts))
-                res->disorder++;
+                r->d.disorder++;
             last_seq = seq;
             last_ts = t;
             any = true;
-            res->events++;
+            r->d.events++;
         }
         id = upto;
     }
-    res->seconds = (double)(peer_now_ns() - t0) / NS_PER_S;
-    res->missing = expect > res->events - res->duplicates ? expect - (res->events - res->duplicates) : 0;
+    r->d.seconds = (double)(peer_now_ns() - t0) / NS_PER_S;
+    got = (uint64_t)(r->d.events - r->d.dups);
+    r->d.missing = expect > got ? (long long)(expect - got) : 0;
     say("window [%" PRIu64 ", %" PRIu64 ") us: ids %" PRIu64 "..%" PRIu64 ", %" PRIu64 " expected",
         t_lo, t_hi, id_lo, id_hi, expect);
-    r->opt.events = expect;        /* the target of a W5 run is the window */
+    r->d.target = (long long)expect;   /* the target of a W5 run is the window */
     rc = 0;
 out:
     if (c.fd >= 0)
@@ -1083,131 +966,6 @@ out:
     free(ts);
     free(ids);
     return rc;
-}
-
-/* ---- Command line ---- */
-
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: peer_" PEER " --addr HOST:PORT --workload W1|W2|W3|W4|W5 [--events N]\n"
-            "       [--producers N] [--batch N] [--workers N] [--max N] [--aggregates A]\n"
-            "       [--per-aggregate K] [--payload-bytes 300] [--max-seconds 300]\n"
-            "defaults: W1 50000 events, 32 producers; W2 200000 events, batch 100, 32 producers;\n"
-            "          W3 100000 events, 8 workers, max 32; W4 2000 x 25, 8 workers, max 32;\n"
-            "          W5 1000000 events stored, the middle 10%% read\n");
-}
-
-/* Parse argv into r->opt; returns 0, or 2 for a usage error. */
-static int parse_args(struct run *r, int argc, char **argv)
-{
-    struct options *o = &r->opt;
-    const char *addr = NULL, *colon;
-    uint64_t v;
-    char *end;
-    int ch;
-
-    o->producers = 32;
-    o->batch = 100;
-    o->workers = 8;
-    o->max = 32;
-    o->aggregates = 2000;
-    o->per_aggregate = 25;
-    o->payload_bytes = 300;
-    o->max_seconds = 300;
-    while ((ch = getopt_long(argc, argv, "", peer_options, NULL)) != -1) {
-        if (ch == P_HELP) {
-            usage(stdout);
-            exit(0);
-        }
-        if (ch == '?')
-            return 2;
-        if (ch == P_ADDR) {
-            addr = optarg;
-            continue;
-        }
-        if (ch == P_WORKLOAD) {
-            if (!(o->w = (enum workload)peer_workload(optarg)))
-                return 2;
-            continue;
-        }
-        if (ch == P_SECONDS) {
-            o->max_seconds = strtod(optarg, &end);
-            if (*end || !(o->max_seconds > 0))
-                return 2;
-            continue;
-        }
-        if (opt_u64(optarg, &v) || v == 0)
-            return 2;
-        switch (ch) {
-        case P_EVENTS: o->events = v; break;
-        case P_AGGREGATES: o->aggregates = v; break;
-        case P_PER_AGG: o->per_aggregate = v; break;
-        case P_PAYLOAD: o->payload_bytes = v > 60000 ? 60000 : (size_t)v; break;
-        default:
-            if (v > 100000)
-                return 2;
-            if (ch == P_PRODUCERS)
-                o->producers = (unsigned)v;
-            else if (ch == P_BATCH)
-                o->batch = (unsigned)v;
-            else if (ch == P_WORKERS)
-                o->workers = (unsigned)v;
-            else if (ch == P_MAX)
-                o->max = (unsigned)v;
-        }
-    }
-    if (optind != argc || !addr || !o->w || !(colon = strrchr(addr, ':')) || colon == addr ||
-        (size_t)(colon - addr) >= sizeof o->host || strlen(colon + 1) >= sizeof o->port ||
-        !colon[1])
-        return 2;
-    memcpy(o->host, addr, (size_t)(colon - addr));
-    o->host[colon - addr] = '\0';
-    if (o->host[0] == '[' && o->host[strlen(o->host) - 1] == ']') {
-        memmove(o->host, o->host + 1, strlen(o->host));
-        o->host[strlen(o->host) - 1] = '\0';
-    }
-    strcpy(o->port, colon + 1);
-    if (o->w == W4)
-        o->events = o->aggregates * o->per_aggregate;
-    else if (!o->events)
-        o->events = o->w == W1 ? 50000 : o->w == W2 ? 200000 : o->w == W3 ? 100000 : 1000000;
-    if (o->w == W1)
-        o->batch = 1;
-    if (o->w == W5 && o->events < 2)
-        return 2;
-    return 0;
-}
-
-/* Resolve the address, pick the run id and the tube name. */
-static int run_init(struct run *r)
-{
-    static const char *const wname[] = {"", "w1", "w2", "w3", "w4", "w5"};
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *ai;
-    unsigned char rnd[8];
-    size_t i;
-    int rc;
-
-    if ((rc = getaddrinfo(r->opt.host, r->opt.port, &hints, &ai))) {
-        say("cannot resolve %s: %s", r->opt.host, gai_strerror(rc));
-        return -1;
-    }
-    memcpy(&r->addr, ai->ai_addr, ai->ai_addrlen);
-    r->addrlen = ai->ai_addrlen;
-    freeaddrinfo(ai);
-    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
-        uint64_t x = peer_now_ns() ^ ((uint64_t)getpid() << 32);
-
-        memcpy(rnd, &x, sizeof rnd);
-    }
-    for (i = 0; i < sizeof rnd; i++)
-        snprintf(r->runid + 2 * i, 3, "%02x", rnd[i]);
-    snprintf(r->tube, sizeof r->tube, "pb.%s.%s", r->runid, wname[r->opt.w]);
-    r->ev_head_len = (size_t)snprintf(r->ev_head, sizeof r->ev_head, "{\"event_id\":\"pb-%s-", r->runid);
-    atomic_init(&r->next_event, 0);
-    atomic_init(&r->acked, 0);
-    atomic_init(&r->failed, 0);
-    return 0;
 }
 
 /* The server's version from `stats`, without quotes, into out. */
@@ -1236,67 +994,89 @@ out:
     return rc;
 }
 
-int main(int argc, char **argv)
+/* ---- Open, run, close ---- */
+
+/* Resolve the address, name the tube, ask the server its version. */
+static int open_run(struct drv *d)
 {
-    static struct run run;
-    struct run *r = &run;
-    struct result res = {0};
-    char version[64];
+    static const char *const wname[] = {"", "w1", "w2", "w3", "w4", "w5"};
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *ai;
+    struct run *r = (struct run *)d;
+    char port[16];
     int rc;
 
-    peer_log_init("peer_" PEER, LOG_BUDGET + 1);
-    if (parse_args(r, argc, argv)) {
-        usage(stderr);
-        return 2;
+    d->version = r->version;
+    d->durability = DURABILITY;
+    snprintf(port, sizeof port, "%d", d->o.port);
+    if ((rc = getaddrinfo(d->o.host, port, &hints, &ai))) {
+        say("cannot resolve %s: %s", d->o.host, gai_strerror(rc));
+        return DRV_ABORT;
     }
-    peer_signals(true);
-    r->deadline_ns = peer_now_ns() + (uint64_t)(r->opt.max_seconds * NS_PER_S);
-    if (run_init(r) || server_version(r, version, sizeof version))
-        return 1;
-    say("run %s: %s, tube %s, %" PRIu64 " events", r->runid, (const char *[]){"", "W1", "W2", "W3",
-        "W4", "W5"}[r->opt.w], r->tube, r->opt.events);
+    memcpy(&r->addr, ai->ai_addr, ai->ai_addrlen);
+    r->addrlen = ai->ai_addrlen;
+    freeaddrinfo(ai);
+    snprintf(r->tube, sizeof r->tube, "pb.%s.%s", d->runid, wname[d->o.workload]);
+    atomic_init(&r->next_event, 0);
+    atomic_init(&r->acked, 0);
+    if (server_version(r, r->version, sizeof r->version))
+        return DRV_ABORT;
+    say("run %s: W%d, tube %s, %ld events", d->runid, d->o.workload, r->tube, d->o.events);
+    return DRV_OK;
+}
 
-    switch (r->opt.w) {
-    case W1:
-        res.note = "--producers connections (default 32) each send one put (TTR 30) to a fresh tube "
-                   "and wait for INSERTED; latency per put";
-        rc = run_put(r, 1, &res);
-        break;
-    case W2:
-        res.note = "beanstalkd has no batch command: each producer connection pipelines a window of "
-                   "--batch puts in one write and waits for all their INSERTED replies (each put is "
-                   "still logged and fsynced alone); latency per window";
-        rc = run_put(r, r->opt.batch, &res);
-        break;
-    case W3:
-        res.note = "jobs prefilled untimed with TTR 30 (the lease); each worker pipelines --max "
-                   "reserve-with-timeout 0 (beanstalkd reserves one job per command) then a delete per "
-                   "job, until stats-tube shows the tube empty; latency per round of reserves; "
-                   "duplicates and missing by the seq in the body";
-        rc = run_work(r, &res);
-        break;
-    case W4:
-        res.note = "no per-key order in beanstalkd: static partition, one tube per worker (aggregate k "
-                   "in tube k mod workers) read by that worker alone, jobs put untimed with priority = "
-                   "version so the (priority, id) ready heap hands out each aggregate in version order; "
-                   "reserve/delete as W3; versions checked per aggregate; latency per round of reserves";
-        rc = run_work(r, &res);
-        break;
-    case W5:
-        res.note = "no time index or range read: jobs stored untimed from one connection (ids follow "
-                   "the body timestamps), then timed: the middle 10% of the timestamp span located by "
-                   "binary search with peek <id> and read in id order with pipelined peeks (windows of "
-                   "--batch), consuming nothing; no per-request latency";
-        res.no_latency = true;
-        rc = run_window(r, &res);
-        break;
-    default:
-        return 2;
-    }
-    report(r, version, &res);
-    free(res.lat.us);
-    if (rc || atomic_load(&r->failed) || peer_stop_reason() || res.events != r->opt.events ||
-        res.missing)
-        return 1;
+static int run_w1(struct drv *d)
+{
+    return run_put((struct run *)d, 1) ? DRV_FAILED : DRV_OK;
+}
+
+static int run_w2(struct drv *d)
+{
+    return run_put((struct run *)d, (unsigned)d->o.batch) ? DRV_FAILED : DRV_OK;
+}
+
+static int run_w34(struct drv *d)
+{
+    return run_work((struct run *)d) ? DRV_FAILED : DRV_OK;
+}
+
+static int run_w5(struct drv *d)
+{
+    return run_window((struct run *)d) ? DRV_FAILED : DRV_OK;
+}
+
+/* Nothing to clean up on the server: each run has tubes of its own, and
+ * beanstalkd drops an empty tube. */
+static int close_run(struct drv *d)
+{
+    (void)d;
     return 0;
+}
+
+/* A job body is at most 64 KiB here (out_put). */
+static const struct drv_bound bounds[] = {
+    {DRV_O_PAYLOAD, 1, 60000},
+    {0, 0, 0},
+};
+
+static const struct drv_peer beanstalkd_peer = {
+    .name = PEER,
+    .tag = "pb",
+    .addr_arg = "HOST:PORT",
+    .addr_help = "the beanstalkd",
+    .help = "  W2: --batch puts pipelined per window; W5: --batch peeks pipelined per window.\n",
+    .bounds = bounds,
+    .w5_batch = 100,
+    .log_budget = LOG_BUDGET + 1,   /* the run line of open_run goes through say too */
+    .interrupt = true,
+    .fail_on = DRV_FAIL_MISSING | DRV_FAIL_SHORT,
+    .size = sizeof(struct run),
+    .open = open_run,
+    .run = {run_w1, run_w2, run_w34, run_w34, run_w5},
+    .fields = fields,
+    .close = close_run,
+};
+
+int main(int argc, char **argv)
+{
+    return drv_main(&beanstalkd_peer, argc, argv);
 }

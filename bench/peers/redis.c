@@ -1,15 +1,13 @@
 /*
- * bench/peer_redis.c - the Redis Streams peer of the side-by-side benchmark
+ * bench/peers/redis.c - the Redis Streams peer of the side-by-side benchmark
  * (issue 7), driven with hiredis.
  *
- * Owns: the command line shared by every peer driver, the mapping of the
- * workloads W1..W5 onto Redis Streams and consumer groups, the benchmark
- * event JSON (the same shape as bench/loadgen.c), correctness counting and
- * the one-line JSON report on stdout (everything else goes to stderr).
+ * Owns: the mapping of the workloads W1..W5 onto Redis Streams and
+ * consumer groups, their correctness counting and the fields the report
+ * line adds; the command line, the threads, the latencies and the report
+ * line itself are the skeleton's (driver.h).
  *
- *   peer_redis --addr 127.0.0.1:6390 --workload W1 [--events N]
- *       [--producers N] [--batch N] [--workers N] [--max N] [--aggregates A]
- *       [--per-aggregate K] [--payload-bytes 300] [--max-seconds S]
+ *   peer_redis --addr 127.0.0.1:6390 --workload W1 [--events N] ...
  *
  * The server is started by the caller, e.g.
  *   redis-server --port P --bind 127.0.0.1 --dir TMP --appendonly yes
@@ -42,8 +40,8 @@
  *
  * DESIGN
  * Threads, one blocking hiredis connection each; they connect first and
- * meet the main thread at a barrier, so the clock starts when every
- * connection is up and stops when the last thread ends.  Shared state is
+ * then wait for each other (DRV_READY_FIRST), so the clock starts when
+ * every connection is up and stops when the last thread ends.  Shared state is
  * only atomics: the work dispenser run.next, the counters, the latency
  * arrays (each slot written by one thread, index from an atomic counter)
  * and run.seen, one byte per event number, bumped atomically on every
@@ -58,22 +56,17 @@
  * event or order violation; 1 otherwise; 2 on a usage error.
  */
 #define _GNU_SOURCE
-#include <getopt.h>
 #include <hiredis/hiredis.h>
-#include <math.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/time.h>
 #include <time.h>
-#include <unistd.h>
 
-#include "peerlib.h"
+#include "driver.h"
 
 #define FILL_PIPE      1000     /* XADDs per pipeline when prefilling */
 #define PAGE           1000     /* XRANGE page size in W5 */
@@ -82,52 +75,27 @@
 #define IO_TIMEOUT_S   30       /* a reply slower than this is an error */
 #define KEY_MAX        96
 
-/* ---- Command line ---- */
-
-struct opts {
-    char host[256];
-    int port;
-    int workload;               /* 1..5 */
-    long events, producers, batch, workers, max, aggregates, per_agg, payload_bytes;
-    double max_seconds;
-};
-
 /* ---- Run state ---- */
 
+/* d.lat is the request latency, d.lat2 the ack latency of W3 and W4. */
 struct run {
-    struct opts o;
-    char runid[17];
+    struct drv d;               /* first: the skeleton's */
     char key[KEY_MAX];          /* the stream (W1, W2, W3, W5) or key prefix (W4) */
     char (*akeys)[KEY_MAX];     /* W4: one stream per aggregate */
-    size_t ev_head_len, ev_max;
-    char ev_head[64];           /* {"event_id":"rd-<runid>- */
     long total;                 /* events the workload handles */
     atomic_long next;           /* work dispenser */
-    atomic_long done, errors, dups, disorder, claims;
+    atomic_long done, dups, disorder, claims;
     _Atomic unsigned char *seen;
     long *last_version;         /* W4: per aggregate, written by its owner only */
     uint64_t *ts;               /* W5: id milliseconds of event n */
     uint64_t w5_ms, w5_seq;     /* W5: last id handed out */
-    struct peer_lat lat, lat2;       /* request latency; W3/W4 also ack latency */
-    pthread_barrier_t go;
-};
-
-struct worker {
-    struct run *r;
-    long id;
-    pthread_t th;
-};
-
-struct result {
-    long events, expected, dups, missing, disorder, errors, unacked;
-    double seconds, p50, p99, ack_p50, ack_p99;
-    bool timed_out;
-    char extra[512];            /* more ,"name":value pairs */
-    char note[768];
+    redisContext *c0;           /* main's connection: setup, checks, cleanup */
+    bool described;             /* the server answered INFO: the keys get cleaned up */
+    long unacked;               /* W3, W4: pending entries left, -1 unknown */
+    char version[64], dur[256];
+    char extra[512];            /* the workload's ,"name":value pairs */
     char error[256];
 };
-
-static uint64_t deadline_ns;
 
 /* ---- Small helpers ---- */
 
@@ -159,22 +127,13 @@ static long dec_at(const char *p)
 
 /* ---- Events ---- */
 
-/* Event n as JSON at 'out' (at most r->ev_max bytes, no NUL); with agg >= 0
- * it carries aggregate_id "a<agg>" and aggregate_version 'ver'.  Returns
- * its length.  The same shape as bench/loadgen.c's event_put. */
-static size_t event_put(const struct run *r, char *out, uint64_t n, long agg, long ver)
-{
-    return peer_event_put(out, r->ev_head, r->ev_head_len, n, PEER_TOPIC, agg, ver, 0,
-                          (size_t)r->o.payload_bytes);
-}
-
 /* The event number in a stored event, -1 if it is not one of this run's. */
 static long event_seq(const struct run *r, const redisReply *v)
 {
-    if (!v || v->type != REDIS_REPLY_STRING || v->len <= r->ev_head_len ||
-        memcmp(v->str, r->ev_head, r->ev_head_len))
+    if (!v || v->type != REDIS_REPLY_STRING || v->len <= r->d.ev_head_len ||
+        memcmp(v->str, r->d.ev_head, r->d.ev_head_len))
         return -1;
-    return dec_at(v->str + r->ev_head_len);
+    return dec_at(v->str + r->d.ev_head_len);
 }
 
 /* Count the delivery of event n: a second delivery is a duplicate, a
@@ -182,7 +141,7 @@ static long event_seq(const struct run *r, const redisReply *v)
 static void event_seen(struct run *r, long n)
 {
     if (n < 0 || n >= r->total) {
-        atomic_fetch_add(&r->errors, 1);
+        atomic_fetch_add(&r->d.errors, 1);
         return;
     }
     if (atomic_fetch_add_explicit(&r->seen[n], 1, memory_order_relaxed))
@@ -204,10 +163,10 @@ static long events_missing(const struct run *r)
 static redisContext *conn_open(const struct run *r)
 {
     struct timeval ct = {CONNECT_S, 0}, io = {IO_TIMEOUT_S, 0};
-    redisContext *c = redisConnectWithTimeout(r->o.host, r->o.port, ct);
+    redisContext *c = redisConnectWithTimeout(r->d.o.host, r->d.o.port, ct);
 
     if (!c || c->err) {
-        peer_say("connect %s:%d: %s", r->o.host, r->o.port, c ? c->errstr : "out of memory");
+        drv_say("connect %s:%d: %s", r->d.o.host, r->d.o.port, c ? c->errstr : "out of memory");
         if (c)
             redisFree(c);
         return NULL;
@@ -221,15 +180,15 @@ static redisContext *conn_open(const struct run *r)
 static bool reply_is(redisContext *c, const redisReply *rp, int type, const char *what)
 {
     if (!rp) {
-        peer_say("%s: %s", what, c->errstr[0] ? c->errstr : "no reply");
+        drv_say("%s: %s", what, c->errstr[0] ? c->errstr : "no reply");
         return false;
     }
     if (rp->type == REDIS_REPLY_ERROR) {
-        peer_say("%s: %s", what, rp->str);
+        drv_say("%s: %s", what, rp->str);
         return false;
     }
     if (rp->type != type) {
-        peer_say("%s: unexpected reply type %d", what, rp->type);
+        drv_say("%s: unexpected reply type %d", what, rp->type);
         return false;
     }
     return true;
@@ -302,7 +261,7 @@ typedef void (*fill_make)(struct run *r, long i, struct fill_item *it);
 static int fill(struct run *r, redisContext *c, long count, fill_make make)
 {
     struct fill_item *it = calloc(FILL_PIPE, sizeof *it);
-    char *evbuf = malloc((size_t)FILL_PIPE * r->ev_max);
+    char *evbuf = malloc((size_t)FILL_PIPE * r->d.ev_max);
     uint64_t t0 = peer_now_ns();
     long i = 0, j, m;
     int rc = -1;
@@ -310,9 +269,9 @@ static int fill(struct run *r, redisContext *c, long count, fill_make make)
     if (!it || !evbuf)
         goto out;
     for (j = 0; j < FILL_PIPE; j++)
-        it[j].ev = evbuf + (size_t)j * r->ev_max;
+        it[j].ev = evbuf + (size_t)j * r->d.ev_max;
     while (i < count) {
-        if (peer_stopping(deadline_ns))
+        if (drv_stopping(&r->d))
             goto out;
         m = count - i < FILL_PIPE ? count - i : FILL_PIPE;
         for (j = 0; j < m; j++) {
@@ -339,7 +298,7 @@ static int fill(struct run *r, redisContext *c, long count, fill_make make)
         }
         i += m;
     }
-    peer_say("prefilled %ld events in %.1f s", count, ms_between(t0, peer_now_ns()) / 1e3);
+    drv_say("prefilled %ld events in %.1f s", count, ms_between(t0, peer_now_ns()) / 1e3);
     rc = 0;
 out:
     free(evbuf);
@@ -352,18 +311,18 @@ static void make_plain(struct run *r, long i, struct fill_item *it)
 {
     it->key = r->key;
     strcpy(it->id, "*");
-    it->evlen = event_put(r, it->ev, (uint64_t)i, -1, 0);
+    it->evlen = drv_event_put(&r->d, it->ev, (uint64_t)i, -1, 0, 0);
 }
 
 /* W4: event i is version i / A + 1 of aggregate i % A, in that aggregate's
  * stream, so each stream receives its versions in order. */
 static void make_ordered(struct run *r, long i, struct fill_item *it)
 {
-    long a = r->o.aggregates, k = i % a;
+    long a = r->d.o.aggregates, k = i % a;
 
     it->key = r->akeys[k];
     strcpy(it->id, "*");
-    it->evlen = event_put(r, it->ev, (uint64_t)i, k, i / a + 1);
+    it->evlen = drv_event_put(&r->d, it->ev, (uint64_t)i, k, i / a + 1, 0);
 }
 
 /* W5: event i with the explicit id <producer clock ms>-<seq>, strictly
@@ -383,79 +342,55 @@ static void make_timed(struct run *r, long i, struct fill_item *it)
     it->key = r->key;
     snprintf(it->id, sizeof it->id, "%llu-%llu", (unsigned long long)ms,
              (unsigned long long)r->w5_seq);
-    it->evlen = event_put(r, it->ev, (uint64_t)i, -1, 0);
+    it->evlen = drv_event_put(&r->d, it->ev, (uint64_t)i, -1, 0, 0);
 }
 
 /* ---- Threads ---- */
 
-/* Run 'fn' on n threads that each connect first; returns the seconds from
- * the moment all were connected to the end of the last one. */
-static double threads_run(struct run *r, long n, void *(*fn)(void *))
-{
-    struct worker *w = calloc((size_t)n, sizeof *w);
-    uint64_t t0, t1;
-    long i;
-
-    if (!w) {
-        atomic_fetch_add(&r->errors, 1);
-        return 0;
-    }
-    pthread_barrier_init(&r->go, NULL, (unsigned)n + 1);
-    for (i = 0; i < n; i++) {
-        w[i].r = r;
-        w[i].id = i;
-        if (pthread_create(&w[i].th, NULL, fn, &w[i])) {
-            peer_say("pthread_create failed");
-            exit(1);
-        }
-    }
-    pthread_barrier_wait(&r->go);
-    t0 = peer_now_ns();
-    for (i = 0; i < n; i++)
-        pthread_join(w[i].th, NULL);
-    t1 = peer_now_ns();
-    pthread_barrier_destroy(&r->go);
-    free(w);
-    return (double)(t1 - t0) / 1e9;
-}
-
 /* Connect, then wait for the others; NULL (counted as an error) when the
  * connection failed. */
-static redisContext *thread_start(struct run *r)
+static redisContext *thread_start(struct drv_thread *t)
 {
+    struct run *r = (struct run *)t->d;
     redisContext *c = conn_open(r);
 
     if (!c)
-        atomic_fetch_add(&r->errors, 1);
-    pthread_barrier_wait(&r->go);
+        atomic_fetch_add(&r->d.errors, 1);
+    drv_thread_ready(t);
     return c;
+}
+
+/* Run 'fn' on n threads that each connect first (thread_start); returns the
+ * seconds from the moment all were connected to the end of the last one. */
+static double threads_run(struct run *r, long n, void (*fn)(struct drv_thread *t))
+{
+    return drv_threads_run(&r->d, NULL, 0, n, fn, DRV_READY_FIRST);
 }
 
 /* ---- W1, W2: durable enqueue ---- */
 
-static void *producer_main(void *arg)
+static void producer_main(struct drv_thread *w)
 {
-    struct worker *w = arg;
-    struct run *r = w->r;
-    long batch = r->o.batch, first, m, j, ok;
-    char *buf = malloc((size_t)batch * r->ev_max);
-    redisContext *c = thread_start(r);
+    struct run *r = (struct run *)w->d;
+    long batch = r->d.o.batch, first, m, j, ok;
+    char *buf = malloc((size_t)batch * r->d.ev_max);
+    redisContext *c = thread_start(w);
     uint64_t t0;
 
     if (!c || !buf)
         goto out;
-    while (!peer_stopping(deadline_ns)) {
+    while (!drv_stopping(&r->d)) {
         first = atomic_fetch_add(&r->next, batch);
         if (first >= r->total)
             break;
         m = r->total - first < batch ? r->total - first : batch;
         t0 = peer_now_ns();
         for (j = 0; j < m; j++) {
-            char *ev = buf + (size_t)j * r->ev_max;
+            char *ev = buf + (size_t)j * r->d.ev_max;
             const char *argv[5] = {"XADD", r->key, "*", "e", ev};
             size_t argl[5] = {4, strlen(r->key), 1, 1, 0};
 
-            argl[4] = event_put(r, ev, (uint64_t)(first + j), -1, 0);
+            argl[4] = drv_event_put(&r->d, ev, (uint64_t)(first + j), -1, 0, 0);
             redisAppendCommandArgv(c, 5, argv, argl);
         }
         for (ok = 0, j = 0; j < m; j++) {
@@ -469,10 +404,10 @@ static void *producer_main(void *arg)
             else
                 break;          /* the connection is gone */
         }
-        peer_lat_add(&r->lat, ms_between(t0, peer_now_ns()));
+        drv_lat_add(&r->d.lat, ms_between(t0, peer_now_ns()));
         atomic_fetch_add(&r->done, ok);
         if (ok < m) {
-            atomic_fetch_add(&r->errors, m - ok);
+            atomic_fetch_add(&r->d.errors, m - ok);
             break;
         }
     }
@@ -480,32 +415,30 @@ out:
     if (c)
         redisFree(c);
     free(buf);
-    return NULL;
 }
 
-static int run_enqueue(struct run *r, redisContext *c0, struct result *res)
+static int run_enqueue(struct run *r, redisContext *c0)
 {
     const char *xlen[] = {"XLEN", r->key};
     redisReply *rp;
     long stored = -1;
 
-    r->total = res->expected = r->o.events;
-    peer_lat_init(&r->lat, r->total / r->o.batch + 1);
-    res->seconds = threads_run(r, r->o.producers, producer_main);
-    res->events = atomic_load(&r->done);
-    peer_lat_pct(&r->lat, &res->p50, &res->p99);
+    r->total = r->d.target = r->d.o.events;
+    drv_lat_init(&r->d.lat, r->total / r->d.o.batch + 1);
+    r->d.seconds = threads_run(r, r->d.o.producers, producer_main);
+    r->d.events = atomic_load(&r->done);
     if ((rp = command(c0, REDIS_REPLY_INTEGER, "XLEN", 2, xlen))) {
         stored = rp->integer;
         freeReplyObject(rp);
     }
     /* Every acknowledged XADD must be in the stream exactly once. */
     if (stored >= 0) {
-        res->missing = stored < res->events ? res->events - stored : 0;
-        res->dups = stored > res->events ? stored - res->events : 0;
+        r->d.missing = stored < r->d.events ? r->d.events - stored : 0;
+        r->d.dups = stored > r->d.events ? stored - r->d.events : 0;
     }
-    snprintf(res->extra, sizeof res->extra,
+    snprintf(r->extra, sizeof r->extra,
              ",\"producers\":%ld,\"batch\":%ld,\"requests\":%ld,\"stored\":%ld",
-             r->o.producers, r->o.batch, atomic_load(&r->lat.n), stored);
+             r->d.o.producers, r->d.o.batch, atomic_load(&r->d.lat.n), stored);
     return stored >= 0 ? 0 : -1;
 }
 
@@ -523,12 +456,12 @@ static void take_entries(struct run *r, const redisReply *ents, const char **ids
 
         if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
             e->element[0]->type != REDIS_REPLY_STRING) {
-            atomic_fetch_add(&r->errors, 1);
+            atomic_fetch_add(&r->d.errors, 1);
             continue;
         }
         f = e->element[1];
         if (f->type != REDIS_REPLY_ARRAY || f->elements < 2)
-            atomic_fetch_add(&r->errors, 1);     /* deleted under us */
+            atomic_fetch_add(&r->d.errors, 1);     /* deleted under us */
         else
             event_seen(r, event_seq(r, f->element[1]));
         ids[*n] = e->element[0]->str;
@@ -537,21 +470,20 @@ static void take_entries(struct run *r, const redisReply *ents, const char **ids
     }
 }
 
-static void *cycle_main(void *arg)
+static void cycle_main(struct drv_thread *w)
 {
-    struct worker *w = arg;
-    struct run *r = w->r;
-    long max = r->o.max, n;
+    struct run *r = (struct run *)w->d;
+    long max = r->d.o.max, n;
     char consumer[32], count[24];
     const char **ids = malloc((size_t)(max + 3) * sizeof *ids);
     size_t *idl = malloc((size_t)(max + 3) * sizeof *idl);
-    redisContext *c = thread_start(r);
+    redisContext *c = thread_start(w);
 
     snprintf(consumer, sizeof consumer, "w%ld", w->id);
     snprintf(count, sizeof count, "%ld", max);
     if (!c || !ids || !idl)
         goto out;
-    while (!peer_stopping(deadline_ns)) {
+    while (!drv_stopping(&r->d)) {
         const char *rd[] = {"XREADGROUP", "GROUP", "g", consumer, "COUNT", count,
                             "STREAMS", r->key, ">"};
         const char *ac[] = {"XAUTOCLAIM", r->key, "g", consumer, LEASE_MS, "0-0",
@@ -565,14 +497,14 @@ static void *cycle_main(void *arg)
         if (!rp || rp->type == REDIS_REPLY_ERROR ||
             (rp->type != REDIS_REPLY_NIL && rp->type != REDIS_REPLY_ARRAY)) {
             reply_is(c, rp, REDIS_REPLY_ARRAY, "XREADGROUP");
-            atomic_fetch_add(&r->errors, 1);
+            atomic_fetch_add(&r->d.errors, 1);
             if (rp)
                 freeReplyObject(rp);
             break;
         }
         n = 0;
         if (rp->type == REDIS_REPLY_ARRAY) {
-            peer_lat_add(&r->lat, ms_between(t0, t1));
+            drv_lat_add(&r->d.lat, ms_between(t0, t1));
             atomic_fetch_add(&r->claims, 1);
             for (k = 0; k < rp->elements; k++) {
                 const redisReply *s = rp->element[k];
@@ -587,7 +519,7 @@ static void *cycle_main(void *arg)
             freeReplyObject(rp);
             rp = command(c, REDIS_REPLY_ARRAY, "XAUTOCLAIM", 8, ac);
             if (!rp) {
-                atomic_fetch_add(&r->errors, 1);
+                atomic_fetch_add(&r->d.errors, 1);
                 break;
             }
             if (rp->elements >= 2 && rp->element[1]->type == REDIS_REPLY_ARRAY)
@@ -608,13 +540,13 @@ static void *cycle_main(void *arg)
             idl[2] = 1;
             t0 = peer_now_ns();
             ack = redisCommandArgv(c, (int)n + 3, ids, idl);
-            peer_lat_add(&r->lat2, ms_between(t0, peer_now_ns()));
+            drv_lat_add(&r->d.lat2, ms_between(t0, peer_now_ns()));
             if (reply_is(c, ack, REDIS_REPLY_INTEGER, "XACK")) {
                 atomic_fetch_add(&r->done, ack->integer);
                 if (ack->integer != n)
-                    atomic_fetch_add(&r->errors, n - ack->integer);
+                    atomic_fetch_add(&r->d.errors, n - ack->integer);
             } else {
-                atomic_fetch_add(&r->errors, 1);
+                atomic_fetch_add(&r->d.errors, 1);
             }
             if (ack)
                 freeReplyObject(ack);
@@ -630,7 +562,6 @@ out:
         redisFree(c);
     free(ids);
     free(idl);
-    return NULL;
 }
 
 /* Pending (delivered, unacknowledged) entries of group g on 'key', or -1. */
@@ -647,12 +578,12 @@ static long pending(redisContext *c, const char *key)
     return n;
 }
 
-static int run_cycle(struct run *r, redisContext *c0, struct result *res)
+static int run_cycle(struct run *r, redisContext *c0)
 {
     const char *mk[] = {"XGROUP", "CREATE", r->key, "g", "0", "MKSTREAM"};
     redisReply *rp;
 
-    r->total = res->expected = r->o.events;
+    r->total = r->d.target = r->d.o.events;
     if (!(r->seen = calloc((size_t)r->total + 1, 1)))
         return -1;
     if (!(rp = command(c0, REDIS_REPLY_STATUS, "XGROUP CREATE", 6, mk)))
@@ -660,17 +591,15 @@ static int run_cycle(struct run *r, redisContext *c0, struct result *res)
     freeReplyObject(rp);
     if (fill(r, c0, r->total, make_plain))
         return -1;
-    peer_lat_init(&r->lat, r->total + 4 * r->o.workers + 16);
-    peer_lat_init(&r->lat2, r->total + 4 * r->o.workers + 16);
-    res->seconds = threads_run(r, r->o.workers, cycle_main);
-    res->events = atomic_load(&r->done);
-    peer_lat_pct(&r->lat, &res->p50, &res->p99);
-    peer_lat_pct(&r->lat2, &res->ack_p50, &res->ack_p99);
-    res->missing = events_missing(r);
-    res->unacked = pending(c0, r->key);
-    snprintf(res->extra, sizeof res->extra,
+    drv_lat_init(&r->d.lat, r->total + 4 * r->d.o.workers + 16);
+    drv_lat_init(&r->d.lat2, r->total + 4 * r->d.o.workers + 16);
+    r->d.seconds = threads_run(r, r->d.o.workers, cycle_main);
+    r->d.events = atomic_load(&r->done);
+    r->d.missing = events_missing(r);
+    r->unacked = pending(c0, r->key);
+    snprintf(r->extra, sizeof r->extra,
              ",\"workers\":%ld,\"max\":%ld,\"claims\":%ld,\"prefilled\":%ld",
-             r->o.workers, r->o.max, atomic_load(&r->claims), r->total);
+             r->d.o.workers, r->d.o.max, atomic_load(&r->claims), r->total);
     return 0;
 }
 
@@ -699,7 +628,7 @@ static void ordered_check(struct run *r, long k, const redisReply *v)
         !(p = strstr(v->str, "\"aggregate_id\":\"a")) ||
         (agg = dec_at(p + 17)) < 0 || !(p = strstr(v->str, PEER_EV_VER)) ||
         (ver = dec_at(p + sizeof PEER_EV_VER - 1)) < 0) {
-        atomic_fetch_add(&r->errors, 1);
+        atomic_fetch_add(&r->d.errors, 1);
         return;
     }
     if (agg != k || ver != r->last_version[k] + 1)
@@ -707,23 +636,22 @@ static void ordered_check(struct run *r, long k, const redisReply *v)
     r->last_version[k] = ver;
 }
 
-static void *ordered_main(void *arg)
+static void ordered_main(struct drv_thread *w)
 {
-    struct worker *w = arg;
-    struct run *r = w->r;
-    long nw = r->o.workers, max = r->o.max, nact = 0, m, j, k, got;
-    long *act = malloc((size_t)(r->o.aggregates / nw + 2) * sizeof *act);
-    long *tmp = malloc((size_t)(r->o.aggregates / nw + 2) * sizeof *tmp);
+    struct run *r = (struct run *)w->d;
+    long nw = r->d.o.workers, max = r->d.o.max, nact = 0, m, j, k, got;
+    long *act = malloc((size_t)(r->d.o.aggregates / nw + 2) * sizeof *act);
+    long *tmp = malloc((size_t)(r->d.o.aggregates / nw + 2) * sizeof *tmp);
     long *pick = malloc((size_t)max * sizeof *pick);
     bool *hit = malloc((size_t)max * sizeof *hit);
     const char **argv = malloc((size_t)(7 + 2 * max) * sizeof *argv);
     char consumer[32];
-    redisContext *c = thread_start(r);
+    redisContext *c = thread_start(w);
 
     snprintf(consumer, sizeof consumer, "w%ld", w->id);
     if (!c || !act || !tmp || !pick || !hit || !argv)
         goto out;
-    for (k = w->id; k < r->o.aggregates; k += nw)
+    for (k = w->id; k < r->d.o.aggregates; k += nw)
         act[nact++] = k;
     argv[0] = "XREADGROUP";
     argv[1] = "GROUP";
@@ -732,7 +660,7 @@ static void *ordered_main(void *arg)
     argv[4] = "COUNT";
     argv[5] = "1";
     argv[6] = "STREAMS";
-    while (nact > 0 && !peer_stopping(deadline_ns)) {
+    while (nact > 0 && !drv_stopping(&r->d)) {
         redisReply *rp;
         uint64_t t0, t1;
         size_t s;
@@ -752,14 +680,14 @@ static void *ordered_main(void *arg)
         if (!rp || rp->type == REDIS_REPLY_ERROR ||
             (rp->type != REDIS_REPLY_NIL && rp->type != REDIS_REPLY_ARRAY)) {
             reply_is(c, rp, REDIS_REPLY_ARRAY, "XREADGROUP");
-            atomic_fetch_add(&r->errors, 1);
+            atomic_fetch_add(&r->d.errors, 1);
             if (rp)
                 freeReplyObject(rp);
             break;
         }
         got = 0;
         if (rp->type == REDIS_REPLY_ARRAY) {
-            peer_lat_add(&r->lat, ms_between(t0, t1));
+            drv_lat_add(&r->d.lat, ms_between(t0, t1));
             atomic_fetch_add(&r->claims, 1);
             /* Each stream in the reply has exactly one entry (COUNT 1):
              * check it and pipeline its XACK. */
@@ -772,7 +700,7 @@ static void *ordered_main(void *arg)
                     (k = key_agg(r, st->element[0])) < 0 || k % nw != w->id ||
                     st->element[1]->type != REDIS_REPLY_ARRAY ||
                     st->element[1]->elements != 1) {
-                    atomic_fetch_add(&r->errors, 1);
+                    atomic_fetch_add(&r->d.errors, 1);
                     continue;
                 }
                 for (j = 0; j < m; j++)
@@ -781,7 +709,7 @@ static void *ordered_main(void *arg)
                 e = st->element[1]->element[0];
                 if (e->type != REDIS_REPLY_ARRAY || e->elements < 2 ||
                     e->element[0]->type != REDIS_REPLY_STRING) {
-                    atomic_fetch_add(&r->errors, 1);
+                    atomic_fetch_add(&r->d.errors, 1);
                     continue;
                 }
                 f = e->element[1];
@@ -804,13 +732,13 @@ static void *ordered_main(void *arg)
             if (reply_is(c, ack, REDIS_REPLY_INTEGER, "XACK") && ack->integer == 1)
                 atomic_fetch_add(&r->done, 1);
             else
-                atomic_fetch_add(&r->errors, 1);
+                atomic_fetch_add(&r->d.errors, 1);
             if (!ack)
                 goto out;
             freeReplyObject(ack);
         }
         if (got)
-            peer_lat_add(&r->lat2, ms_between(t0, peer_now_ns()));
+            drv_lat_add(&r->d.lat2, ms_between(t0, peer_now_ns()));
         /* A stream absent from the reply has nothing left (the prefill is
          * over): drop it.  The others go to the back of the round robin. */
         for (j = m; j < nact; j++)
@@ -829,14 +757,13 @@ out:
     free(pick);
     free(hit);
     free(argv);
-    return NULL;
 }
 
-static int run_ordered(struct run *r, redisContext *c0, struct result *res)
+static int run_ordered(struct run *r, redisContext *c0)
 {
-    long a = r->o.aggregates, k, unacked = 0;
+    long a = r->d.o.aggregates, k, unacked = 0;
 
-    r->total = res->expected = a * r->o.per_agg;
+    r->total = r->d.target = a * r->d.o.per_agg;
     r->seen = calloc((size_t)r->total + 1, 1);
     r->last_version = calloc((size_t)a, sizeof *r->last_version);
     if (!r->seen || !r->last_version)
@@ -859,14 +786,12 @@ static int run_ordered(struct run *r, redisContext *c0, struct result *res)
     }
     if (fill(r, c0, r->total, make_ordered))
         return -1;
-    peer_lat_init(&r->lat, r->total + 4 * r->o.workers + 16);
-    peer_lat_init(&r->lat2, r->total + 4 * r->o.workers + 16);
-    res->seconds = threads_run(r, r->o.workers, ordered_main);
-    res->events = atomic_load(&r->done);
-    res->disorder = atomic_load(&r->disorder);
-    peer_lat_pct(&r->lat, &res->p50, &res->p99);
-    peer_lat_pct(&r->lat2, &res->ack_p50, &res->ack_p99);
-    res->missing = events_missing(r);
+    drv_lat_init(&r->d.lat, r->total + 4 * r->d.o.workers + 16);
+    drv_lat_init(&r->d.lat2, r->total + 4 * r->d.o.workers + 16);
+    r->d.seconds = threads_run(r, r->d.o.workers, ordered_main);
+    r->d.events = atomic_load(&r->done);
+    r->d.disorder = atomic_load(&r->disorder);
+    r->d.missing = events_missing(r);
     for (k = 0; k < a; k++) {
         long p = pending(c0, r->akeys[k]);
 
@@ -876,17 +801,17 @@ static int run_ordered(struct run *r, redisContext *c0, struct result *res)
         }
         unacked += p;
     }
-    res->unacked = unacked;
-    snprintf(res->extra, sizeof res->extra,
+    r->unacked = unacked;
+    snprintf(r->extra, sizeof r->extra,
              ",\"workers\":%ld,\"max\":%ld,\"aggregates\":%ld,\"per_aggregate\":%ld,"
-             "\"claims\":%ld", r->o.workers, r->o.max, a, r->o.per_agg,
+             "\"claims\":%ld", r->d.o.workers, r->d.o.max, a, r->d.o.per_agg,
              atomic_load(&r->claims));
     return unacked >= 0 ? 0 : -1;
 }
 
 /* ---- W5: time window ---- */
 
-static int run_window(struct run *r, redisContext *c0, struct result *res)
+static int run_window(struct run *r, redisContext *c0)
 {
     char start[64], end[32];
     const char *xlen[] = {"XLEN", r->key};
@@ -896,7 +821,7 @@ static int run_window(struct run *r, redisContext *c0, struct result *res)
     redisReply *rp;
     bool more = true;
 
-    r->total = r->o.events;
+    r->total = r->d.o.events;
     r->ts = malloc((size_t)r->total * sizeof *r->ts);
     if (!r->ts || r->total < 1)
         return -1;
@@ -909,7 +834,7 @@ static int run_window(struct run *r, redisContext *c0, struct result *res)
         freeReplyObject(rp);
     }
     if (stored != r->total) {
-        peer_say("stored %ld events, expected %ld", stored, r->total);
+        drv_say("stored %ld events, expected %ld", stored, r->total);
         return -1;
     }
     /* The middle 10% of the span of the ids' milliseconds; ids are in
@@ -925,17 +850,17 @@ static int run_window(struct run *r, redisContext *c0, struct result *res)
         }
     snprintf(start, sizeof start, "%llu-0", (unsigned long long)lo);
     snprintf(end, sizeof end, "%llu", (unsigned long long)hi);   /* up to hi-<max seq> */
-    peer_lat_init(&r->lat, expect / PAGE + 2);
+    drv_lat_init(&r->d.lat, expect / PAGE + 2);
     t0 = peer_now_ns();
-    while (more && !peer_stopping(deadline_ns)) {
+    while (more && !drv_stopping(&r->d)) {
         uint64_t q0 = peer_now_ns();
         size_t i;
 
         if (!(rp = command(c0, REDIS_REPLY_ARRAY, "XRANGE", 6, argv))) {
-            atomic_fetch_add(&r->errors, 1);
+            atomic_fetch_add(&r->d.errors, 1);
             break;
         }
-        peer_lat_add(&r->lat, ms_between(q0, peer_now_ns()));
+        drv_lat_add(&r->d.lat, ms_between(q0, peer_now_ns()));
         pages++;
         for (i = 0; i < rp->elements; i++) {
             const redisReply *e = rp->element[i], *f;
@@ -944,7 +869,7 @@ static int run_window(struct run *r, redisContext *c0, struct result *res)
                 e->element[0]->type != REDIS_REPLY_STRING ||
                 (f = e->element[1])->type != REDIS_REPLY_ARRAY || f->elements < 2 ||
                 (n = event_seq(r, f->element[1])) < 0) {
-                atomic_fetch_add(&r->errors, 1);
+                atomic_fetch_add(&r->d.errors, 1);
                 continue;
             }
             /* In order means each event is the one after the previous. */
@@ -965,137 +890,35 @@ static int run_window(struct run *r, redisContext *c0, struct result *res)
         freeReplyObject(rp);
     }
     t1 = peer_now_ns();
-    res->seconds = (double)(t1 - t0) / 1e9;
-    res->events = got + atomic_load(&r->dups) + atomic_load(&r->disorder);
-    res->expected = expect;
-    res->missing = expect > got ? expect - got : 0;
-    res->disorder = atomic_load(&r->disorder);
-    peer_lat_pct(&r->lat, &res->p50, &res->p99);
-    snprintf(res->extra, sizeof res->extra,
+    r->d.seconds = (double)(t1 - t0) / 1e9;
+    r->d.events = got + atomic_load(&r->dups) + atomic_load(&r->disorder);
+    r->d.target = expect;
+    r->d.missing = expect > got ? expect - got : 0;
+    r->d.disorder = atomic_load(&r->disorder);
+    snprintf(r->extra, sizeof r->extra,
              ",\"stored\":%ld,\"window_events\":%ld,\"window_ms\":%llu,\"pages\":%ld,"
              "\"prefill_seconds\":%.3f", stored, expect, (unsigned long long)(hi - lo),
              pages, ms_between(f0, f1) / 1e3);
     return 0;
 }
 
-/* ---- Command line ---- */
-
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: peer_redis --addr HOST:PORT --workload W1|W2|W3|W4|W5 [--events N]\n"
-            "         [--producers N] [--batch N] [--workers N] [--max N] [--aggregates A]\n"
-            "         [--per-aggregate K] [--payload-bytes 300] [--max-seconds S]\n"
-            "  --events N         W1 50000, W2 200000, W3 100000 prefilled, W5 1000000 stored\n"
-            "                     (W4 handles aggregates x per-aggregate events)\n"
-            "  --producers N      W1/W2 producer threads (32)\n"
-            "  --batch N          XADDs per pipeline (W1 1, W2 100)\n"
-            "  --workers N        W3/W4 worker threads (8)\n"
-            "  --max N            W3/W4 entries per claim (32)\n"
-            "  --aggregates A     W4 aggregates = streams (2000)\n"
-            "  --per-aggregate K  W4 versions per aggregate (25)\n"
-            "  --payload-bytes P  event JSON size (300)\n"
-            "  --max-seconds S    stop the whole run after S seconds (300)\n"
-            "Prints one JSON line; exit 0 on success, 1 on failure, 2 on usage error.\n");
-}
-
-/* Parse 'arg' as an integer in [lo, hi] into *out. */
-static int num_opt(const char *name, const char *arg, long lo, long hi, long *out)
-{
-    if (peer_num(arg, lo, hi, out)) {
-        peer_say("--%s must be an integer in [%ld, %ld]", name, lo, hi);
-        return -1;
-    }
-    return 0;
-}
-
-static int opts_parse(struct opts *o, int argc, char **argv)
-{
-    long events = -1, batch = -1, port, secs;
-    const char *colon;
-    int ch;
-
-    memset(o, 0, sizeof *o);
-    o->producers = 32;
-    o->workers = 8;
-    o->max = 32;
-    o->aggregates = 2000;
-    o->per_agg = 25;
-    o->payload_bytes = 300;
-    o->max_seconds = 300;
-    while ((ch = getopt_long(argc, argv, "", peer_options, NULL)) != -1) {
-        int rc = 0;
-
-        switch (ch) {
-        case P_ADDR:
-            colon = strrchr(optarg, ':');
-            if (!colon || colon == optarg || (size_t)(colon - optarg) >= sizeof o->host ||
-                num_opt("addr port", colon + 1, 1, 65535, &port)) {
-                peer_say("--addr must be HOST:PORT");
-                return -1;
-            }
-            snprintf(o->host, sizeof o->host, "%.*s", (int)(colon - optarg), optarg);
-            o->port = (int)port;
-            break;
-        case P_WORKLOAD:
-            if (!(o->workload = peer_workload(optarg))) {
-                peer_say("--workload must be one of W1 W2 W3 W4 W5");
-                return -1;
-            }
-            break;
-        case P_EVENTS:     rc = num_opt("events", optarg, 1, 100000000, &events); break;
-        case P_PRODUCERS:  rc = num_opt("producers", optarg, 1, 1024, &o->producers); break;
-        case P_BATCH:      rc = num_opt("batch", optarg, 1, 100000, &batch); break;
-        case P_WORKERS:    rc = num_opt("workers", optarg, 1, 1024, &o->workers); break;
-        case P_MAX:        rc = num_opt("max", optarg, 1, 10000, &o->max); break;
-        case P_AGGREGATES: rc = num_opt("aggregates", optarg, 1, 10000000, &o->aggregates); break;
-        case P_PER_AGG:    rc = num_opt("per-aggregate", optarg, 1, 1000000, &o->per_agg); break;
-        case P_PAYLOAD:    rc = num_opt("payload-bytes", optarg, 0, 1000000, &o->payload_bytes); break;
-        case P_SECONDS:    rc = num_opt("max-seconds", optarg, 1, 86400, &secs);
-                           o->max_seconds = (double)secs;
-                           break;
-        case P_HELP:
-            usage(stdout);
-            exit(0);
-        default:
-            return -1;
-        }
-        if (rc)
-            return -1;
-    }
-    if (optind < argc || !o->port || !o->workload) {
-        peer_say("--addr and --workload are required");
-        return -1;
-    }
-    if (events < 0)
-        events = o->workload == 1 ? 50000 : o->workload == 2 ? 200000 :
-                 o->workload == 3 ? 100000 : 1000000;
-    o->events = events;
-    o->batch = batch > 0 ? batch : o->workload == 2 ? 100 : 1;
-    if (o->aggregates * o->per_agg > 100000000) {
-        peer_say("--aggregates x --per-aggregate is too large");
-        return -1;
-    }
-    return 0;
-}
-
 /* ---- Report ---- */
 
-/* How workload r->o.workload maps onto Redis, in one sentence. */
-static void run_note(const struct run *r, struct result *res)
+/* How workload r->d.o.workload maps onto Redis, in one sentence. */
+static void run_note(const struct run *r, char *note, size_t cap)
 {
-    const struct opts *o = &r->o;
+    const struct drv_opts *o = &r->d.o;
 
     switch (o->workload) {
     case 1:
     case 2:
         if (o->batch == 1)
-            snprintf(res->note, sizeof res->note,
+            snprintf(note, cap,
                      "%ld threads, one hiredis connection each, one synchronous "
                      "XADD <stream> * e <json> per event (auto id) into one stream; "
                      "latency per XADD round trip", o->producers);
         else
-            snprintf(res->note, sizeof res->note,
+            snprintf(note, cap,
                      "%ld threads, one hiredis connection each, pipelines of %ld "
                      "XADD <stream> * e <json> into one stream (no MULTI/EXEC: each "
                      "XADD is durable on its own and the batch counts as acknowledged "
@@ -1103,7 +926,7 @@ static void run_note(const struct run *r, struct result *res)
                      o->producers, o->batch);
         break;
     case 3:
-        snprintf(res->note, sizeof res->note,
+        snprintf(note, cap,
                  "%ld events XADDed untimed into one stream with a consumer group "
                  "(XGROUP CREATE ... 0); %ld threads loop XREADGROUP GROUP g <worker> "
                  "COUNT %ld STREAMS <s> > then one XACK of all ids received; the 30 s "
@@ -1112,7 +935,7 @@ static void run_note(const struct run *r, struct result *res)
                  "fails); p50/p99 per XREADGROUP", o->events, o->workers, o->max);
         break;
     case 4:
-        snprintf(res->note, sizeof res->note,
+        snprintf(note, cap,
                  "per-key order approximated by one stream + consumer group per "
                  "aggregate (%ld streams, %ld versions each, XADDed untimed); worker w "
                  "of %ld owns the aggregates k %% %ld == w and claims with one "
@@ -1123,7 +946,7 @@ static void run_note(const struct run *r, struct result *res)
                  o->aggregates, o->per_agg, o->workers, o->workers, o->max);
         break;
     case 5:
-        snprintf(res->note, sizeof res->note,
+        snprintf(note, cap,
                  "%ld events XADDed untimed into one stream with explicit ids "
                  "<unix ms>-<seq> from the producer's clock (one connection, pipelines "
                  "of %d), then the middle 10%% of the id time span read in id order "
@@ -1134,70 +957,114 @@ static void run_note(const struct run *r, struct result *res)
     }
 }
 
-static void report(const struct run *r, const char *version, const char *dur,
-                   const struct result *res)
+/* The report's fields after the counts. */
+static void fields(struct drv *d, enum drv_part part)
 {
-    struct peer_head h = {
-        .peer = "redis", .version = version, .durability = dur, .workload = r->o.workload,
-        .events = res->events, .dups = res->dups, .missing = res->missing,
-        .disorder = res->disorder, .seconds = res->seconds, .p50_ms = res->p50,
-        .p99_ms = res->p99,
-    };
+    struct run *r = (struct run *)d;
+    char note[768];
+    double p50, p99;
 
-    peer_head_print(&h);
-    if (r->o.workload == 3 || r->o.workload == 4) {
-        peer_json_ms("ack_p50_ms", res->ack_p50);
-        peer_json_ms("ack_p99_ms", res->ack_p99);
-        printf(",\"unacked\":%ld", res->unacked);
+    if (part != DRV_PART_TAIL)
+        return;
+    if (d->o.workload == 3 || d->o.workload == 4) {
+        drv_lat_pct(&d->lat2, &p50, &p99);
+        drv_put_ms("ack_p50_ms", p50);
+        drv_put_ms("ack_p99_ms", p99);
+        drv_put_long("unacked", r->unacked);
     }
-    printf("%s,\"payload_bytes\":%ld,\"errors\":%ld,\"timed_out\":%s,\"runid\":\"%s\"",
-           res->extra, r->o.payload_bytes, res->errors, res->timed_out ? "true" : "false",
-           r->runid);
-    if (res->error[0]) {
-        printf(",\"error\":");
-        peer_json_str(stdout, res->error);
-    }
-    printf(",\"note\":");
-    peer_json_str(stdout, res->note);
-    printf("}\n");
-    fflush(stdout);
+    fputs(r->extra, stdout);
+    drv_put_long("payload_bytes", d->o.payload_bytes);
+    drv_put_long("errors", atomic_load(&d->errors));
+    drv_put_bool("timed_out", drv_stop_reason() != 0);
+    drv_put_str("runid", d->runid);
+    if (r->error[0])
+        drv_put_str("error", r->error);
+    run_note(r, note, sizeof note);
+    drv_put_str("note", note);
 }
 
-/* ---- Main ---- */
+/* ---- Setup and cleanup ---- */
 
-static int run_setup(struct run *r)
+/* The keys of this run, main's connection and what the server says of
+ * its version and durability. */
+static int open_run(struct drv *d)
 {
-    unsigned char rnd[8];
+    struct run *r = (struct run *)d;
     long k;
-    size_t i;
 
-    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
-        uint64_t t = peer_now_ns() ^ ((uint64_t)getpid() << 32);
-
-        memcpy(rnd, &t, sizeof rnd);
-    }
-    for (i = 0; i < sizeof rnd; i++)
-        snprintf(r->runid + 2 * i, 3, "%02x", rnd[i]);
-    snprintf(r->key, sizeof r->key, "peer-redis:%s", r->runid);
-    r->ev_head_len = (size_t)snprintf(r->ev_head, sizeof r->ev_head,
-                                      "{\"event_id\":\"rd-%s-", r->runid);
-    r->ev_max = peer_event_max(r->ev_head_len, sizeof PEER_TOPIC - 1, (size_t)r->o.payload_bytes);
-    if (r->o.workload == 4) {
-        if (!(r->akeys = calloc((size_t)r->o.aggregates, sizeof *r->akeys)))
-            return -1;
-        for (k = 0; k < r->o.aggregates; k++)
+    strcpy(r->version, "?");
+    strcpy(r->dur, "?");
+    d->version = r->version;
+    d->durability = r->dur;
+    r->unacked = -1;
+    snprintf(r->key, sizeof r->key, "peer-redis:%s", d->runid);
+    if (d->o.workload == 4) {
+        if (!(r->akeys = calloc((size_t)d->o.aggregates, sizeof *r->akeys))) {
+            snprintf(r->error, sizeof r->error, "out of memory");
+            return DRV_FAILED;
+        }
+        for (k = 0; k < d->o.aggregates; k++)
             snprintf(r->akeys[k], sizeof r->akeys[k], "%.48s:a%ld", r->key, k);
     }
-    return 0;
+    if (!(r->c0 = conn_open(r))) {
+        snprintf(r->error, sizeof r->error, "cannot connect to %.200s:%d", d->o.host, d->o.port);
+        return DRV_FAILED;
+    }
+    if (server_describe(r->c0, r->version, sizeof r->version, r->dur, sizeof r->dur)) {
+        snprintf(r->error, sizeof r->error, "cannot query the server");
+        return DRV_FAILED;
+    }
+    r->described = true;
+    return DRV_OK;
+}
+
+/* What every workload's end has in common: the duplicates counted on
+ * delivery, and why a failed one failed. */
+static int finish(struct run *r, int rc)
+{
+    r->d.dups += atomic_load(&r->dups);
+    if (rc && !r->error[0])
+        snprintf(r->error, sizeof r->error, "%s",
+                 drv_stop_reason() ? "stopped (--max-seconds or a signal) before "
+                 "the workload finished" : "setup or check failed (see stderr)");
+    return rc ? DRV_FAILED : DRV_OK;
+}
+
+static int run_w12(struct drv *d)
+{
+    struct run *r = (struct run *)d;
+
+    return finish(r, run_enqueue(r, r->c0));
+}
+
+static int run_w3(struct drv *d)
+{
+    struct run *r = (struct run *)d;
+
+    return finish(r, run_cycle(r, r->c0));
+}
+
+static int run_w4(struct drv *d)
+{
+    struct run *r = (struct run *)d;
+
+    return finish(r, run_ordered(r, r->c0));
+}
+
+static int run_w5(struct drv *d)
+{
+    struct run *r = (struct run *)d;
+
+    return finish(r, run_window(r, r->c0));
 }
 
 /* UNLINK this run's keys (untimed) so repeated runs do not pile up. */
 static void run_cleanup(struct run *r, redisContext *c)
 {
-    long k, n = r->o.workload == 4 ? r->o.aggregates : 1;
+    long k, n = r->d.o.workload == 4 ? r->d.o.aggregates : 1;
 
     for (k = 0; k < n; k++) {
-        const char *argv[] = {"UNLINK", r->o.workload == 4 ? r->akeys[k] : r->key};
+        const char *argv[] = {"UNLINK", r->d.o.workload == 4 ? r->akeys[k] : r->key};
 
         redisAppendCommandArgv(c, 2, argv, NULL);
     }
@@ -1210,59 +1077,42 @@ static void run_cleanup(struct run *r, redisContext *c)
     }
 }
 
+static int close_run(struct drv *d)
+{
+    struct run *r = (struct run *)d;
+
+    if (r->described)
+        run_cleanup(r, r->c0);
+    if (r->c0)
+        redisFree(r->c0);
+    free(r->akeys);
+    free(r->seen);
+    free(r->last_version);
+    free(r->ts);
+    return 0;
+}
+
+static const struct drv_bound bounds[] = {
+    {DRV_O_MAX, 1, 10000},
+    {0, 0, 0},
+};
+
+static const struct drv_peer redis_peer = {
+    .name = "redis",
+    .tag = "rd",
+    .addr_arg = "HOST:PORT",
+    .addr_help = "the redis-server",
+    .help = "  W1, W2: --batch XADDs per pipeline; W4: one stream per aggregate.\n",
+    .bounds = bounds,
+    .fail_on = DRV_FAIL_ALL,
+    .size = sizeof(struct run),
+    .open = open_run,
+    .run = {run_w12, run_w12, run_w3, run_w4, run_w5},
+    .fields = fields,
+    .close = close_run,
+};
+
 int main(int argc, char **argv)
 {
-    static struct run run;
-    struct run *r = &run;
-    struct result res;
-    char version[64] = "?", dur[256] = "?";
-    redisContext *c0 = NULL;
-    int rc = -1;
-    bool ok;
-
-    peer_log_init("peer_redis", 0);
-    if (opts_parse(&r->o, argc, argv)) {
-        usage(stderr);
-        return 2;
-    }
-    memset(&res, 0, sizeof res);
-    res.p50 = res.p99 = res.ack_p50 = res.ack_p99 = NAN;
-    res.unacked = -1;
-    peer_signals(false);
-    deadline_ns = peer_now_ns() + (uint64_t)(r->o.max_seconds * 1e9);
-    run_note(r, &res);
-    if (run_setup(r)) {
-        snprintf(res.error, sizeof res.error, "out of memory");
-        goto report;
-    }
-    if (!(c0 = conn_open(r))) {
-        snprintf(res.error, sizeof res.error, "cannot connect to %.200s:%d", r->o.host, r->o.port);
-        goto report;
-    }
-    if (server_describe(c0, version, sizeof version, dur, sizeof dur)) {
-        snprintf(res.error, sizeof res.error, "cannot query the server");
-        goto report;
-    }
-    switch (r->o.workload) {
-    case 1:
-    case 2: rc = run_enqueue(r, c0, &res); break;
-    case 3: rc = run_cycle(r, c0, &res); break;
-    case 4: rc = run_ordered(r, c0, &res); break;
-    case 5: rc = run_window(r, c0, &res); break;
-    }
-    if (rc && !res.error[0])
-        snprintf(res.error, sizeof res.error, "%s",
-                 peer_stop_reason() ? "stopped (--max-seconds or a signal) before "
-                 "the workload finished" : "setup or check failed (see stderr)");
-    run_cleanup(r, c0);
-report:
-    if (c0)
-        redisFree(c0);
-    res.dups += atomic_load(&r->dups);
-    res.errors = atomic_load(&r->errors);
-    res.timed_out = peer_stop_reason() != 0;
-    report(r, version, dur, &res);
-    ok = rc == 0 && !res.timed_out && res.errors == 0 && res.dups == 0 &&
-         res.missing == 0 && res.disorder == 0 && res.events == res.expected;
-    return ok ? 0 : 1;
+    return drv_main(&redis_peer, argc, argv);
 }
