@@ -225,8 +225,11 @@ build/san/lib/%.o: server/%.c server/*.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) -c $< -o $@
 build/libmic.a: $(LIBMIC_REL)
 	rm -f $@ && ar rcs $@ $^
-build/libmic.so: $(LIBMIC_REL)
-	$(CC) -shared -Wl,-soname,libmic.so.1 $^ -o $@ $(LIBMIC_LIBS)
+# Only mic.h's functions are exported (client/libmic.map, a version script;
+# tests/check-exports.sh checks it): micd's buf.c and clock.c stay inside.
+build/libmic.so: $(LIBMIC_REL) client/libmic.map
+	$(CC) -shared -Wl,-soname,libmic.so.1 -Wl,--version-script=client/libmic.map \
+	    $(LIBMIC_REL) -o $@ $(LIBMIC_LIBS)
 build/san/libmic.a: $(LIBMIC_SAN)
 	rm -f $@ && ar rcs $@ $^
 build/libmic.pc: Makefile | build/rel
@@ -330,6 +333,7 @@ check: check-install build/san/micd build/san/mic-events-replay build/san/mic bu
        build/mic-relay build/outbox_poller build/san/crashloop $(FUZZ_BINS) build/sink_watch build/mic
 	tests/check-layers.sh
 	tests/check-links.sh
+	tests/check-exports.sh build/libmic.so client/mic.h $(LIBMIC_SRC:client/%.c=build/rel/lib/%.o)
 	MICD=build/san/micd MIC_REPLAY=build/san/mic-events-replay MIC_CLI=build/san/mic \
 	    tests/run.sh $(UNIT)
 	@# README.md's tour, run as pasted against a fresh micd (tests/readme-tour.sh)

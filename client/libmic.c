@@ -7,8 +7,11 @@
  * between handles except libcurl's global state, initialised once.  Every
  * request goes through one function (perform), which is where the API key,
  * the CA file, the timeouts, the stop flag and the answer's headers are
- * handled; every JSON call goes through call(), the one place a server
- * error body becomes a struct mic_failure.
+ * handled; every JSON call goes through call().  mic_response_failure is
+ * the one place an error answer becomes a struct mic_failure (libmic's
+ * calls and the mic CLI read errors through it), and call() keeps each
+ * answer on the handle (mic_client_answer) so that a caller can show it
+ * as it came.
  *
  * Publish retries keep the body as built, so every event keeps its
  * event_id: a retry after a lost answer is reported by micd as a duplicate,
@@ -46,6 +49,8 @@ struct mic_client {
     int retries;
     atomic_int stop;
     struct mic_failure fail;
+    struct mic_response last; /* mic_client_answer: the answer the last call
+                               * read its result from (json always NULL) */
 };
 
 /* ---- Small things ---- */
@@ -237,6 +242,7 @@ void mic_client_free(mic_client *c)
             free(c->urls[i]);
     }
     curl_multi_cleanup(c->multi);   /* no easy handle is attached any more */
+    mic_response_fini(&c->last);
     free(c->easy);
     free(c->urls);
     free(c->salt);
@@ -295,31 +301,105 @@ void mic_client_resume(mic_client *c)
     atomic_store(&c->stop, 0);
 }
 
+/* A byte that stays as it is in a path segment or query value. */
+static int plain(unsigned char ch)
+{
+    return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+           ch == '-' || ch == '.' || ch == '_' || ch == '~' || ch == ':';
+}
+
+static const char hexu[] = "0123456789ABCDEF";
+
 char *mic_path_escape(const char *s, char *buf, size_t cap)
 {
-    static const char hexd[] = "0123456789ABCDEF";
     size_t o = 0;
 
     for (; *s; s++) {
         unsigned char ch = (unsigned char)*s;
-        int plain = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
-                    (ch >= '0' && ch <= '9') || ch == '-' || ch == '.' || ch == '_' || ch == '~' ||
-                    ch == ':';
 
-        if (o + (plain ? 1 : 3) >= cap)
+        if (o + (plain(ch) ? 1 : 3) >= cap)
             return NULL;
-        if (plain) {
+        if (plain(ch)) {
             buf[o++] = (char)ch;
         } else {
             buf[o++] = '%';
-            buf[o++] = hexd[ch >> 4];
-            buf[o++] = hexd[ch & 15];
+            buf[o++] = hexu[ch >> 4];
+            buf[o++] = hexu[ch & 15];
         }
     }
     if (o >= cap)
         return NULL;
     buf[o] = 0;
     return buf;
+}
+
+/* ---- Paths ----
+ * Built on the heap, so a name of any length reaches micd (which judges
+ * it); each returns the path (free() it) or NULL after failure NOMEM. */
+
+/* Append 's' percent-encoded as mic_path_escape does. */
+static void buf_escape(struct mic_buf *b, const char *s)
+{
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        char e[3] = {'%', hexu[ch >> 4], hexu[ch & 15]};
+
+        if (plain(ch))
+            mic_buf_add(b, s, 1);
+        else
+            mic_buf_add(b, e, 3);
+    }
+}
+
+/* Append "?k=v", or "&k=v" after the first, 'v' escaped. */
+static void buf_query(struct mic_buf *b, const char *k, const char *v)
+{
+    mic_buf_puts(b, b->p && strchr(b->p, '?') ? "&" : "?");
+    mic_buf_puts(b, k);
+    mic_buf_add(b, "=", 1);
+    buf_escape(b, v);
+}
+
+/* The path in 'b' handed over, or NULL (failure NOMEM) when it ran out of
+ * memory. */
+static char *path_done(mic_client *c, struct mic_buf *b)
+{
+    size_t len;
+
+    if (b->oom || !b->p) {
+        mic_buf_fini(b);
+        nomem(c);
+        return NULL;
+    }
+    return mic_buf_steal(b, &len);
+}
+
+/* "/v1/<kind>/<name escaped><tail>" ('tail' may be NULL). */
+static char *path_of(mic_client *c, const char *kind, const char *name, const char *tail)
+{
+    struct mic_buf b = {0};
+
+    mic_buf_puts(&b, "/v1/");
+    mic_buf_puts(&b, kind);
+    mic_buf_add(&b, "/", 1);
+    buf_escape(&b, name ? name : "");
+    if (tail)
+        mic_buf_puts(&b, tail);
+    return path_done(c, &b);
+}
+
+/* "/v1/aggregates/<type>/<id><tail>", both escaped. */
+static char *agg_path(mic_client *c, const char *type, const char *id, const char *tail)
+{
+    struct mic_buf b = {0};
+
+    mic_buf_puts(&b, "/v1/aggregates/");
+    buf_escape(&b, type ? type : "");
+    mic_buf_add(&b, "/", 1);
+    buf_escape(&b, id ? id : "");
+    if (tail)
+        mic_buf_puts(&b, tail);
+    return path_done(c, &b);
 }
 
 /* ---- HTTP ---- */
@@ -395,6 +475,28 @@ static int on_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c2, cur
     return atomic_load(&((mic_client *)arg)->stop) ? 1 : 0;
 }
 
+/* mic_client_answer's answer: none, or 'r' taken over (*r is left empty;
+ * its parsed value is dropped, the caller has its own). */
+static void answer_clear(mic_client *c)
+{
+    mic_response_fini(&c->last);
+    memset(&c->last, 0, sizeof c->last);
+}
+
+static void answer_keep(mic_client *c, struct mic_response *r)
+{
+    answer_clear(c);
+    c->last = *r;
+    json_decref(c->last.json);
+    c->last.json = NULL;
+    memset(r, 0, sizeof *r);
+}
+
+const struct mic_response *mic_client_answer(const mic_client *c)
+{
+    return &c->last;
+}
+
 /* Stop latency: a transfer waiting for its answer looks at the stop flag
  * at least this often (libcurl's progress callback alone runs about once
  * a second while nothing arrives). */
@@ -452,6 +554,7 @@ static int perform(mic_client *c, size_t node, const char *method, const char *p
     int rc = -1;
 
     memset(r, 0, sizeof *r);
+    answer_clear(c);
     if (node >= c->n)
         return failf(c, MIC_FAIL_ARG, -1, "no node %zu (the handle has %zu)", node, c->n);
     if (!c->easy[node] && !(c->easy[node] = curl_easy_init()))
@@ -557,31 +660,37 @@ void mic_response_fini(struct mic_response *r)
     r->len = 0;
 }
 
-/* Turn a non-2xx answer into the handle's failure. */
-static int server_failure(mic_client *c, size_t node, const struct mic_response *r)
+int mic_response_failure(const struct mic_response *r, int node, struct mic_failure *f)
 {
     json_t *e = json_object_get(r->json, "error");
     const char *code = json_string_value(json_object_get(e, "code"));
 
-    fail_clear(&c->fail);
-    c->fail.kind = MIC_FAIL_SERVER;
-    c->fail.status = r->status;
-    c->fail.node = (int)node;
+    fail_clear(f);
+    if (r->status >= 200 && r->status <= 299)
+        return 0;
+    f->kind = MIC_FAIL_SERVER;
+    f->status = r->status;
+    f->node = node;
     if (code) {
-        copy(c->fail.code, sizeof c->fail.code, code);
-        copy(c->fail.message, sizeof c->fail.message,
-             json_string_value(json_object_get(e, "message")));
-        copy(c->fail.field, sizeof c->fail.field, json_string_value(json_object_get(e, "field")));
+        copy(f->code, sizeof f->code, code);
+        copy(f->message, sizeof f->message, json_string_value(json_object_get(e, "message")));
+        copy(f->field, sizeof f->field, json_string_value(json_object_get(e, "field")));
     } else if (r->len) {
         size_t n = strcspn(r->body, "\r\n");
 
-        snprintf(c->fail.message, sizeof c->fail.message, "%.*s", (int)(n > 300 ? 300 : n),
-                 r->body);
+        snprintf(f->message, sizeof f->message, "%.*s", (int)(n > 300 ? 300 : n), r->body);
     } else {
-        snprintf(c->fail.message, sizeof c->fail.message, "(no body)");
+        snprintf(f->message, sizeof f->message, "(no body)");
     }
     if (r->retry_after[0])
-        c->fail.retry_after_ms = strtol(r->retry_after, NULL, 10) * 1000;
+        f->retry_after_ms = strtol(r->retry_after, NULL, 10) * 1000;
+    return 1;
+}
+
+/* Turn a non-2xx answer into the handle's failure; returns -1. */
+static int server_failure(mic_client *c, size_t node, const struct mic_response *r)
+{
+    mic_response_failure(r, (int)node, &c->fail);
     return -1;
 }
 
@@ -604,21 +713,21 @@ static int call(mic_client *c, size_t node, const char *method, const char *path
         return -1;
     if (r.status < 200 || r.status > 299) {
         server_failure(c, node, &r);
-        mic_response_fini(&r);
+        answer_keep(c, &r);
         return -1;
     }
     if (r.len && !r.json) {
         failf(c, MIC_FAIL_PROTO, (int)node, "%s %s answered %ld with a body that is not JSON",
               method, path, r.status);
         c->fail.status = r.status;
-        mic_response_fini(&r);
+        answer_keep(c, &r);
         return -1;
     }
     if (out) {
         *out = r.json;
         r.json = NULL;
     }
-    mic_response_fini(&r);
+    answer_keep(c, &r);
     return 0;
 }
 
@@ -716,20 +825,20 @@ static int post_events(mic_client *c, size_t node, const char *txt, json_t **out
 
         if (!rc && r.status >= 200 && r.status <= 299) {
             if (!r.json) {
-                mic_response_fini(&r);
                 failf(c, MIC_FAIL_PROTO, (int)node, "publish answered %ld without JSON",
                       r.status);
                 c->fail.status = r.status;
+                answer_keep(c, &r);
                 return -1;
             }
             *out = r.json;
             r.json = NULL;
-            mic_response_fini(&r);
+            answer_keep(c, &r);
             return 0;
         }
         if (!rc)
             server_failure(c, node, &r);
-        mic_response_fini(&r);
+        answer_keep(c, &r);
         if (c->fail.kind == MIC_FAIL_NOMEM || c->fail.kind == MIC_FAIL_STOPPED ||
             (c->fail.kind == MIC_FAIL_SERVER && c->fail.status != 429 && c->fail.status != 503) ||
             k >= c->retries)
@@ -799,9 +908,22 @@ static int publish_part(mic_client *c, size_t node, json_t *const *events, const
         result_fill(&res[idx[i]], json_array_get(results, i), (int)node);
     rc = 0;
 out:
-    if (rc)
+    if (rc) {
+        size_t k;
+        int at = 0;
+
+        /* micd's "events[k]..." counts in this part: name the caller's. */
+        if (sscanf(c->fail.field, "events[%zu]%n", &k, &at) == 1 && at > 0 && k < n) {
+            char f[sizeof c->fail.field + 24];
+            size_t len = (size_t)snprintf(f, sizeof f, "events[%zu]%s", idx[k],
+                                          c->fail.field + at);
+
+            if (len < sizeof c->fail.field)
+                memcpy(c->fail.field, f, len + 1);
+        }
         for (size_t i = 0; i < n; i++)
             result_failed(&res[idx[i]], events[idx[i]], &c->fail, (int)node);
+    }
     free(txt);
     json_decref(ans);
     json_decref(arr);
@@ -847,6 +969,8 @@ int mic_publish_batch(mic_client *c, json_t *const *events, size_t n,
     }
     free(idx);
     free(node_of);
+    if (failed + okay > 1)
+        answer_clear(c);   /* the result joins several answers */
     if (!failed) {
         fail_clear(&c->fail);
         return 0;
@@ -911,32 +1035,19 @@ static int leased_fill(struct mic_leased *d, json_t *j, int node)
     return 0;
 }
 
-int mic_claim(mic_client *c, size_t node, const char *group, const struct mic_claim_opts *o,
-              struct mic_claimed *out)
+/* POST the claim 'body' to node 'node' (a long-poll: 'wait_s' more
+ * time) and fill *out from the answer. */
+static int claim_do(mic_client *c, size_t node, const char *group, json_t *body, double wait_s,
+                    struct mic_claimed *out)
 {
-    char g[640], path[700];
-    json_t *body = json_object(), *ans = NULL, *list;
-    double wait = o && o->wait_s > 0 ? o->wait_s : 0;
+    json_t *ans = NULL, *list;
+    char *path = path_of(c, "groups", group, "/claim");
     int rc;
 
-    memset(out, 0, sizeof *out);
-    if (!body)
-        return nomem(c);
-    if (!mic_path_escape(group, g, sizeof g)) {
-        json_decref(body);
-        return failf(c, MIC_FAIL_ARG, -1, "group name too long");
-    }
-    snprintf(path, sizeof path, "/v1/groups/%s/claim", g);
-    if (json_object_set_new(body, "max", json_integer(o && o->max > 0 ? o->max : 1)) ||
-        (o && o->lease_ttl_s > 0 &&
-         json_object_set_new(body, "lease_ttl_s", json_integer(ttl_seconds(o->lease_ttl_s)))) ||
-        (wait > 0 && json_object_set_new(body, "wait_s", json_real(wait))) ||
-        (o && o->worker && json_object_set_new(body, "worker", json_string(o->worker)))) {
-        json_decref(body);
-        return nomem(c);
-    }
-    rc = call(c, node, "POST", path, body, (long)(wait * 1000) + 1000, &ans);
-    json_decref(body);
+    if (!path)
+        return -1;
+    rc = call(c, node, "POST", path, body, (long)(wait_s * 1000) + 1000, &ans);
+    free(path);
     if (rc)
         return -1;
     list = json_object_get(ans, "deliveries");
@@ -957,6 +1068,50 @@ int mic_claim(mic_client *c, size_t node, const char *group, const struct mic_cl
             return failf(c, MIC_FAIL_PROTO, (int)node, "a delivery without seq or event");
         }
     return 0;
+}
+
+int mic_claim(mic_client *c, size_t node, const char *group, const struct mic_claim_opts *o,
+              struct mic_claimed *out)
+{
+    json_t *body = json_object();
+    double wait = o && o->wait_s > 0 ? o->wait_s : 0;
+    int rc;
+
+    memset(out, 0, sizeof *out);
+    if (!body)
+        return nomem(c);
+    if (json_object_set_new(body, "max", json_integer(o && o->max > 0 ? o->max : 1)) ||
+        (o && o->lease_ttl_s > 0 &&
+         json_object_set_new(body, "lease_ttl_s", json_integer(ttl_seconds(o->lease_ttl_s)))) ||
+        (wait > 0 && json_object_set_new(body, "wait_s", json_real(wait))) ||
+        (o && o->worker && json_object_set_new(body, "worker", json_string(o->worker)))) {
+        json_decref(body);
+        return nomem(c);
+    }
+    rc = claim_do(c, node, group, body, wait, out);
+    json_decref(body);
+    return rc;
+}
+
+int mic_claim_json(mic_client *c, size_t node, const char *group, json_t *req,
+                   struct mic_claimed *out)
+{
+    json_t *empty = NULL, *w = json_object_get(req, "wait_s");
+    double wait = json_is_number(w) ? json_number_value(w) : 0;
+    int rc;
+
+    memset(out, 0, sizeof *out);
+    if (req && !json_is_object(req))
+        return failf(c, MIC_FAIL_ARG, -1, "a claim's request is a JSON object");
+    if (!req && !(req = empty = json_object()))
+        return nomem(c);
+    /* micd refuses a wait outside 0..60 s; the timeout only needs room
+     * for one it could take. */
+    if (!(wait >= 0 && wait < 1e6))
+        wait = 0;
+    rc = claim_do(c, node, group, req, wait, out);
+    json_decref(empty);
+    return rc;
 }
 
 void mic_claimed_fini(struct mic_claimed *d)
@@ -986,16 +1141,17 @@ static enum mic_item_status status_of(const char *s)
     return MIC_ITEM_UNKNOWN;
 }
 
-enum verb { ACK, NACK, EXTEND };
-
-static int settle(mic_client *c, enum verb verb, const char *group,
-                  const struct mic_leased *const *items, size_t n,
-                  const struct mic_settle_opts *o, struct mic_item_result *res)
+/* Settle items[0..n) of 'group': per node, requests of "deliveries" with
+ * the members of 'fields' (may be NULL) beside them; 'split' cuts each
+ * node's items into requests of BATCH_MAX, else one request a node. */
+static int settle(mic_client *c, enum mic_settle_verb verb, const char *group,
+                  const struct mic_leased *const *items, size_t n, json_t *fields, int split,
+                  struct mic_item_result *res)
 {
     static const char *const words[] = {"ack", "nack", "extend"};
-    char g[640], path[700];
+    char tail[16], *path;
     size_t *idx;
-    int failed = 0;
+    int failed = 0, requests = 0;
     struct mic_failure first;
 
     fail_clear(&first);
@@ -1004,22 +1160,31 @@ static int settle(mic_client *c, enum verb verb, const char *group,
         res[i].seq = items[i]->seq;
         fail_clear(&res[i].fail);
     }
-    if (!mic_path_escape(group, g, sizeof g))
-        return failf(c, MIC_FAIL_ARG, -1, "group name too long");
-    snprintf(path, sizeof path, "/v1/groups/%s/%s", g, words[verb]);
-    if (!n)
+    if ((unsigned)verb > MIC_SETTLE_EXTEND)
+        return failf(c, MIC_FAIL_ARG, -1, "no settle verb %d", (int)verb);
+    if (fields && (!json_is_object(fields) || json_object_get(fields, "deliveries")))
+        return failf(c, MIC_FAIL_ARG, -1, "the settle fields are a JSON object without deliveries");
+    snprintf(tail, sizeof tail, "/%s", words[verb]);
+    if (!(path = path_of(c, "groups", group, tail)))
+        return -1;
+    if (!n) {
+        free(path);
         return 0;
-    if (!(idx = malloc(n * sizeof *idx)))
+    }
+    if (!(idx = malloc(n * sizeof *idx))) {
+        free(path);
         return nomem(c);
+    }
     for (size_t node = 0; node < c->n; node++) {
         json_t *body, *arr, *ans = NULL, *results;
-        size_t m = 0;
+        size_t m = 0, step;
 
         for (size_t i = 0; i < n; i++)
             if ((size_t)items[i]->node == node)
                 idx[m++] = i;
-        for (size_t off = 0; off < m; off += BATCH_MAX) {
-            size_t part = m - off > BATCH_MAX ? BATCH_MAX : m - off;
+        step = split ? BATCH_MAX : m;
+        for (size_t off = 0; off < m; off += step) {
+            size_t part = m - off > step ? step : m - off;
             int bad = 0;
 
             body = json_object();
@@ -1033,16 +1198,9 @@ static int settle(mic_client *c, enum verb verb, const char *group,
                 bad = json_array_append_new(arr, json_pack("{sIss}", "seq", (json_int_t)d->seq,
                                                            "lease_token", d->lease_token));
             }
-            if (!bad && o && verb == NACK) {
-                bad = (o->error && json_object_set_new(body, "error", json_string(o->error))) ||
-                      (o->retry_after_s >= 0 &&
-                       json_object_set_new(body, "retry_after_s",
-                                           json_integer((json_int_t)(o->retry_after_s + 0.5)))) ||
-                      (o->dead_letter && json_object_set_new(body, "dead_letter", json_true()));
-            }
-            if (!bad && o && verb == EXTEND && o->lease_ttl_s > 0)
-                bad = json_object_set_new(body, "lease_ttl_s",
-                                          json_integer(ttl_seconds(o->lease_ttl_s)));
+            if (!bad && fields)
+                bad = json_object_update(body, fields);
+            requests++;
             if (bad)
                 nomem(c);
             else if (!call(c, node, "POST", path, body, 0, &ans)) {
@@ -1073,6 +1231,9 @@ static int settle(mic_client *c, enum verb verb, const char *group,
         }
     }
     free(idx);
+    free(path);
+    if (requests > 1)
+        answer_clear(c);   /* the results join several answers */
     for (size_t i = 0; i < n; i++)
         if ((size_t)items[i]->node >= c->n) {
             failf(c, MIC_FAIL_ARG, items[i]->node, "a delivery of node %d, not of this handle",
@@ -1085,39 +1246,70 @@ static int settle(mic_client *c, enum verb verb, const char *group,
     return failed ? -1 : 0;
 }
 
+/* No memory for a settlement's options: nothing sent, every item UNKNOWN. */
+static int settle_nomem(mic_client *c, const struct mic_leased *const *items, size_t n,
+                        struct mic_item_result *res)
+{
+    nomem(c);
+    for (size_t i = 0; i < n; i++) {
+        memset(&res[i], 0, sizeof res[i]);
+        res[i].seq = items[i]->seq;
+        res[i].fail = c->fail;
+    }
+    return -1;
+}
+
 int mic_ack(mic_client *c, const char *group, const struct mic_leased *const *items, size_t n,
             struct mic_item_result *res)
 {
-    return settle(c, ACK, group, items, n, NULL, res);
+    return settle(c, MIC_SETTLE_ACK, group, items, n, NULL, 1, res);
 }
 
 int mic_nack(mic_client *c, const char *group, const struct mic_leased *const *items, size_t n,
              const struct mic_settle_opts *o, struct mic_item_result *res)
 {
     struct mic_settle_opts def = {.retry_after_s = -1};
+    json_t *f = json_object();
+    int rc;
 
-    return settle(c, NACK, group, items, n, o ? o : &def, res);
+    if (!o)
+        o = &def;
+    if (!f || (o->error && json_object_set_new(f, "error", json_string(o->error))) ||
+        (o->retry_after_s >= 0 &&
+         json_object_set_new(f, "retry_after_s", json_integer((json_int_t)(o->retry_after_s + 0.5)))) ||
+        (o->dead_letter && json_object_set_new(f, "dead_letter", json_true()))) {
+        json_decref(f);
+        return settle_nomem(c, items, n, res);
+    }
+    rc = settle(c, MIC_SETTLE_NACK, group, items, n, f, 1, res);
+    json_decref(f);
+    return rc;
 }
 
 int mic_extend(mic_client *c, const char *group, const struct mic_leased *const *items,
                size_t n, const struct mic_settle_opts *o, struct mic_item_result *res)
 {
-    return settle(c, EXTEND, group, items, n, o, res);
+    json_t *f = json_object();
+    int rc;
+
+    if (!f || (o && o->lease_ttl_s > 0 &&
+               json_object_set_new(f, "lease_ttl_s", json_integer(ttl_seconds(o->lease_ttl_s))))) {
+        json_decref(f);
+        return settle_nomem(c, items, n, res);
+    }
+    rc = settle(c, MIC_SETTLE_EXTEND, group, items, n, f, 1, res);
+    json_decref(f);
+    return rc;
+}
+
+int mic_settle_json(mic_client *c, enum mic_settle_verb verb, const char *group,
+                    const struct mic_leased *const *items, size_t n, json_t *fields,
+                    struct mic_item_result *res)
+{
+    return settle(c, verb, group, items, n, fields, 0, res);
 }
 
 /* ---- Admin ---- */
-
-/* "/v1/<a>/<escaped b>[<tail>]" into path. */
-static int path2(mic_client *c, char *path, size_t cap, const char *a, const char *b,
-                 const char *tail)
-{
-    char e[640];
-
-    if (!mic_path_escape(b ? b : "", e, sizeof e) ||
-        (size_t)snprintf(path, cap, "/v1/%s/%s%s", a, e, tail ? tail : "") >= cap)
-        return failf(c, MIC_FAIL_ARG, -1, "name too long");
-    return 0;
-}
 
 /* Sum b's numbers into a's (same keys); "_age_s" members and booleans take
  * the maximum / any; strings and everything else stay a's. */
@@ -1195,6 +1387,8 @@ int mic_admin_stats(mic_client *c, int node, json_t **out)
         json_decref(one);
     }
     json_object_set_new(acc, "nodes", json_integer((json_int_t)c->n));
+    if (c->n > 1)
+        answer_clear(c);   /* the result joins several answers */
     *out = acc;
     return 0;
 }
@@ -1237,25 +1431,70 @@ static int gather(mic_client *c, const char *path, const char *key, json_t **out
             json_decref(one);
         }
     }
+    if (c->n > 1)
+        answer_clear(c);   /* the result joins several answers */
     *out = acc;
     return 0;
 }
 
+/* The path of group 'group' with 'tail' and the query "limit" (when not
+ * 0), "reason" and "after" (when not NULL). */
+static char *group_path(mic_client *c, const char *group, const char *tail, int limit,
+                        const char *reason, const char *after)
+{
+    struct mic_buf b = {0};
+    char n[16];
+
+    mic_buf_puts(&b, "/v1/groups/");
+    buf_escape(&b, group ? group : "");
+    mic_buf_puts(&b, tail);
+    if (reason)
+        buf_query(&b, "reason", reason);
+    if (limit) {
+        snprintf(n, sizeof n, "%d", limit);
+        buf_query(&b, "limit", n);
+    }
+    if (after)
+        buf_query(&b, "after", after);
+    return path_done(c, &b);
+}
+
+/* GET 'path' (free()d here) on 'node', or gathered from every node at
+ * 'key' when node < 0. */
+static int get_at(mic_client *c, int node, char *path, const char *key, json_t **out)
+{
+    int rc;
+
+    if (!path)
+        return -1;
+    rc = node >= 0 ? call(c, (size_t)node, "GET", path, NULL, 0, out) : gather(c, path, key, out);
+    free(path);
+    return rc;
+}
+
+/* 'method' 'path' (free()d here) with 'body' on one node. */
+static int call_at(mic_client *c, size_t node, const char *method, char *path, json_t *body,
+                   json_t **out)
+{
+    int rc;
+
+    if (!path)
+        return -1;
+    rc = call(c, node, method, path, body, 0, out);
+    free(path);
+    return rc;
+}
+
 int mic_admin_oldest(mic_client *c, int node, const char *group, int limit, json_t **out)
 {
-    char path[800], tail[40] = "/oldest";
     json_t *arr;
     size_t n;
 
     *out = NULL;
-    if (limit > 0)
-        snprintf(tail, sizeof tail, "/oldest?limit=%d", limit);
-    if (path2(c, path, sizeof path, "groups", group, tail))
+    if (get_at(c, node, group_path(c, group, "/oldest", limit, NULL, NULL), "deliveries", out))
         return -1;
     if (node >= 0)
-        return call(c, (size_t)node, "GET", path, NULL, 0, out);
-    if (gather(c, path, "deliveries", out))
-        return -1;
+        return 0;
     arr = json_object_get(*out, "deliveries");
     if ((n = json_array_size(arr)) > 1) {
         json_t **v = malloc(n * sizeof *v), *sorted = json_array();
@@ -1278,113 +1517,76 @@ int mic_admin_oldest(mic_client *c, int node, const char *group, int limit, json
     return 0;
 }
 
+int mic_admin_blocked_page(mic_client *c, int node, const char *group, const char *reason,
+                           int limit, json_t **out)
+{
+    *out = NULL;
+    return get_at(c, node, group_path(c, group, "/blocked", limit, reason, NULL), "aggregates",
+                  out);
+}
+
 int mic_admin_blocked(mic_client *c, int node, const char *group, const char *reason, json_t **out)
 {
-    char path[800], tail[80] = "/blocked";
-
-    *out = NULL;
-    if (reason)
-        snprintf(tail, sizeof tail, "/blocked?reason=%.40s", reason);
-    if (path2(c, path, sizeof path, "groups", group, tail))
-        return -1;
-    if (node >= 0)
-        return call(c, (size_t)node, "GET", path, NULL, 0, out);
-    return gather(c, path, "aggregates", out);
+    return mic_admin_blocked_page(c, node, group, reason, 0, out);
 }
 
 int mic_admin_dlq(mic_client *c, size_t node, const char *group, int limit, const char *after,
                   json_t **out)
 {
-    char path[1400], tail[600] = "/dlq", a[500];
-
     *out = NULL;
-    if (after && !mic_path_escape(after, a, sizeof a))
-        return failf(c, MIC_FAIL_ARG, -1, "cursor too long");
-    if (limit > 0 && after)
-        snprintf(tail, sizeof tail, "/dlq?limit=%d&after=%s", limit, a);
-    else if (limit > 0)
-        snprintf(tail, sizeof tail, "/dlq?limit=%d", limit);
-    else if (after)
-        snprintf(tail, sizeof tail, "/dlq?after=%s", a);
-    else
-        snprintf(tail, sizeof tail, "/dlq");
-    if (path2(c, path, sizeof path, "groups", group, tail))
-        return -1;
-    return call(c, node, "GET", path, NULL, 0, out);
+    return call_at(c, node, "GET", group_path(c, group, "/dlq", limit, NULL, after), NULL, out);
 }
 
 int mic_admin_dlq_requeue(mic_client *c, size_t node, const char *group, json_t *body, json_t **out)
 {
-    char path[800];
-
     if (out)
         *out = NULL;
-    if (path2(c, path, sizeof path, "groups", group, "/dlq/requeue"))
-        return -1;
-    return call(c, node, "POST", path, body, 0, out);
+    return call_at(c, node, "POST", path_of(c, "groups", group, "/dlq/requeue"), body, out);
 }
 
 int mic_admin_dlq_skip(mic_client *c, size_t node, const char *group, json_t *body, json_t **out)
 {
-    char path[800];
-
     if (out)
         *out = NULL;
-    if (path2(c, path, sizeof path, "groups", group, "/dlq/skip"))
-        return -1;
-    return call(c, node, "POST", path, body, 0, out);
-}
-
-static int agg_path(mic_client *c, char *path, size_t cap, const char *type, const char *id,
-                    const char *tail)
-{
-    char t[640], i[640];
-
-    if (!mic_path_escape(type, t, sizeof t) || !mic_path_escape(id, i, sizeof i) ||
-        (size_t)snprintf(path, cap, "/v1/aggregates/%s/%s%s", t, i, tail ? tail : "") >= cap)
-        return failf(c, MIC_FAIL_ARG, -1, "aggregate name too long");
-    return 0;
+    return call_at(c, node, "POST", path_of(c, "groups", group, "/dlq/skip"), body, out);
 }
 
 int mic_admin_aggregate(mic_client *c, const char *type, const char *id, json_t **out)
 {
-    char path[1400];
-
     *out = NULL;
-    if (agg_path(c, path, sizeof path, type, id, NULL))
-        return -1;
-    return call(c, mic_client_route(c, type, id, NULL), "GET", path, NULL, 0, out);
+    return call_at(c, mic_client_route(c, type, id, NULL), "GET", agg_path(c, type, id, NULL),
+                   NULL, out);
 }
 
 int mic_admin_gap_skip(mic_client *c, const char *type, const char *id, uint64_t version,
                        json_t **out)
 {
-    char path[1400], tail[64];
+    char tail[64];
 
     if (out)
         *out = NULL;
     snprintf(tail, sizeof tail, "/gaps/%llu/skip", (unsigned long long)version);
-    if (agg_path(c, path, sizeof path, type, id, tail))
-        return -1;
-    return call(c, mic_client_route(c, type, id, NULL), "POST", path, NULL, 0, out);
+    return call_at(c, mic_client_route(c, type, id, NULL), "POST", agg_path(c, type, id, tail),
+                   NULL, out);
 }
 
 int mic_admin_event(mic_client *c, const char *event_id, json_t **out)
 {
-    char path[800];
+    char *path;
     int rc = -1;
 
     *out = NULL;
-    if (path2(c, path, sizeof path, "events", event_id, NULL))
+    if (!(path = path_of(c, "events", event_id, NULL)))
         return -1;
     for (size_t i = 0; i < c->n; i++) {
         if (!(rc = call(c, i, "GET", path, NULL, 0, out))) {
             json_object_set_new(*out, "node", json_integer((json_int_t)i));
-            return 0;
+            break;
         }
         if (c->fail.status != 404)
-            return -1;
+            break;
     }
+    free(path);
     return rc;
 }
 
@@ -1395,12 +1597,8 @@ int mic_admin_replay_create(mic_client *c, size_t node, json_t *body, json_t **o
 
 int mic_admin_replay_get(mic_client *c, size_t node, const char *run_id, json_t **out)
 {
-    char path[800];
-
     *out = NULL;
-    if (path2(c, path, sizeof path, "replays", run_id, NULL))
-        return -1;
-    return call(c, node, "GET", path, NULL, 0, out);
+    return call_at(c, node, "GET", path_of(c, "replays", run_id, NULL), NULL, out);
 }
 
 int mic_admin_replays(mic_client *c, size_t node, json_t **out)
@@ -1410,16 +1608,15 @@ int mic_admin_replays(mic_client *c, size_t node, json_t **out)
 
 int mic_admin_replay_delete(mic_client *c, size_t node, const char *run_id)
 {
-    char path[800];
-
-    if (path2(c, path, sizeof path, "replays", run_id, NULL))
-        return -1;
-    return call(c, node, "DELETE", path, NULL, 0, NULL);
+    return call_at(c, node, "DELETE", path_of(c, "replays", run_id, NULL), NULL, NULL);
 }
 
-/* PUT or DELETE on every node; *out (may be NULL) node 0's answer. */
+/* PUT or DELETE on every node; *out (may be NULL) node 0's answer, which
+ * stays mic_client_answer's. */
 static int on_all(mic_client *c, const char *method, const char *path, json_t *body, json_t **out)
 {
+    struct mic_response first = {0};
+
     if (out)
         *out = NULL;
     for (size_t i = 0; i < c->n; i++) {
@@ -1430,13 +1627,20 @@ static int on_all(mic_client *c, const char *method, const char *path, json_t *b
                 json_decref(*out);
                 *out = NULL;
             }
+            mic_response_fini(&first);
             return -1;
         }
         if (out && i == 0)
             *out = one;
         else
             json_decref(one);
+        if (i == 0 && c->n > 1) {   /* node 0's answer, kept aside */
+            first = c->last;
+            memset(&c->last, 0, sizeof c->last);
+        }
     }
+    if (c->n > 1)
+        answer_keep(c, &first);
     return 0;
 }
 
@@ -1445,14 +1649,17 @@ static int on_all(mic_client *c, const char *method, const char *path, json_t *b
 static int resource(mic_client *c, const char *kind, const char *name, const char *method,
                     json_t *body, json_t **out)
 {
-    char path[800];
+    char *path;
+    int rc;
 
     if (out)
         *out = NULL;
-    if (path2(c, path, sizeof path, kind, name, NULL))
+    if (!(path = path_of(c, kind, name, NULL)))
         return -1;
-    return strcmp(method, "GET") ? on_all(c, method, path, body, out)
-                                 : call(c, 0, "GET", path, NULL, 0, out);
+    rc = strcmp(method, "GET") ? on_all(c, method, path, body, out)
+                               : call(c, 0, "GET", path, NULL, 0, out);
+    free(path);
+    return rc;
 }
 
 int mic_admin_topic_put(mic_client *c, const char *name, json_t *config, json_t **out)

@@ -5,19 +5,32 @@
  * One run is one command.  argv is parsed against two tables, the options
  * (opt_defs) and the commands (commands): each command names the options
  * it accepts and how many arguments it takes, so a misplaced option is a
- * usage error before anything is sent.  A command builds its request with
- * jansson, sends it through libmic (client/mic.h): publish with
+ * usage error before anything is sent.  A command builds what it sends
+ * with jansson and makes libmic's typed call for it (client/mic.h):
  * mic_publish / mic_publish_batch (retried on 429, 503 and no answer with
- * the same event ids), everything else with api() (mic_request on the one
- * node), and prints the answer either as a readable table or, with --json,
- * the server's JSON exactly as it came (one answer per line).
+ * the same event ids), mic_claim_json and mic_settle_json (the options as
+ * typed, so micd judges them), mic_admin_* for the rest.  libmic owns the
+ * paths, the node each request goes to and the reading of error answers
+ * (mic_response_failure).  The answer is printed either as a readable
+ * table or, with --json, the server's JSON exactly as it came
+ * (mic_client_answer; one answer per line); a result merged from several
+ * nodes has no such answer and is printed as jansson writes it.
  *
- *   argv -> opts_parse -> command table -> cmd_<name> -> api() | mic_publish* -> print
+ *   argv -> opts_parse -> command table -> cmd_<name> -> mic_* -> print
+ *
+ * Nodes.  --url (or $MIC_URL) takes one micd or several, comma-separated,
+ * as libmic's handle holds them.  With several, each command does what
+ * libmic does over nodes: publish routes each event to its node (an NDJSON
+ * batch is split per node), stats, oldest and blocked merge every node's
+ * answer (mic_admin_stats: counts summed, ages the oldest, alert if any),
+ * topic and group create and delete go to every node, their show and list
+ * and aggregate read the node libmic picks.  The commands whose state
+ * lives on one node (claim, ack, nack, extend, dlq, replay, backup: a
+ * SEQ:TOKEN, a DLQ cursor, a run) refuse several (one_node()).
  *
  * Invariants:
  *   - libmic is the only way to the server; the handle is made on first use
- *     (client()), so 'keys new' needs none and a claim's --wait lengthens
- *     its timeout.
+ *     (client()), so 'keys new' needs none.
  *   - fail_line() is the only place that turns a failure (struct
  *     mic_failure, text by mic_failure_text) into the one-line message (in
  *     cli.err) and an exit status.
@@ -66,6 +79,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -171,6 +185,9 @@ struct command {
 /* One run's state.  'val' borrows from argv. */
 struct cli {
     const char *url;              /* --url, else $MIC_URL, else DEFAULT_URL (borrowed) */
+    char *urlbuf;                 /* a copy of url, split at its commas (owned) */
+    const char **urls;            /* the nodes: pointers into urlbuf (owned array) */
+    size_t nurls;
     int json;
     const char *val[O_COUNT];     /* each option's value (NULL: not given) */
     int given[O_COUNT];
@@ -185,7 +202,6 @@ struct cli {
     int nargs;
     const struct command *cmd;
     mic_client *mc;               /* made by client() on first use (owned) */
-    long timeout_ms;              /* of one request */
     char err[ERR_MAX];            /* the error line, without "mic: " */
 };
 
@@ -240,23 +256,6 @@ static int buf_add(struct mic_buf *b, const void *p, size_t n)
 static int buf_puts(struct mic_buf *b, const char *s)
 {
     return buf_add(b, s, strlen(s));
-}
-
-/* Append 's' percent-encoded (one path segment or query value). */
-static int buf_seg(struct mic_buf *b, const char *s)
-{
-    size_t cap = 3 * strlen(s) + 1;  /* every byte escaped, and the NUL */
-    char *e = malloc(cap);
-    int rc = !e || !mic_path_escape(s, e, cap) || buf_puts(b, e) ? -1 : 0;
-
-    free(e);
-    return rc;
-}
-
-/* A path "/v1/<a>/<seg>[<tail>]": segment 'seg' escaped.  Returns 0 or -1. */
-static int path_of(struct mic_buf *b, const char *head, const char *seg, const char *tail)
-{
-    return buf_puts(b, head) || (seg && buf_seg(b, seg)) || (tail && buf_puts(b, tail));
 }
 
 /* Parse a whole decimal integer in [lo, hi]; returns 0 or -1. */
@@ -329,14 +328,13 @@ static int fail_line(struct cli *c, const struct mic_failure *f, const char *not
     return g.kind == MIC_FAIL_CONNECT || g.kind == MIC_FAIL_ARG ? EXIT_USAGE : EXIT_FAIL;
 }
 
-/* The libmic handle over c->url, made on first use.  Returns 0, or the
+/* The libmic handle over c->urls, made on first use.  Returns 0, or the
  * exit status with c->err set (the caller reports it). */
 static int client(struct cli *c)
 {
-    const char *urls[] = {c->url};
     struct mic_client_opts o = {
-        .urls = urls, .nurls = 1, .key = c->key, .cafile = c->val[O_CACERT],
-        .connect_timeout_ms = CONNECT_TIMEOUT_MS, .timeout_ms = c->timeout_ms,
+        .urls = c->urls, .nurls = c->nurls, .key = c->key, .cafile = c->val[O_CACERT],
+        .connect_timeout_ms = CONNECT_TIMEOUT_MS, .timeout_ms = REQUEST_TIMEOUT_MS,
         .user_agent = PROG,
     };
     struct mic_failure f;
@@ -346,77 +344,87 @@ static int client(struct cli *c)
     return 0;
 }
 
-/* The failure a non-2xx answer describes: the server's {"error":{"code",
- * "message","field"}}, else the first line of the body.  (mic_call decodes
- * the same way, but only mic_request hands back the body as it came.) */
-static void answer_failure(const struct mic_response *a, struct mic_failure *f)
+/* A typed call failed: its line, reported; returns the exit status. */
+static int call_failed(struct cli *c)
 {
-    json_t *e = json_object_get(a->json, "error");
-    const char *code = json_string_value(json_object_get(e, "code"));
-    const char *msg = json_string_value(json_object_get(e, "message"));
-    const char *field = json_string_value(json_object_get(e, "field"));
-    size_t n = strcspn(a->body, "\r\n");
-
-    memset(f, 0, sizeof *f);
-    f->kind = MIC_FAIL_SERVER;
-    f->status = a->status;
-    f->retry_after_ms = a->retry_after[0] ? strtol(a->retry_after, NULL, 10) * 1000 : -1;
-    if (code) {
-        snprintf(f->code, sizeof f->code, "%s", code);
-        snprintf(f->message, sizeof f->message, "%s", msg ? msg : "");
-        snprintf(f->field, sizeof f->field, "%s", field ? field : "");
-    } else if (a->len) {
-        snprintf(f->message, sizeof f->message, "%.*s", (int)(n > 300 ? 300 : n), a->body);
-    } else {
-        snprintf(f->message, sizeof f->message, "(no body)");
-    }
+    return report(c, fail_line(c, mic_client_failure(c->mc), NULL));
 }
 
-/* Send 'method' 'path' with the JSON 'body' (borrowed; NULL for none) to
- * the server (mic_request: never retried) and read the answer into 'a'
- * (mic_response_fini it in every case).  Returns 0 on a 2xx whose body is
- * JSON (in a->json; NULL if empty); EXIT_FAIL on an error answer,
- * EXIT_USAGE when no answer came; in both cases c->err holds the line (the
- * caller reports it). */
-static int api(struct cli *c, const char *method, const struct mic_buf *path, json_t *body,
-               struct mic_response *a)
+/* A command whose state lives on one node (a lease, a DLQ cursor, a
+ * replay run, a backup): 0 with one --url, else the usage error. */
+static int one_node(struct cli *c)
 {
-    static const char *const accept[] = {"Accept: application/json", NULL};
-    struct mic_failure f;
-    char *txt = NULL;
-    int rc;
+    if (c->nurls <= 1)
+        return 0;
+    return usage_error(c, "%s%s%s talks to one node: give one --url, not %zu", c->cmd->name,
+                       c->cmd->sub ? " " : "", c->cmd->sub ? c->cmd->sub : "", c->nurls);
+}
 
-    memset(a, 0, sizeof *a);
-    if ((rc = client(c)))
-        return rc;
-    if (body && !(txt = json_dumps(body, JSON_COMPACT))) {
-        set_err(c, "out of memory");
-        return EXIT_FAIL;
+/* The node of a call libmic can merge: node 0 with one --url (its answer
+ * as it came), every node (-1: libmic's merge) with several. */
+static int nodes(const struct cli *c)
+{
+    return c->nurls > 1 ? -1 : 0;
+}
+
+/* --json: the answer the last call read its result from, exactly as it
+ * came (one line); a result merged from several nodes, which came as no
+ * one answer, as jansson writes 'j' (reals to 15 digits, so micd's
+ * decimals read the same). */
+static int print_answer(struct cli *c, json_t *j)
+{
+    const struct mic_response *a = mic_client_answer(c->mc);
+    char *txt;
+
+    if (a->body) {
+        if (!a->len)
+            return 0;
+        fwrite(a->body, 1, a->len, stdout);
+        if (a->body[a->len - 1] != '\n')
+            putchar('\n');
+        return 0;
     }
-    rc = mic_request(c->mc, 0, method, path->p, txt ? "application/json" : NULL, txt,
-                     txt ? strlen(txt) : 0, accept, a);
+    if (!j)
+        return 0;
+    if (!(txt = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(15))))
+        return oom(c);
+    printf("%s\n", txt);
     free(txt);
-    if (rc)
-        return fail_line(c, mic_client_failure(c->mc), NULL);
-    if (a->status < 200 || a->status > 299) {
-        answer_failure(a, &f);
-        return fail_line(c, &f, NULL);
-    }
-    if (a->len && !a->json) {
-        set_err(c, "the server answered %ld with a body that is not JSON", a->status);
-        return EXIT_FAIL;
-    }
     return 0;
 }
 
-/* --json: the answer exactly as it came, one line. */
-static void print_raw(const struct mic_response *a)
+/* The end of a typed read: the failure reported, or 'j' printed with
+ * 'show' (as it came with --json); 'j' is released.  Returns the exit
+ * status. */
+static int show_result(struct cli *c, int failed, json_t *j, int (*show)(struct cli *, json_t *))
 {
-    if (!a->len)
-        return;
-    fwrite(a->body, 1, a->len, stdout);
-    if (a->body[a->len - 1] != '\n')
-        putchar('\n');
+    int rc = 0;
+
+    if (failed)
+        rc = call_failed(c);
+    else if (c->json)
+        rc = print_answer(c, j);
+    else if (show(c, j))
+        rc = oom(c);
+    json_decref(j);
+    return rc;
+}
+
+/* --limit as a typed call's 'limit': the integer as given (0 when absent:
+ * the server's default).  A given 0, which libmic reads as that default,
+ * and values beyond an int go as -1, which micd refuses as it refuses
+ * them (422 "limit is 1 to 1000", field limit).  Returns 0, or
+ * EXIT_USAGE after the message. */
+static int opt_limit(struct cli *c, int *out)
+{
+    long long v = 0;
+    int rc;
+
+    *out = 0;
+    if ((rc = opt_int(c, O_LIMIT, INT64_MIN, &v)) || !c->val[O_LIMIT])
+        return rc;
+    *out = v == 0 || v < INT_MIN || v > INT_MAX ? -1 : (int)v;
+    return 0;
 }
 
 /* ---- Tables ---- */
@@ -634,66 +642,71 @@ static void print_fields(json_t *o, const char *prefix)
     }
 }
 
-/* Per-item results {"results":[{"seq","status",...}]} as a table; counts
- * the items whose status is not in 'ok' (NULL-terminated).  Returns 0, or
- * EXIT_FAIL after one line on stderr when an item failed. */
-static int print_results(struct cli *c, struct mic_response *a, const char *what,
-                         const char *const *ok)
+/* Per-item results (SEQ, STATUS, DETAIL) as a table, counting the items
+ * whose status is not one of 'ok' (NULL-terminated). */
+struct results {
+    struct table t;
+    const char *const *ok;
+    size_t n, failed;
+    char first[160];          /* "seq N STATUS" of the first failed */
+};
+
+static void results_init(struct results *r, const char *const *ok)
 {
     static const char *const head[] = {"SEQ", "STATUS", "DETAIL"};
-    json_t *res = get(a->json, "results"), *it;
-    size_t i, failed = 0, total = json_array_size(res);
-    char first[160] = "";
-    struct table t;
+
+    memset(r, 0, sizeof *r);
+    table_init(&r->t, 3, head);
+    r->ok = ok;
+}
+
+/* One item; 'detail' may be NULL (an empty cell). */
+static void results_add(struct results *r, json_int_t seq, const char *status,
+                        const char *detail)
+{
+    int good = 0;
+
+    for (int k = 0; r->ok[k]; k++)
+        good |= !strcmp(status, r->ok[k]);
+    if (!good && !r->failed++)
+        snprintf(r->first, sizeof r->first, "seq %" JSON_INTEGER_FORMAT " %s", seq, status);
+    r->n++;
+    table_cell(&r->t, "%" JSON_INTEGER_FORMAT, seq);
+    table_cell(&r->t, "%s", status);
+    table_cell(&r->t, "%s", detail ? detail : "");
+}
+
+/* Print them (the answer as it came with --json) and release them.
+ * Returns 0, or EXIT_FAIL after one line on stderr when an item failed. */
+static int results_print(struct cli *c, struct results *r, const char *what)
+{
     int rc = 0;
 
-    table_init(&t, 3, head);
-    json_array_foreach(res, i, it) {
-        const char *st = gets(it, "status");
-        int good = 0;
-
-        for (int k = 0; ok[k]; k++)
-            good |= !strcmp(st, ok[k]);
-        if (!good && !failed++)
-            snprintf(first, sizeof first, "seq %" JSON_INTEGER_FORMAT " %s",
-                     json_integer_value(get(it, "seq")), st);
-        table_json(&t, get(it, "seq"));
-        table_cell(&t, "%s", st);
-        if (get(it, "not_before"))
-            table_cell(&t, "not before %s", gets(it, "not_before"));
-        else if (get(it, "lease_expires_at"))
-            table_cell(&t, "lease expires at %s", gets(it, "lease_expires_at"));
-        else
-            table_cell(&t, "%s", "");
-    }
     if (c->json)
-        print_raw(a);
-    else if (table_print(&t, 0, "(no results)"))
+        rc = print_answer(c, NULL);
+    else if (table_print(&r->t, 0, "(no results)"))
         rc = oom(c);
-    table_fini(&t);
-    if (!rc && failed) {
-        set_err(c, "%s: %zu of %zu item%s failed (%s%s)", what, failed, total,
-                total == 1 ? "" : "s", first, failed > 1 ? ", ..." : "");
+    table_fini(&r->t);
+    if (!rc && r->failed) {
+        set_err(c, "%s: %zu of %zu item%s failed (%s%s)", what, r->failed, r->n,
+                r->n == 1 ? "" : "s", r->first, r->failed > 1 ? ", ..." : "");
         rc = report(c, EXIT_FAIL);
     }
     return rc;
 }
 
-/* GET 'path' and print the answer with 'show' (or as is with --json). */
-static int get_and_show(struct cli *c, struct mic_buf *path, int (*show)(struct cli *, json_t *))
+/* The results of a DLQ requeue or skip, {"results":[{"seq","status"}]}. */
+static int print_json_results(struct cli *c, json_t *ans, const char *what,
+                              const char *const *ok)
 {
-    struct mic_response a;
-    int rc;
+    struct results r;
+    json_t *it;
+    size_t i;
 
-    if ((rc = api(c, "GET", path, NULL, &a))) {
-        report(c, rc);
-    } else if (c->json) {
-        print_raw(&a);
-    } else if (show(c, a.json)) {
-        rc = oom(c);
-    }
-    mic_response_fini(&a);
-    return rc;
+    results_init(&r, ok);
+    json_array_foreach(get(ans, "results"), i, it)
+        results_add(&r, json_integer_value(get(it, "seq")), gets(it, "status"), NULL);
+    return results_print(c, &r, what);
 }
 
 /* ---- publish ---- */
@@ -853,19 +866,35 @@ static int ndjson_flush(struct cli *c, struct ndjson *nd)
         evs[i] = json_array_get(nd->events, i);
     if (mic_publish_batch(c->mc, evs, n, res)) {
         const struct mic_failure *f = mic_client_failure(c->mc);
+        long before = accepted(nd), part = 0;
         char note[300] = "";
         size_t len, idx;
 
+        /* Over several nodes some parts may have been taken (failure
+         * PARTIAL): count them, and report the first refused part's own
+         * failure. */
+        for (size_t i = n; i-- > 0;)
+            if (res[i].ok) {
+                nd->duplicates += res[i].duplicate != 0;
+                nd->stored += res[i].duplicate == 0;
+                part++;
+            } else if (res[i].fail.kind != MIC_FAIL_NONE) {
+                f = &res[i].fail;
+            }
         /* Name the input line of the event the server's field points at. */
         if (sscanf(f->field, "events[%zu]", &idx) == 1 && idx < n)
             snprintf(note, sizeof note, ", %s line %ld", nd->src, nd->line[idx]);
         rc = fail_line(c, f, note);
         len = strlen(c->err);
-        if (accepted(nd))
+        if (part)
+            snprintf(c->err + len, sizeof c->err - len,
+                     "; of %s lines %ld-%ld, the %ld event%s of the nodes that took their part "
+                     "were published, the other %ld not", nd->src, nd->line[0], nd->line[n - 1],
+                     part, part == 1 ? "" : "s", (long)n - part);
+        else if (before)
             snprintf(c->err + len, sizeof c->err - len,
                      "; %s lines %ld-%ld were not published, the %ld event%s before them were",
-                     nd->src, nd->line[0], nd->line[n - 1], accepted(nd),
-                     accepted(nd) == 1 ? "" : "s");
+                     nd->src, nd->line[0], nd->line[n - 1], before, before == 1 ? "" : "s");
         else if (rc == EXIT_FAIL)
             snprintf(c->err + len, sizeof c->err - len, "; nothing was published");
         free(res);
@@ -1028,18 +1057,24 @@ static int cmd_publish(struct cli *c)
 
 /* ---- Workers: claim, ack, nack, extend ---- */
 
+/* A string cell of a typed result: as it is, "-" when absent. */
+static const char *txt_or_dash(const char *s)
+{
+    return s && *s ? s : "-";
+}
+
 static int cmd_claim(struct cli *c)
 {
     static const char *const head[] = {"SEQ", "LEASE_TOKEN", "ATTEMPT", "EVENT_ID", "TOPIC",
                                        "LEASE_EXPIRES_AT"};
-    json_t *body = json_object(), *d;
-    struct mic_buf path = {0};
-    struct mic_response a = {0};
+    json_t *body;
+    struct mic_claimed cl = {0};
     struct table t;
-    size_t i;
     int rc;
 
-    if (!body)
+    if ((rc = one_node(c)))
+        return rc;
+    if (!(body = json_object()))
         return oom(c);
     if ((rc = opt_int_field(c, body, O_MAX, "max", INT64_MIN)) ||
         (rc = opt_int_field(c, body, O_LEASE, "lease_ttl_s", INT64_MIN)))
@@ -1054,105 +1089,131 @@ static int cmd_claim(struct cli *c)
             rc = usage_error(c, "--wait takes seconds (a number >= 0), not '%s'", c->val[O_WAIT]);
             goto out_body;
         }
-        /* An integer when it is one; the server checks the bounds. */
+        /* An integer when it is one; the server checks the bounds (and
+         * libmic lengthens the request's timeout by the wait). */
         json_object_set_new(body, "wait_s", w < 1e9 && w == (double)(long long)w
                                                 ? json_integer((json_int_t)w) : json_real(w));
-        if (w < 1e6)
-            c->timeout_ms += (long)(w * 1000) + 1000;
     }
     if (c->val[O_WORKER])
         json_object_set_new(body, "worker", json_string(c->val[O_WORKER]));
-    if (path_of(&path, "/v1/groups/", c->args[0], "/claim")) {
-        rc = oom(c);
-        goto out_path;
-    }
-    if ((rc = api(c, "POST", &path, body, &a))) {
+    if ((rc = client(c))) {
         report(c, rc);
-        goto out_answer;
+        goto out_body;
+    }
+    if (mic_claim_json(c->mc, 0, c->args[0], body, &cl)) {
+        rc = call_failed(c);
+        goto out_claim;
     }
     if (c->json) {
-        print_raw(&a);
-        goto out_answer;
+        rc = print_answer(c, cl.doc);
+        goto out_claim;
     }
     table_init(&t, 6, head);
-    json_array_foreach(get(a.json, "deliveries"), i, d) {
-        json_t *ev = get(d, "event");
+    for (size_t i = 0; i < cl.n; i++) {
+        const struct mic_leased *d = &cl.v[i];
 
-        table_json(&t, get(d, "seq"));
-        table_json(&t, get(d, "lease_token"));
-        table_json(&t, get(d, "attempt"));
-        table_json(&t, get(ev, "event_id"));
-        table_json(&t, get(ev, "topic"));
-        table_json(&t, get(d, "lease_expires_at"));
+        table_cell(&t, "%" PRId64, d->seq);
+        table_cell(&t, "%s", txt_or_dash(d->lease_token));
+        table_cell(&t, "%d", d->attempt);
+        table_cell(&t, "%s", txt_or_dash(d->event_id));
+        table_cell(&t, "%s", txt_or_dash(d->topic));
+        table_cell(&t, "%s", txt_or_dash(d->lease_expires_at));
     }
     if (table_print(&t, 0, "(nothing to claim)"))
         rc = oom(c);
     table_fini(&t);
-out_answer:
-    mic_response_fini(&a);
-out_path:
-    mic_buf_fini(&path);
+out_claim:
+    mic_claimed_fini(&cl);
 out_body:
     json_decref(body);
     return rc;
 }
 
-/* {"deliveries":[{"seq","lease_token"}...]} from the SEQ:TOKEN arguments
- * after the group. */
-static int deliveries_from_args(struct cli *c, json_t *body)
+/* The deliveries named by the SEQ:TOKEN arguments after the group, as
+ * leases of node 0: *out (n of them, free() it).  Returns 0 or the exit
+ * status (reported). */
+static int leases_from_args(struct cli *c, struct mic_leased **out, size_t *n)
 {
-    json_t *items = json_array();
+    struct mic_leased *v = calloc((size_t)c->nargs, sizeof *v);
 
-    if (!items || json_object_set_new(body, "deliveries", items))
+    *out = NULL;
+    *n = 0;
+    if (!v)
         return oom(c);
     for (int i = 1; i < c->nargs; i++) {
         const char *a = c->args[i], *colon = strchr(a, ':');
         char seq[32];
-        long long v;
+        long long s;
 
-        if (!colon || (size_t)(colon - a) >= sizeof seq || !colon[1])
+        if (!colon || (size_t)(colon - a) >= sizeof seq || !colon[1]) {
+            free(v);
             return usage_error(c, "'%s' is not SEQ:TOKEN (as claim printed them)", a);
+        }
         memcpy(seq, a, (size_t)(colon - a));
         seq[colon - a] = 0;
-        if (parse_int(seq, 1, INT64_MAX, &v))
+        if (parse_int(seq, 1, INT64_MAX, &s)) {
+            free(v);
             return usage_error(c, "'%s' is not SEQ:TOKEN (SEQ is a number >= 1)", a);
-        if (json_array_append_new(items, json_pack("{s:I,s:s}", "seq", (json_int_t)v,
-                                                   "lease_token", colon + 1)))
-            return oom(c);
+        }
+        /* (A token longer than any claim's is not_found either way.) */
+        v[*n].seq = s;
+        snprintf(v[*n].lease_token, sizeof v[*n].lease_token, "%s", colon + 1);
+        (*n)++;
     }
+    *out = v;
     return 0;
 }
 
 /* ack, nack and extend: one request, one result per item. */
-static int settle(struct cli *c, const char *verb, const char *const *ok)
+static int settle(struct cli *c, enum mic_settle_verb verb, const char *what,
+                  const char *const *ok)
 {
-    json_t *body = json_object();
-    struct mic_buf path = {0};
-    struct mic_response a = {0};
-    char tail[16];
+    json_t *fields = NULL;
+    struct mic_leased *v = NULL, **items = NULL;
+    struct mic_item_result *res = NULL;
+    struct results r;
+    size_t n = 0;
     int rc;
 
-    if (!body)
-        return oom(c);
-    if ((rc = deliveries_from_args(c, body)) ||
-        (rc = opt_int_field(c, body, O_RETRY_AFTER, "retry_after_s", INT64_MIN)) ||
-        (rc = opt_int_field(c, body, O_LEASE, "lease_ttl_s", INT64_MIN)))
-        goto out;
-    if (c->val[O_ERROR])
-        json_object_set_new(body, "error", json_string(c->val[O_ERROR]));
-    snprintf(tail, sizeof tail, "/%s", verb);
-    if (path_of(&path, "/v1/groups/", c->args[0], tail)) {
+    if ((rc = one_node(c)) || (rc = leases_from_args(c, &v, &n)))
+        return rc;
+    if (!(fields = json_object()) || !(items = calloc(n, sizeof *items)) ||
+        !(res = calloc(n, sizeof *res))) {
         rc = oom(c);
         goto out;
     }
-    if ((rc = api(c, "POST", &path, body, &a)))
+    if ((rc = opt_int_field(c, fields, O_RETRY_AFTER, "retry_after_s", INT64_MIN)) ||
+        (rc = opt_int_field(c, fields, O_LEASE, "lease_ttl_s", INT64_MIN)))
+        goto out;
+    if (c->val[O_ERROR])
+        json_object_set_new(fields, "error", json_string(c->val[O_ERROR]));
+    for (size_t i = 0; i < n; i++)
+        items[i] = &v[i];
+    if ((rc = client(c))) {
         report(c, rc);
-    else
-        rc = print_results(c, &a, verb, ok);
-    mic_response_fini(&a);
+        goto out;
+    }
+    if (mic_settle_json(c->mc, verb, c->args[0], (const struct mic_leased *const *)items, n,
+                        fields, res)) {
+        rc = call_failed(c);
+        goto out;
+    }
+    results_init(&r, ok);
+    for (size_t i = 0; i < n; i++) {
+        char detail[64] = "";
+
+        if (res[i].status == MIC_ITEM_RETRYING && res[i].time[0])
+            snprintf(detail, sizeof detail, "not before %s", res[i].time);
+        else if (res[i].status == MIC_ITEM_EXTENDED && res[i].time[0])
+            snprintf(detail, sizeof detail, "lease expires at %s", res[i].time);
+        results_add(&r, res[i].seq, mic_item_status_name(res[i].status), detail);
+    }
+    rc = results_print(c, &r, what);
 out:
-    mic_buf_fini(&path);
-    json_decref(body);
+    free(res);
+    free(items);
+    free(v);
+    json_decref(fields);
     return rc;
 }
 
@@ -1160,21 +1221,21 @@ static int cmd_ack(struct cli *c)
 {
     static const char *const ok[] = {"acked", NULL};
 
-    return settle(c, "ack", ok);
+    return settle(c, MIC_SETTLE_ACK, "ack", ok);
 }
 
 static int cmd_nack(struct cli *c)
 {
     static const char *const ok[] = {"retrying", "dead_lettered", NULL};
 
-    return settle(c, "nack", ok);
+    return settle(c, MIC_SETTLE_NACK, "nack", ok);
 }
 
 static int cmd_extend(struct cli *c)
 {
     static const char *const ok[] = {"extended", NULL};
 
-    return settle(c, "extend", ok);
+    return settle(c, MIC_SETTLE_EXTEND, "extend", ok);
 }
 
 /* ---- Observability: stats, oldest, blocked ---- */
@@ -1256,12 +1317,16 @@ static int show_stats(struct cli *c, json_t *j)
     if (st) {
         double used = json_number_value(get(st, "map_used_bytes"));
         double size = json_number_value(get(st, "map_size_bytes"));
-        char b3[32];
+        char b3[32], on[48] = "";
 
-        printf("\nstore: %s used of a %s map (%.1f%%), %s events\n",
+        /* A merge over several nodes (mic_admin_stats) says how many. */
+        if (json_integer_value(get(j, "nodes")) > 1)
+            snprintf(on, sizeof on, " on %" JSON_INTEGER_FORMAT " nodes",
+                     json_integer_value(get(j, "nodes")));
+        printf("\nstore: %s used of a %s map (%.1f%%), %s events%s\n",
                bytes_txt(get(st, "map_used_bytes"), b1, sizeof b1),
                bytes_txt(get(st, "map_size_bytes"), b2, sizeof b2),
-               size > 0 ? 100 * used / size : 0.0, jtxt(get(st, "events"), b3, sizeof b3));
+               size > 0 ? 100 * used / size : 0.0, jtxt(get(st, "events"), b3, sizeof b3), on);
     }
 out:
     table_fini(&gt);
@@ -1269,23 +1334,22 @@ out:
     return rc;
 }
 
+/* With several nodes, mic_admin_stats merges them (counts summed, ages
+ * the oldest, alert if any node's; "nodes" says how many). */
 static int cmd_stats(struct cli *c)
 {
-    struct mic_buf path = {0};
-    struct mic_response a;
+    json_t *j = NULL;
     int rc;
 
-    if (buf_puts(&path, "/v1/stats"))
-        return oom(c);
-    if ((rc = api(c, "GET", &path, NULL, &a))) {
-        report(c, rc);
-    } else if (c->json) {
-        print_raw(&a);
-    } else if ((rc = show_stats(c, a.json)) < 0) {
+    if ((rc = client(c)))
+        return report(c, rc);
+    if (mic_admin_stats(c->mc, nodes(c), &j))
+        return call_failed(c);
+    if (c->json)
+        rc = print_answer(c, j);
+    else if ((rc = show_stats(c, j)) < 0)
         rc = oom(c);
-    }
-    mic_response_fini(&a);
-    mic_buf_fini(&path);
+    json_decref(j);
     return rc;
 }
 
@@ -1346,20 +1410,15 @@ static int show_oldest(struct cli *c, json_t *j)
 
 static int cmd_oldest(struct cli *c)
 {
-    struct mic_buf path = {0};
-    long long n;
-    int rc;
+    json_t *j = NULL;
+    int rc, limit;
 
-    if ((rc = opt_int(c, O_LIMIT, INT64_MIN, &n)))
+    if ((rc = opt_limit(c, &limit)))
         return rc;
-    if (path_of(&path, "/v1/groups/", c->args[0], "/oldest") ||
-        (c->val[O_LIMIT] && (buf_puts(&path, "?limit=") || buf_seg(&path, c->val[O_LIMIT])))) {
-        mic_buf_fini(&path);
-        return oom(c);
-    }
-    rc = get_and_show(c, &path, show_oldest);
-    mic_buf_fini(&path);
-    return rc;
+    if ((rc = client(c)))
+        return report(c, rc);
+    rc = mic_admin_oldest(c->mc, nodes(c), c->args[0], limit, &j);
+    return show_result(c, rc, j, show_oldest);
 }
 
 static int show_blocked(struct cli *c, json_t *j)
@@ -1393,23 +1452,15 @@ static int show_blocked(struct cli *c, json_t *j)
 
 static int cmd_blocked(struct cli *c)
 {
-    struct mic_buf path = {0};
-    long long n;
-    int rc, q = 0;
+    json_t *j = NULL;
+    int rc, limit;
 
-    if ((rc = opt_int(c, O_LIMIT, INT64_MIN, &n)))
+    if ((rc = opt_limit(c, &limit)))
         return rc;
-    if (path_of(&path, "/v1/groups/", c->args[0], "/blocked") ||
-        (c->val[O_REASON] && (buf_puts(&path, q++ ? "&reason=" : "?reason=") ||
-                              buf_seg(&path, c->val[O_REASON]))) ||
-        (c->val[O_LIMIT] && (buf_puts(&path, q++ ? "&limit=" : "?limit=") ||
-                             buf_seg(&path, c->val[O_LIMIT])))) {
-        mic_buf_fini(&path);
-        return oom(c);
-    }
-    rc = get_and_show(c, &path, show_blocked);
-    mic_buf_fini(&path);
-    return rc;
+    if ((rc = client(c)))
+        return report(c, rc);
+    rc = mic_admin_blocked_page(c->mc, nodes(c), c->args[0], c->val[O_REASON], limit, &j);
+    return show_result(c, rc, j, show_blocked);
 }
 
 /* ---- The DLQ ---- */
@@ -1441,33 +1492,22 @@ static int show_dlq(struct cli *c, json_t *j)
 
 static int cmd_dlq_list(struct cli *c)
 {
-    struct mic_buf path = {0};
-    long long n;
-    int rc, q = 0;
+    json_t *j = NULL;
+    int rc, limit;
 
-    if ((rc = opt_int(c, O_LIMIT, INT64_MIN, &n)))
+    if ((rc = one_node(c)) || (rc = opt_limit(c, &limit)))
         return rc;
-    if (path_of(&path, "/v1/groups/", c->args[0], "/dlq") ||
-        (c->val[O_LIMIT] && (buf_puts(&path, q++ ? "&limit=" : "?limit=") ||
-                             buf_seg(&path, c->val[O_LIMIT]))) ||
-        (c->val[O_AFTER] && (buf_puts(&path, q++ ? "&after=" : "?after=") ||
-                             buf_seg(&path, c->val[O_AFTER])))) {
-        mic_buf_fini(&path);
-        return oom(c);
-    }
-    rc = get_and_show(c, &path, show_dlq);
-    mic_buf_fini(&path);
-    return rc;
+    if ((rc = client(c)))
+        return report(c, rc);
+    rc = mic_admin_dlq(c->mc, 0, c->args[0], limit, c->val[O_AFTER], &j);
+    return show_result(c, rc, j, show_dlq);
 }
 
 /* requeue and skip: {"seqs":[...]} from the arguments after the group,
  * or {"all":true}. */
 static int dlq_act(struct cli *c, const char *verb, const char *const *ok)
 {
-    json_t *body = json_object(), *seqs = json_array();
-    struct mic_buf path = {0};
-    struct mic_response a = {0};
-    char tail[24];
+    json_t *body = json_object(), *seqs = json_array(), *ans = NULL;
     int rc = 0;
 
     if (!body || !seqs) {
@@ -1475,6 +1515,8 @@ static int dlq_act(struct cli *c, const char *verb, const char *const *ok)
         json_decref(seqs);
         return oom(c);
     }
+    if ((rc = one_node(c)))
+        goto out;
     if (c->given[O_ALL] && c->nargs > 1) {
         rc = usage_error(c, "dlq %s: give SEQ... or --all, not both", verb);
         goto out;
@@ -1500,26 +1542,25 @@ static int dlq_act(struct cli *c, const char *verb, const char *const *ok)
         json_object_set_new(body, "all", json_true());
     else
         json_object_set(body, "seqs", seqs);
-    snprintf(tail, sizeof tail, "/dlq/%s", verb);
-    if (path_of(&path, "/v1/groups/", c->args[0], tail)) {
-        rc = oom(c);
+    if ((rc = client(c))) {
+        report(c, rc);
         goto out;
     }
-    if ((rc = api(c, "POST", &path, body, &a))) {
-        report(c, rc);
+    if (strcmp(verb, "requeue") ? mic_admin_dlq_skip(c->mc, 0, c->args[0], body, &ans)
+                                : mic_admin_dlq_requeue(c->mc, 0, c->args[0], body, &ans)) {
+        rc = call_failed(c);
     } else if (c->given[O_ALL]) {
         char b[32];
 
         if (c->json)
-            print_raw(&a);
+            rc = print_answer(c, ans);
         else
-            printf("requeued %s\n", jtxt(get(a.json, "requeued"), b, sizeof b));
+            printf("requeued %s\n", jtxt(get(ans, "requeued"), b, sizeof b));
     } else {
-        rc = print_results(c, &a, verb, ok);
+        rc = print_json_results(c, ans, verb, ok);
     }
-    mic_response_fini(&a);
 out:
-    mic_buf_fini(&path);
+    json_decref(ans);
     json_decref(seqs);
     json_decref(body);
     return rc;
@@ -1601,34 +1642,27 @@ static int show_groups(struct cli *c, json_t *j)
     return rc;
 }
 
+/* topics, topic list, topic show NAME (node 0, libmic's rule for reads). */
 static int cmd_topics(struct cli *c)
 {
-    struct mic_buf path = {0};
+    json_t *j = NULL;
     int rc;
 
-    if (path_of(&path, c->nargs ? "/v1/topics/" : "/v1/topics",
-                c->nargs ? c->args[0] : NULL, NULL)) {
-        mic_buf_fini(&path);
-        return oom(c);
-    }
-    rc = get_and_show(c, &path, show_topics);
-    mic_buf_fini(&path);
-    return rc;
+    if ((rc = client(c)))
+        return report(c, rc);
+    rc = c->nargs ? mic_admin_topic_get(c->mc, c->args[0], &j) : mic_admin_topics(c->mc, &j);
+    return show_result(c, rc, j, show_topics);
 }
 
 static int cmd_groups(struct cli *c)
 {
-    struct mic_buf path = {0};
+    json_t *j = NULL;
     int rc;
 
-    if (path_of(&path, c->nargs ? "/v1/groups/" : "/v1/groups",
-                c->nargs ? c->args[0] : NULL, NULL)) {
-        mic_buf_fini(&path);
-        return oom(c);
-    }
-    rc = get_and_show(c, &path, show_groups);
-    mic_buf_fini(&path);
-    return rc;
+    if ((rc = client(c)))
+        return report(c, rc);
+    rc = c->nargs ? mic_admin_group_get(c->mc, c->args[0], &j) : mic_admin_groups(c->mc, &j);
+    return show_result(c, rc, j, show_groups);
 }
 
 static int show_aggregate(struct cli *c, json_t *j)
@@ -1683,18 +1717,16 @@ static int show_aggregate(struct cli *c, json_t *j)
     return rc;
 }
 
+/* On the node the aggregate routes to. */
 static int cmd_aggregate(struct cli *c)
 {
-    struct mic_buf path = {0};
+    json_t *j = NULL;
     int rc;
 
-    if (path_of(&path, "/v1/aggregates/", c->args[0], "/") || buf_seg(&path, c->args[1])) {
-        mic_buf_fini(&path);
-        return oom(c);
-    }
-    rc = get_and_show(c, &path, show_aggregate);
-    mic_buf_fini(&path);
-    return rc;
+    if ((rc = client(c)))
+        return report(c, rc);
+    rc = mic_admin_aggregate(c->mc, c->args[0], c->args[1], &j);
+    return show_result(c, rc, j, show_aggregate);
 }
 
 /* ---- Resources: topic, group and replay create, show, list, delete ---- */
@@ -1794,62 +1826,55 @@ static json_t *sub_object(struct cli *c, json_t *obj, const char *k)
     return o;
 }
 
-/* PUT (or POST) 'body' to 'path' and print what the server made: "created
- * WHAT NAME" (201) or "updated WHAT NAME" (200) and its fields, or with
- * --json the answer. */
-static int write_and_show(struct cli *c, const char *method, struct mic_buf *path, json_t *body,
-                          const char *what, const char *name_key)
+/* The answer 'j' of a create (rc the call's): "created WHAT NAME" (201)
+ * or "updated WHAT NAME" (200) and its fields, or with --json the answer
+ * (node 0's when the create went to every node).  'j' is released. */
+static int show_written(struct cli *c, int failed, json_t *j, const char *what,
+                        const char *name_key)
 {
-    struct mic_response a;
-    int rc;
+    int rc = 0;
 
-    if ((rc = api(c, method, path, body, &a))) {
-        report(c, rc);
+    if (failed) {
+        rc = call_failed(c);
     } else if (c->json) {
-        print_raw(&a);
+        rc = print_answer(c, j);
     } else {
-        printf("%s %s %s\n", a.status == 201 ? "created" : "updated", what,
-               gets(a.json, name_key));
-        print_fields(a.json, "  ");
+        printf("%s %s %s\n", mic_client_answer(c->mc)->status == 201 ? "created" : "updated",
+               what, gets(j, name_key));
+        print_fields(j, "  ");
     }
-    mic_response_fini(&a);
+    json_decref(j);
     return rc;
 }
 
-/* PUT 'body' to 'head'NAME (NAME the command's first argument) and print
- * it as write_and_show does. */
-static int put_resource(struct cli *c, const char *head, json_t *body, const char *what)
+/* PUT 'body' as the config of topic or group NAME (the command's first
+ * argument) with 'put' (on every node) and print it as show_written does. */
+static int put_resource(struct cli *c, int (*put)(mic_client *, const char *, json_t *, json_t **),
+                        json_t *body, const char *what)
 {
-    struct mic_buf path = {0};
+    json_t *j = NULL;
     int rc;
 
-    if (path_of(&path, head, c->args[0], NULL))
-        rc = oom(c);
-    else
-        rc = write_and_show(c, "PUT", &path, body, what, "name");
-    mic_buf_fini(&path);
-    return rc;
+    if ((rc = client(c)))
+        return report(c, rc);
+    rc = put(c->mc, c->args[0], body, &j);
+    return show_written(c, rc, j, what, "name");
 }
 
-/* DELETE 'head'NAME; prints "deleted WHAT NAME" (nothing with --json:
- * the 204 has no body). */
-static int delete_resource(struct cli *c, const char *head, const char *what)
+/* Delete NAME with 'del'; prints "deleted WHAT NAME" (nothing with
+ * --json: the 204 has no body). */
+static int delete_resource(struct cli *c, int (*del)(mic_client *, const char *),
+                           const char *what)
 {
-    struct mic_buf path = {0};
-    struct mic_response a;
     int rc;
 
-    if (path_of(&path, head, c->args[0], NULL)) {
-        mic_buf_fini(&path);
-        return oom(c);
-    }
-    if ((rc = api(c, "DELETE", &path, NULL, &a)))
-        report(c, rc);
-    else if (!c->json)
+    if ((rc = client(c)))
+        return report(c, rc);
+    if (del(c->mc, c->args[0]))
+        return call_failed(c);
+    if (!c->json)
         printf("deleted %s %s\n", what, c->args[0]);
-    mic_response_fini(&a);
-    mic_buf_fini(&path);
-    return rc;
+    return 0;
 }
 
 static int cmd_topic_create(struct cli *c)
@@ -1865,7 +1890,7 @@ static int cmd_topic_create(struct cli *c)
         goto out;
     if (c->given[O_REQUIRE_VERSIONS])
         json_object_set_new(body, "require_versions", json_true());
-    rc = put_resource(c, "/v1/topics/", body, "topic");
+    rc = put_resource(c, mic_admin_topic_put, body, "topic");
 out:
     json_decref(body);
     return rc;
@@ -1873,7 +1898,7 @@ out:
 
 static int cmd_topic_delete(struct cli *c)
 {
-    return delete_resource(c, "/v1/topics/", "topic");
+    return delete_resource(c, mic_admin_topic_delete, "topic");
 }
 
 /* --topics a,b,c as a JSON array (each item as written: the server
@@ -1949,7 +1974,7 @@ static int cmd_group_create(struct cli *c)
             (rc = opt_str_field(c, o, O_SINK_SUBJECT, "subject")))
             goto out;
     }
-    rc = put_resource(c, "/v1/groups/", body, "group");
+    rc = put_resource(c, mic_admin_group_put, body, "group");
 out:
     json_decref(body);
     return rc;
@@ -1957,17 +1982,16 @@ out:
 
 static int cmd_group_delete(struct cli *c)
 {
-    return delete_resource(c, "/v1/groups/", "group");
+    return delete_resource(c, mic_admin_group_delete, "group");
 }
 
 static int cmd_replay_create(struct cli *c)
 {
-    struct mic_buf path = {0};
-    json_t *body = NULL;
+    json_t *body = NULL, *j = NULL;
     long long v;
     int rc;
 
-    if ((rc = body_from(c, &body)))
+    if ((rc = one_node(c)) || (rc = body_from(c, &body)))
         return rc;
     if (c->nargs && json_object_set_new(body, "run_id", json_string(c->args[0]))) {
         rc = usage_error(c, "replay create: the run id is not UTF-8");
@@ -1985,13 +2009,13 @@ static int cmd_replay_create(struct cli *c)
         json_object_set_new(body, "target_projection_version", json_integer(v));
     else if ((rc = opt_str_field(c, body, O_TARGET_VERSION, "target_projection_version")))
         goto out;
-    if (buf_puts(&path, "/v1/replays")) {
-        rc = oom(c);
+    if ((rc = client(c))) {
+        report(c, rc);
         goto out;
     }
-    rc = write_and_show(c, "POST", &path, body, "replay run", "run_id");
+    rc = mic_admin_replay_create(c->mc, 0, body, &j);
+    rc = show_written(c, rc, j, "replay run", "run_id");
 out:
-    mic_buf_fini(&path);
     json_decref(body);
     return rc;
 }
@@ -2027,35 +2051,43 @@ static int show_replays(struct cli *c, json_t *j)
 
 static int cmd_replay_show(struct cli *c)
 {
-    struct mic_buf path = {0};
+    json_t *j = NULL;
     int rc;
 
-    if (path_of(&path, "/v1/replays/", c->args[0], NULL)) {
-        mic_buf_fini(&path);
-        return oom(c);
-    }
-    rc = get_and_show(c, &path, show_replay);
-    mic_buf_fini(&path);
-    return rc;
+    if ((rc = one_node(c)))
+        return rc;
+    if ((rc = client(c)))
+        return report(c, rc);
+    rc = mic_admin_replay_get(c->mc, 0, c->args[0], &j);
+    return show_result(c, rc, j, show_replay);
 }
 
 static int cmd_replay_list(struct cli *c)
 {
-    struct mic_buf path = {0};
+    json_t *j = NULL;
     int rc;
 
-    if (buf_puts(&path, "/v1/replays")) {
-        mic_buf_fini(&path);
-        return oom(c);
-    }
-    rc = get_and_show(c, &path, show_replays);
-    mic_buf_fini(&path);
-    return rc;
+    if ((rc = one_node(c)))
+        return rc;
+    if ((rc = client(c)))
+        return report(c, rc);
+    rc = mic_admin_replays(c->mc, 0, &j);
+    return show_result(c, rc, j, show_replays);
+}
+
+/* mic_admin_replay_delete on node 0, in delete_resource's shape. */
+static int replay_delete0(mic_client *mc, const char *run_id)
+{
+    return mic_admin_replay_delete(mc, 0, run_id);
 }
 
 static int cmd_replay_delete(struct cli *c)
 {
-    return delete_resource(c, "/v1/replays/", "replay run");
+    int rc;
+
+    if ((rc = one_node(c)))
+        return rc;
+    return delete_resource(c, replay_delete0, "replay run");
 }
 
 /* ---- keys new (no server involved) ---- */
@@ -2151,6 +2183,8 @@ static int cmd_backup(struct cli *c)
     uint64_t bytes = 0;
     int rc, to_stdout = !strcmp(file, "-");
 
+    if ((rc = one_node(c)))
+        return rc;
     if (to_stdout && isatty(STDOUT_FILENO))
         return usage_error(c, "backup -: stdout is a terminal; redirect it, or give a FILE");
     if ((rc = client(c)))
@@ -2240,7 +2274,9 @@ static const struct command commands[] = {
      "unhandled age reached the group's alert_oldest_unhandled_s.  Per topic:\n"
      "events stored, publishes, duplicates, conflicts.  With GROUP: that group\n"
      "and the topics it subscribes to (--json: the whole answer).  Ages read\n"
-     "42s, 3m12s, 2h05m, 3d04h."},
+     "42s, 3m12s, 2h05m, 3d04h.  With several --url nodes, their figures merged:\n"
+     "counts summed, ages the oldest, ALERT if any node's, a group of one node\n"
+     "with that node's figures (--json: libmic's merge, with \"nodes\")."},
     {"oldest", NULL, cmd_oldest, OPT(O_LIMIT), 1, 1,
      "oldest GROUP [--limit N]",
      "The oldest unhandled deliveries of GROUP (default 10), and why each waits.\n"
@@ -2391,7 +2427,11 @@ static const struct command commands[] = {
 
 static const char common_help[] =
     "Options of every command (before or after it):\n"
-    "  --url URL      the server (default $MIC_URL, else " DEFAULT_URL ")\n"
+    "  --url URL      the server (default $MIC_URL, else " DEFAULT_URL "), or\n"
+    "                 several, URL,URL,...: publish routes each event to its node;\n"
+    "                 stats, oldest and blocked merge every node's; topic and group\n"
+    "                 create and delete go to every node; claim, ack, nack,\n"
+    "                 extend, dlq, replay and backup take one URL\n"
     "  --key SECRET   the API key (default $MIC_KEY; none: no Authorization header)\n"
     "  --cacert FILE  PEM CA certificate(s) to check an https:// server with\n"
     "  --json         print the server's JSON answer as it came instead of a table\n"
@@ -2527,6 +2567,33 @@ static const struct command *find_command(struct cli *c, int *words)
     return NULL;
 }
 
+/* c->url as the node list of the handle: "URL[,URL]...".  Returns 0, or
+ * EXIT_USAGE after the message (an empty URL in the list); libmic judges
+ * each URL and their number when the handle is made. */
+static int urls_split(struct cli *c)
+{
+    size_t n = 1;
+    char *p;
+
+    for (const char *q = c->url; *q; q++)
+        n += *q == ',';
+    if (!(c->urlbuf = strdup(c->url)) || !(c->urls = calloc(n, sizeof *c->urls))) {
+        oom(c);
+        return EXIT_USAGE;
+    }
+    for (p = c->urlbuf; p; c->nurls++) {
+        char *comma = strchr(p, ',');
+
+        if (comma)
+            *comma = 0;
+        if (!*p)
+            return usage_error(c, "--url: an empty URL in '%s' (give URL[,URL]...)", c->url);
+        c->urls[c->nurls] = p;
+        p = comma ? comma + 1 : NULL;
+    }
+    return 0;
+}
+
 /* Parse argv.  Returns 0 (c->cmd set), EXIT_USAGE (message printed), or
  * -1 after printing help. */
 static int opts_parse(struct cli *c, int argc, char **argv)
@@ -2614,8 +2681,7 @@ static int opts_parse(struct cli *c, int argc, char **argv)
         c->url = getenv("MIC_URL");
     if (!c->url || !*c->url)
         c->url = DEFAULT_URL;
-    c->timeout_ms = REQUEST_TIMEOUT_MS;
-    return 0;
+    return urls_split(c);
 }
 
 /* ---- Main ---- */
@@ -2637,6 +2703,8 @@ int main(int argc, char **argv)
     }
     mic_client_free(c.mc);
 out_args:
+    free(c.urls);
+    free(c.urlbuf);
     free(c.headers);
     free(c.scopes);
     free(c.pos);

@@ -154,6 +154,28 @@ int mic_request(mic_client *c, size_t node, const char *method, const char *path
                 const char *const *headers, struct mic_response *r);
 void mic_response_fini(struct mic_response *r);
 
+/* The failure the answer 'r' (of node 'node', stored in f->node)
+ * describes, into *f: for a non-2xx, kind SERVER with its status; code,
+ * message and field from the server's {"error":{"code","message",
+ * "field"}} (an answer without one gives the first line of its body, up
+ * to 300 bytes, as the message, or "(no body)"); retry_after_ms from its
+ * Retry-After (-1 when none).  Every call of libmic reads an error answer
+ * this way; use it on what mic_request hands back.  Returns 1 when 'r' is
+ * a failure (*f filled), 0 for a 2xx (*f cleared: kind NONE). */
+int mic_response_failure(const struct mic_response *r, int node, struct mic_failure *f);
+
+/* The answer the last call on 'c' read its result from: status, headers
+ * and the body exactly as it came (json is NULL: the parsed value went to
+ * the caller).  After a failure, the error answer that failed the call.
+ * None (status 0, body NULL) when no answer came, after mic_request,
+ * mic_stream, mic_stream_request and the backups (their answer goes to the
+ * caller), and after a call whose result joins several answers: node < 0
+ * over more than one node, a publish batch or a settlement sent as more
+ * than one request.  A PUT or DELETE on every node (topics, groups) leaves
+ * node 0's, the one *out holds.  Owned by 'c', never NULL; valid until
+ * the next call on 'c'. */
+const struct mic_response *mic_client_answer(const mic_client *c);
+
 /* A JSON request: 'body' (borrowed, may be NULL) is sent as
  * application/json.  On a 2xx returns 0 and *out (when not NULL) the parsed
  * body (new reference; NULL for an empty body such as a 204).  Otherwise
@@ -207,7 +229,9 @@ int mic_publish(mic_client *c, json_t *event, struct mic_publish_result *res);
  * res[i] (n of them, caller's array) says for events[i] which node took it
  * or why it failed.  Events without event_id get one, as above.  Returns 0
  * when every event is stored or a duplicate; -1 otherwise, failure kind
- * PARTIAL when some node succeeded, else that of the (first) node's failure. */
+ * PARTIAL when some node succeeded, else that of the (first) node's failure.
+ * A failure's field "events[k]..." names the caller's events[k] (micd's
+ * index within the node's part, translated). */
 int mic_publish_batch(mic_client *c, json_t *const *events, size_t n,
                       struct mic_publish_result *res);
 
@@ -252,6 +276,17 @@ int mic_claim(mic_client *c, size_t node, const char *group, const struct mic_cl
               struct mic_claimed *out);
 void mic_claimed_fini(struct mic_claimed *d);
 
+/* mic_claim with the request as the caller wrote it: 'req' (borrowed; a
+ * JSON object, or NULL for {}) is the claim's body as is, so micd judges
+ * every member ("max", "lease_ttl_s", "wait_s", "worker": a bad one is
+ * its 422 invalid_request, failure SERVER).  A "wait_s" number in 'req'
+ * lengthens the timeout as mic_claim_opts' wait_s does.  Fills *out as
+ * mic_claim (release it with mic_claimed_fini, also after a failure) and
+ * returns as mic_claim; also -1 with failure ARG when 'req' is not an
+ * object. */
+int mic_claim_json(mic_client *c, size_t node, const char *group, json_t *req,
+                   struct mic_claimed *out);
+
 enum mic_item_status {
     MIC_ITEM_UNKNOWN = 0,  /* not answered (the node failed: see 'fail') */
     MIC_ITEM_ACKED,
@@ -289,25 +324,47 @@ int mic_nack(mic_client *c, const char *group, const struct mic_leased *const *i
 int mic_extend(mic_client *c, const char *group, const struct mic_leased *const *items,
                size_t n, const struct mic_settle_opts *o, struct mic_item_result *res);
 
+enum mic_settle_verb { MIC_SETTLE_ACK = 0, MIC_SETTLE_NACK, MIC_SETTLE_EXTEND };
+
+/* mic_ack, mic_nack or mic_extend ('verb') with the options as the caller
+ * wrote them: the members of 'fields' (borrowed; a JSON object, or NULL
+ * for none: "error", "retry_after_s", "dead_letter", "lease_ttl_s") are
+ * sent as they are beside "deliveries", so micd judges them (a bad one is
+ * its 422 for the whole request: failure SERVER, every item UNKNOWN).
+ * Each node's items go as one request (micd takes 1 to 1000).  res[] and
+ * the return as for mic_ack; also -1 with failure ARG when 'verb' is not
+ * one of the enum or 'fields' is not an object or holds "deliveries". */
+int mic_settle_json(mic_client *c, enum mic_settle_verb verb, const char *group,
+                    const struct mic_leased *const *items, size_t n, json_t *fields,
+                    struct mic_item_result *res);
+
 /* The wire word of a status ("acked", ...); static. */
 const char *mic_item_status_name(enum mic_item_status s);
 
 /* ---- Admin ----
- * Each returns 0 and *out (new reference) or -1.  Resource names are
- * escaped here.  'node' < 0 means: every node, merged as each says. */
+ * Each returns 0 and *out (new reference) or -1 with *out NULL and the
+ * failure on the handle (SERVER with micd's answer, CONNECT, PROTO for a
+ * 2xx that is not JSON, NOMEM).  Resource names and query values are
+ * escaped here, whatever their length (micd judges them).  'node' < 0
+ * means: every node, merged as each says; a node that fails makes the
+ * call fail.  A 'limit' of 0 is the server's default; any other value is
+ * sent as it is (micd answers 422 for one outside 1..1000). */
 
 /* GET /v1/stats; node < 0 merges every node: per group and per topic the
  * counts are summed, ages take the maximum, oldest_unhandled_seq the
  * oldest's, "alert" is true if any node's is; store figures summed; a node
  * that fails makes the call fail. */
 int mic_admin_stats(mic_client *c, int node, json_t **out);
-/* GET .../oldest?limit=N (limit 0: server default); node < 0: every
+/* GET .../oldest?limit=N (limit 0: the server's, 10); node < 0: every
  * node's deliveries, each with "node", sorted by (created_at, seq) and cut
  * to limit (10 when 0); oldest_unhandled_age_s the maximum. */
 int mic_admin_oldest(mic_client *c, int node, const char *group, int limit, json_t **out);
 /* GET .../blocked[?reason=R]; node < 0: every node's aggregates (each with
- * "node"). */
+ * "node").  'reason' NULL: every reason. */
 int mic_admin_blocked(mic_client *c, int node, const char *group, const char *reason, json_t **out);
+/* mic_admin_blocked with ?limit=N (up to N aggregates per node). */
+int mic_admin_blocked_page(mic_client *c, int node, const char *group, const char *reason,
+                           int limit, json_t **out);
 /* GET .../dlq?limit=&after= on one node (cursors are per node). */
 int mic_admin_dlq(mic_client *c, size_t node, const char *group, int limit, const char *after,
             json_t **out);

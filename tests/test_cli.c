@@ -1586,6 +1586,166 @@ static void cli_storage_full(void **state)
     free(in);
 }
 
+/* ---- Several nodes ---- */
+
+/* The member of array 'arr' whose 'key' is 'name', or NULL. */
+static json_t *named(json_t *arr, const char *key, const char *name)
+{
+    json_t *it;
+    size_t i;
+
+    json_array_foreach(arr, i, it)
+        if (json_is_string(json_object_get(it, key)) && !strcmp(jstr(it, key), name))
+            return it;
+    return NULL;
+}
+
+/* GET /v1/stats of one node: group 'g''s member 'k' (0 when the group is
+ * absent), or with g NULL the store's. */
+static json_int_t node_stat(const struct srv *s, const char *g, const char *k)
+{
+    json_t *j = call(s, "GET", "/v1/stats", NULL, 200);
+    json_t *o = g ? named(json_object_get(j, "groups"), "group", g) : json_object_get(j, "store");
+    json_int_t v = o ? jint(o, k) : 0;
+
+    json_decref(j);
+    return v;
+}
+
+/* --url A,B: the create goes to both nodes, publish routes each event to
+ * its node, and stats merges them as libmic's mic_admin_stats does: a
+ * group's and a topic's counts summed, a group only one node has shown
+ * with that node's figures, the store's figures summed and "nodes": 2.
+ * oldest merges too; a command of one node's state refuses two URLs. */
+static void cli_stats_two_nodes(void **state)
+{
+    char urls[160], b[256], in[4096];
+    struct srv s2;
+    struct run r;
+    json_t *j, *g;
+    json_int_t pa, pb, ea, eb;
+    size_t len = 0, i;
+
+    (void)state;
+    memset(&s2, 0, sizeof s2);
+    assert_int_equal(srv_start(&s2, NULL), 0);
+    snprintf(urls, sizeof urls, "%s,%s", S.url, s2.url);
+
+    mic_v(&r, NULL, NULL, (const char *const[]){"--url", urls, "group", "create", "cli.m",
+                                               "--topics", "cli.m", NULL});
+    expect_ok(&r);
+    assert_string_equal(line_of(r.out, 0, b, sizeof b), "created group cli.m");
+    run_free(&r);
+    json_decref(call(&S, "GET", "/v1/groups/cli.m", NULL, 200));
+    json_decref(call(&s2, "GET", "/v1/groups/cli.m", NULL, 200));
+    json_decref(call(&s2, "PUT", "/v1/groups/cli.m2", "{\"topics\":[\"cli.m\"]}", 201));
+    json_decref(call(&S, "PUT", "/v1/groups/cli.m1", "{\"topics\":[\"cli.m\"]}", 201));
+
+    /* 20 events over 20 aggregates: rendezvous routing gives each node
+     * some (all on one node has odds of 2 in 2^20). */
+    for (int k = 0; k < 20; k++)
+        len += (size_t)snprintf(in + len, sizeof in - len,
+                                "{\"topic\":\"cli.m\",\"event_id\":\"m-%d\",\"aggregate_type\":\"acc\","
+                                "\"aggregate_id\":\"m%d\"}\n", k, k);
+    mic_v(&r, in, urls, (const char *const[]){"publish", NULL});
+    expect_ok(&r);
+    assert_memory_equal(r.out, "published 20, duplicates 0, failed 0,", 37);
+    run_free(&r);
+    pa = node_stat(&S, "cli.m", "pending");
+    pb = node_stat(&s2, "cli.m", "pending");
+    assert_int_equal(pa + pb, 20);
+    assert_true(pa > 0 && pb > 0);
+    assert_int_equal(node_stat(&S, "cli.m2", "pending"), 0);
+    assert_int_equal(node_stat(&s2, "cli.m2", "pending"), pb);
+    assert_int_equal(node_stat(&S, "cli.m1", "pending"), pa);
+
+    /* --json: the merge, as jansson writes it (no node answered it). */
+    mic_v(&r, NULL, NULL, (const char *const[]){"--url", urls, "stats", "--json", NULL});
+    expect_ok(&r);
+    j = out_json(&r);
+    assert_int_equal(jint(j, "nodes"), 2);
+    g = named(json_object_get(j, "groups"), "group", "cli.m");
+    assert_non_null(g);
+    assert_int_equal(jint(g, "pending"), 20);
+    assert_int_equal(jint(g, "processing"), 0);
+    g = named(json_object_get(j, "groups"), "group", "cli.m2");
+    assert_non_null(g);
+    assert_int_equal(jint(g, "pending"), pb);
+    assert_int_equal(jint(named(json_object_get(j, "topics"), "topic", "cli.m"), "events"), 20);
+    ea = node_stat(&S, NULL, "events");
+    eb = node_stat(&s2, NULL, "events");
+    assert_int_equal(jint(json_object_get(j, "store"), "events"), ea + eb);
+    g = named(json_object_get(j, "groups"), "group", "cli.m1"); /* node 0's alone */
+    assert_non_null(g);
+    assert_int_equal(jint(g, "pending"), pa);
+    json_decref(j);
+    run_free(&r);
+
+    /* The table: the sums, both nodes' groups, the store line says so. */
+    mic_v(&r, NULL, urls, (const char *const[]){"stats", NULL});
+    expect_ok(&r);
+    for (i = 1; i < (size_t)count_lines(r.out); i++)
+        if (!strcmp(cell(r.out, (int)i, 0, b, sizeof b), "cli.m"))
+            break;
+    assert_true(i < (size_t)count_lines(r.out));
+    assert_string_equal(cell(r.out, (int)i, 1, b, sizeof b), "20");
+    assert_non_null(strstr(r.out, "\ncli.m2 "));
+    snprintf(b, sizeof b, ", %lld events on 2 nodes\n", (long long)(ea + eb));
+    assert_non_null(strstr(r.out, b));
+    run_free(&r);
+    mic_v(&r, NULL, NULL, (const char *const[]){"--url", urls, "stats", "cli.m2", NULL});
+    expect_ok(&r);
+    assert_int_equal(count_lines(r.out), 7); /* header, cli.m2, blank, header, cli.m, blank, store */
+    assert_string_equal(cell(r.out, 1, 0, b, sizeof b), "cli.m2");
+    snprintf(in, sizeof in, "%lld", (long long)pb);
+    assert_string_equal(cell(r.out, 1, 1, b, sizeof b), in);
+    run_free(&r);
+
+    /* One node's view is that node's alone, as before. */
+    mic_v(&r, NULL, NULL, (const char *const[]){"--url", s2.url, "stats", "cli.m", "--json", NULL});
+    expect_ok(&r);
+    j = out_json(&r);
+    assert_null(json_object_get(j, "nodes"));
+    assert_int_equal(jint(named(json_object_get(j, "groups"), "group", "cli.m"), "pending"), pb);
+    json_decref(j);
+    run_free(&r);
+
+    /* oldest over both: every delivery, each with its node. */
+    mic_v(&r, NULL, NULL, (const char *const[]){"--url", urls, "oldest", "cli.m", "--limit", "25",
+                                               "--json", NULL});
+    expect_ok(&r);
+    j = out_json(&r);
+    assert_int_equal(json_array_size(json_object_get(j, "deliveries")), 20);
+    {
+        json_t *d;
+        json_int_t on1 = 0;
+
+        json_array_foreach(json_object_get(j, "deliveries"), i, d)
+            on1 += jint(d, "node");
+        assert_int_equal(on1, pb);
+    }
+    json_decref(j);
+    run_free(&r);
+
+    /* A lease, a DLQ, a replay run are one node's: two URLs are a usage
+     * error, before anything is sent; an empty URL in the list too. */
+    mic_v(&r, NULL, urls, (const char *const[]){"claim", "cli.m", NULL});
+    expect_fail(&r, 2, "claim talks to one node: give one --url");
+    assert_string_equal(r.out, "");
+    run_free(&r);
+    assert_int_equal(node_stat(&S, "cli.m", "processing") + node_stat(&s2, "cli.m", "processing"), 0);
+    mic_v(&r, NULL, urls, (const char *const[]){"dlq", "list", "cli.m", NULL});
+    expect_fail(&r, 2, "dlq list talks to one node");
+    run_free(&r);
+    snprintf(b, sizeof b, "%s,", S.url);
+    mic_v(&r, NULL, b, (const char *const[]){"stats", NULL});
+    expect_fail(&r, 2, "--url: an empty URL");
+    run_free(&r);
+
+    assert_int_equal(srv_stop(&s2), 0);
+    srv_cleanup(&s2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1603,6 +1763,7 @@ int main(void)
         cmocka_unit_test(cli_replay_commands),
         cmocka_unit_test(cli_server_down),
         cmocka_unit_test(cli_storage_full),
+        cmocka_unit_test(cli_stats_two_nodes),
     };
 
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

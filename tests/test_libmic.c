@@ -1341,6 +1341,186 @@ static void admin_two_nodes(void **state)
     srv_cleanup(&s2);
 }
 
+/* The calls the mic CLI is built on: an error answer read by
+ * mic_response_failure, the last answer as it came (mic_client_answer),
+ * claims and settlements whose options go as written (micd judges them),
+ * blocked with a page size and an escaped reason; over two nodes a merge
+ * has no one answer, a PUT on both keeps node 0's, and a refused event's
+ * field names the caller's index. */
+static void admin_json_calls(void **state)
+{
+    struct srv s2;
+    const struct srv *v[2] = {&S, &s2};
+    struct mic_response r = {0};
+    struct mic_failure f;
+    struct mic_claimed cl = {0};
+    struct mic_item_result res[2];
+    const struct mic_leased *items[2];
+    const struct mic_response *a;
+    mic_client *c, *c2;
+    json_t *out = NULL, *req, *ev[24], *empty;
+    struct mic_publish_result pr[24];
+    char *raw, agg_field[64];
+    size_t len;
+    int bad = -1, seen0 = 0;
+
+    (void)state;
+    /* mic_response_failure on answers as mic_request hands them back. */
+    r.status = 409;
+    r.json = json_loads("{\"error\":{\"code\":\"version_conflict\",\"message\":\"m\","
+                        "\"field\":\"f\"}}", 0, NULL);
+    snprintf(r.retry_after, sizeof r.retry_after, "3");
+    assert_int_equal(mic_response_failure(&r, 2, &f), 1);
+    assert_int_equal(f.kind, MIC_FAIL_SERVER);
+    assert_int_equal(f.status, 409);
+    assert_int_equal(f.node, 2);
+    assert_string_equal(f.code, "version_conflict");
+    assert_string_equal(f.message, "m");
+    assert_string_equal(f.field, "f");
+    assert_int_equal(f.retry_after_ms, 3000);
+    json_decref(r.json);
+    memset(&r, 0, sizeof r);
+    r.status = 502;
+    r.body = "bad gateway\r\nmore";
+    r.len = strlen(r.body);
+    assert_int_equal(mic_response_failure(&r, 0, &f), 1);
+    assert_string_equal(f.code, "");
+    assert_string_equal(f.message, "bad gateway");
+    assert_int_equal(f.retry_after_ms, -1);
+    r.len = 0;
+    assert_int_equal(mic_response_failure(&r, 0, &f), 1);
+    assert_string_equal(f.message, "(no body)");
+    r.status = 204;
+    assert_int_equal(mic_response_failure(&r, 0, &f), 0);
+    assert_int_equal(f.kind, MIC_FAIL_NONE);
+
+    c = client1(&S);
+    make_group(c, "lm.json", "lm.json.g", "{\"ordered\":true}");
+    /* The answer as it came: the bytes mic_request reads. */
+    assert_int_equal(mic_admin_topics(c, &out), 0);
+    a = mic_client_answer(c);
+    assert_int_equal(a->status, 200);
+    assert_non_null(a->body);
+    assert_null(a->json);
+    raw = strndup(a->body, a->len);
+    len = a->len;
+    json_decref(out);
+    assert_int_equal(mic_request(c, 0, "GET", "/v1/topics", NULL, NULL, 0, NULL, &r), 0);
+    assert_int_equal(r.len, len);
+    assert_memory_equal(r.body, raw, len);
+    mic_response_fini(&r);
+    free(raw);
+    assert_null(mic_client_answer(c)->body); /* mic_request's answer is the caller's */
+    assert_int_equal(mic_admin_group_get(c, "lm.json.nosuch", &out), -1);
+    assert_null(out);
+    assert_int_equal(mic_client_answer(c)->status, 404);
+    assert_non_null(strstr(mic_client_answer(c)->body, "not_found"));
+
+    /* A claim as written: micd's bound, then a claim of two. */
+    publish_ok(c, event("lm.json", "lmj.a1", 1, 1), NULL);
+    publish_ok(c, event("lm.json", "lmj.a2", 1, 2), NULL);
+    req = json_pack("{si}", "max", 0);
+    assert_int_equal(mic_claim_json(c, 0, "lm.json.g", req, &cl), -1);
+    expect_fail(c, MIC_FAIL_SERVER, 422, "invalid_request");
+    assert_string_equal(mic_client_failure(c)->field, "max");
+    mic_claimed_fini(&cl);
+    json_decref(req);
+    req = json_integer(1);
+    assert_int_equal(mic_claim_json(c, 0, "lm.json.g", req, &cl), -1);
+    expect_fail(c, MIC_FAIL_ARG, 0, NULL);
+    mic_claimed_fini(&cl);
+    json_decref(req);
+    req = json_pack("{sisi}", "max", 2, "wait_s", 1);
+    assert_int_equal(mic_claim_json(c, 0, "lm.json.g", req, &cl), 0);
+    json_decref(req);
+    assert_int_equal(cl.n, 2);
+    assert_int_equal(mic_client_answer(c)->status, 200);
+    assert_non_null(strstr(mic_client_answer(c)->body, cl.v[0].lease_token));
+    items[0] = &cl.v[0];
+    items[1] = &cl.v[1];
+
+    /* Settlements as written: a nack whose retry_after_s micd refuses
+     * (mic_nack would have left it out), an extend, an ack. */
+    req = json_pack("{si}", "retry_after_s", -5);
+    assert_int_equal(mic_settle_json(c, MIC_SETTLE_NACK, "lm.json.g", items, 2, req, res), -1);
+    expect_fail(c, MIC_FAIL_SERVER, 422, "invalid_request");
+    assert_string_equal(mic_client_failure(c)->field, "retry_after_s");
+    assert_int_equal(res[0].status, MIC_ITEM_UNKNOWN);
+    json_decref(req);
+    req = json_pack("{s[]}", "deliveries");
+    assert_int_equal(mic_settle_json(c, MIC_SETTLE_ACK, "lm.json.g", items, 2, req, res), -1);
+    expect_fail(c, MIC_FAIL_ARG, 0, NULL);
+    json_decref(req);
+    req = json_pack("{si}", "lease_ttl_s", 600);
+    assert_int_equal(mic_settle_json(c, MIC_SETTLE_EXTEND, "lm.json.g", items, 2, req, res), 0);
+    json_decref(req);
+    assert_int_equal(res[0].status, MIC_ITEM_EXTENDED);
+    assert_true(res[1].time[0] != 0);
+    assert_non_null(strstr(mic_client_answer(c)->body, "\"extended\""));
+    assert_int_equal(mic_settle_json(c, MIC_SETTLE_ACK, "lm.json.g", items, 2, NULL, res), 0);
+    assert_int_equal(res[0].status, MIC_ITEM_ACKED);
+    assert_int_equal(res[1].status, MIC_ITEM_ACKED);
+    assert_int_equal(res[1].seq, cl.v[1].seq);
+    mic_claimed_fini(&cl);
+
+    /* blocked: a page size micd judges, a reason escaped. */
+    assert_int_equal(mic_admin_blocked_page(c, 0, "lm.json.g", NULL, 5, &out), 0);
+    assert_true(json_is_array(json_object_get(out, "aggregates")));
+    json_decref(out);
+    assert_int_equal(mic_admin_blocked_page(c, 0, "lm.json.g", NULL, -1, &out), -1);
+    expect_fail(c, MIC_FAIL_SERVER, 422, "invalid_request");
+    assert_string_equal(mic_client_failure(c)->field, "limit");
+    assert_int_equal(mic_admin_blocked(c, 0, "lm.json.g", "a b&c", &out), -1);
+    expect_fail(c, MIC_FAIL_SERVER, 422, "invalid_request");
+    assert_string_equal(mic_client_failure(c)->field, "reason");
+    assert_int_equal(mic_admin_oldest(c, 0, "lm.json.g", -2, &out), -1);
+    assert_string_equal(mic_client_failure(c)->field, "limit");
+
+    /* Two nodes. */
+    memset(&s2, 0, sizeof s2);
+    assert_int_equal(srv_start(&s2, NULL), 0);
+    c2 = client_of(v, 2, 0);
+    empty = json_object();
+    assert_int_equal(mic_admin_topic_put(c2, "lm.json2", empty, &out), 0);
+    json_decref(empty);
+    json_decref(out);
+    assert_int_equal(mic_client_answer(c2)->status, 201);   /* node 0's, kept */
+    assert_non_null(strstr(mic_client_answer(c2)->body, "lm.json2"));
+    assert_int_equal(mic_admin_stats(c2, -1, &out), 0);
+    assert_null(mic_client_answer(c2)->body);               /* a merge: no one answer */
+    assert_int_equal(mic_client_answer(c2)->status, 0);
+    json_decref(out);
+    assert_int_equal(mic_admin_stats(c2, 1, &out), 0);
+    assert_int_equal(mic_client_answer(c2)->status, 200);
+    json_decref(out);
+    /* A refused event that is not first in its node's part: the field
+     * names its index in the caller's batch. */
+    for (int i = 0; i < 24; i++) {
+        char agg[32];
+
+        snprintf(agg, sizeof agg, "lmj.k%d", i);
+        ev[i] = event("lm.json2", agg, 0, i);
+        if (mic_client_route(c2, "agg", agg, NULL) == 0)
+            seen0 = 1;
+        else if (seen0 && bad < 0)
+            bad = i;   /* node 1's, after one of node 0's: its index there is lower */
+    }
+    assert_true(bad > 0);
+    json_object_set_new(ev[bad], "priority", json_integer(999));
+    assert_int_equal(mic_publish_batch(c2, ev, 24, pr), -1);
+    expect_fail(c2, MIC_FAIL_PARTIAL, 422, "invalid_event");
+    snprintf(agg_field, sizeof agg_field, "events[%d].priority", bad);
+    assert_string_equal(pr[bad].fail.field, agg_field);
+    assert_string_equal(mic_client_failure(c2)->field, agg_field);
+    for (int i = 0; i < 24; i++)
+        json_decref(ev[i]);
+    mic_client_free(c2);
+    assert_int_equal(srv_stop(&s2), 0);
+    srv_cleanup(&s2);
+    mic_client_free(c);
+}
+
+
 /* blocked (a leased head holds its successor), DLQ requeue and skip, gap
  * skip, on one node. */
 static void admin_blocked_dlq_gaps(void **state)
@@ -2570,6 +2750,7 @@ int main(void)
         cmocka_unit_test(ack_nack_extend),
         cmocka_unit_test(lease_lost_after_reclaim),
         cmocka_unit_test(admin_two_nodes),
+        cmocka_unit_test(admin_json_calls),
         cmocka_unit_test(admin_blocked_dlq_gaps),
         cmocka_unit_test(admin_replays),
         cmocka_unit_test(stream_ndjson),
