@@ -50,7 +50,7 @@ WARN    := -std=c11 -Wall -Wextra -Werror -Wformat=2 -g
 SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 PKGCFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 # LMDB is linked from a copy of Debian's liblmdb.a whose pwrite, writev and
-# lseek calls go to the store journal's capture functions (server/journal.h):
+# lseek calls go to the store journal's capture functions (server/store/journal.h):
 # everything LMDB writes to data.mdb is also copied into the journal.
 LMDB_A    := build/liblmdb-journal.a
 PKGLIBS   = $(LMDB_A) $(shell pkg-config --libs $(filter-out lmdb,$(PKGS)) 2>/dev/null) -lpthread -lm
@@ -70,9 +70,29 @@ DEPLOY_TEST_DEBS := systemd python3-yaml
 PEER_DEBS := redis-server libhiredis-dev postgresql libpq-dev nats-server libnats-dev beanstalkd \
              gnuplot-nox python3 curl $(DEPLOY_TEST_DEBS)
 
-SRV_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
+# server/'s layers, from the bottom (DESIGN section 8): each folder is an
+# archive, build/{rel,san}/libmicd-LAYER.a; micd links them from the top
+# down, and a unit test of a layer only its own and the lower ones', so a
+# call upward does not link (tests/check-layers.sh checks the rest).
+LAYERS  := core store engine ops http relay
+SRV_SRC := $(foreach l,$(LAYERS),$(wildcard server/$(l)/*.c))
+SRV_HDR := $(wildcard server/*/*.h)
 REL_OBJ := $(SRV_SRC:server/%.c=build/rel/%.o)
 SAN_OBJ := $(SRV_SRC:server/%.c=build/san/%.o)
+define layer_rules
+build/rel/libmicd-$(1).a: $$(patsubst server/%.c,build/rel/%.o,$$(wildcard server/$(1)/*.c))
+	rm -f $$@ && ar rcs $$@ $$^
+build/san/libmicd-$(1).a: $$(patsubst server/%.c,build/san/%.o,$$(wildcard server/$(1)/*.c))
+	rm -f $$@ && ar rcs $$@ $$^
+endef
+$(foreach l,$(LAYERS),$(eval $(call layer_rules,$(l))))
+# The archives of layer L and below, top first (the order the linker needs).
+layers_upto = $(foreach l,$(call reverse,$(wordlist 1,$(call layer_index,$(2)),$(LAYERS))),build/$(1)/libmicd-$(l).a)
+layer_index = $(words $(call upto_list,$(1),$(LAYERS)))
+upto_list = $(if $(filter $(1),$(firstword $(2))),$(firstword $(2)),$(firstword $(2)) $(call upto_list,$(1),$(wordlist 2,$(words $(2)),$(2))))
+reverse = $(if $(1),$(call reverse,$(wordlist 2,$(words $(1)),$(1))) $(firstword $(1)))
+REL_ARCH := $(call layers_upto,rel,relay)
+SAN_ARCH := $(call layers_upto,san,relay)
 UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
 HARNESS := build/san/harness.o
 KIT     := build/san/claimkit.o build/san/procfx.o build/san/jgen.o build/san/pgfx.o build/san/natsfx.o
@@ -94,10 +114,12 @@ deps:
 test-deps:
 	$(call apt_install,$(TEST_DEBS))
 
-build/rel/%.o: server/%.c server/*.h | build/rel
-	$(CC) $(WARN) -O2 $(PKGCFLAGS) -c $< -o $@
-build/san/%.o: server/%.c server/*.h | build/san
-	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) -c $< -o $@
+build/rel/%.o: server/%.c $(SRV_HDR) | build/rel
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) -O2 $(PKGCFLAGS) -Iserver -c $< -o $@
+build/san/%.o: server/%.c $(SRV_HDR) | build/san
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) -Iserver -c $< -o $@
 build/rel build/san:
 	mkdir -p $@
 $(LMDB_A): Makefile | build/rel
@@ -105,26 +127,26 @@ $(LMDB_A): Makefile | build/rel
 	    --redefine-sym lseek=mic_jnl_lseek \
 	    $$(pkg-config --variable=libdir lmdb)/liblmdb.a $@
 
-build/micd: $(REL_OBJ) build/rel/main.o $(LMDB_A)
-	$(CC) $(WARN) -O2 $(filter %.o,$^) -o $@ $(PKGLIBS)
-build/san/micd: $(SAN_OBJ) build/san/main.o $(LMDB_A)
-	$(CC) $(WARN) $(SAN) $(filter %.o,$^) -o $@ $(PKGLIBS)
+build/micd: build/rel/main.o $(REL_ARCH) $(LMDB_A)
+	$(CC) $(WARN) -O2 build/rel/main.o $(REL_ARCH) -o $@ $(PKGLIBS)
+build/san/micd: build/san/main.o $(SAN_ARCH) $(LMDB_A)
+	$(CC) $(WARN) $(SAN) build/san/main.o $(SAN_ARCH) -o $@ $(PKGLIBS)
 
-# The admin page (GET /ui; server/ui/README.md): server/ui/embed.c turns
-# its files into build/ui_files.h, which server/ui.c includes, so every
+# The admin page (GET /ui; server/http/ui/README.md): server/http/ui/embed.c turns
+# its files into build/ui_files.h, which server/http/ui.c includes, so every
 # build of micd (release, sanitizers, fuzz) carries them.
-UI_FILES := server/ui/index.html server/ui/app.js server/ui/app.css
-build/ui-embed: server/ui/embed.c | build/rel
+UI_FILES := server/http/ui/index.html server/http/ui/app.js server/http/ui/app.css
+build/ui-embed: server/http/ui/embed.c | build/rel
 	$(CC) $(WARN) -O2 $< -o $@
 build/ui_files.h: build/ui-embed $(UI_FILES)
 	build/ui-embed $(UI_FILES) > $@.tmp && mv $@.tmp $@
-build/rel/ui.o build/san/ui.o build/fuzz/obj/ui.o: build/ui_files.h
+build/rel/http/ui.o build/san/http/ui.o build/fuzz/obj/http/ui.o: build/ui_files.h
 
 $(HARNESS): tests/harness.c tests/harness.h client/mic.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -Iclient -c $< -o $@
 build/san/claimkit.o: tests/claimkit.c tests/claimkit.h tests/harness.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
-build/san/procfx.o: tests/procfx.c tests/procfx.h server/*.h | build/san
+build/san/procfx.o: tests/procfx.c tests/procfx.h $(SRV_HDR) | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
 build/san/jgen.o: tests/jgen.c tests/jgen.h | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
@@ -153,7 +175,7 @@ build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) $(KIT) tests/harness.h te
 # FAULT_MICD=build/micd runs them against the release build.
 FAULT_MICD ?= build/san/micd
 CRASH_SRC := tests/fault/crashloop.c tests/fault/crashcheck.c
-build/san/crashloop: $(CRASH_SRC) tests/fault/crashcheck.h client/mic.h server/clock.h build/san/libmic.a | build/san
+build/san/crashloop: $(CRASH_SRC) tests/fault/crashcheck.h client/mic.h server/core/clock.h build/san/libmic.a | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(LIBMIC_CFLAGS) -Iclient -Iserver -Itests/fault $(CRASH_SRC) build/san/libmic.a -o $@ $(LIBMIC_LIBS)
 # The checker's self-test links the checker alone.
 build/san/test_crashcheck: tests/test_crashcheck.c tests/fault/crashcheck.c tests/fault/crashcheck.h | build/san
@@ -180,9 +202,9 @@ FUZZ_SECONDS  ?= 60
 FUZZ_CHECK_SECONDS ?= 8
 # (named only by a pattern rule, they would be deleted as intermediates)
 .SECONDARY: $(FUZZ_OBJ)
-build/fuzz/obj/%.o: server/%.c server/*.h
-	@mkdir -p build/fuzz/obj
-	$(FUZZ_CC) $(FUZZ_WARN) -O1 -fsanitize=fuzzer-no-link $(FUZZ_SAN) $(PKGCFLAGS) -c $< -o $@
+build/fuzz/obj/%.o: server/%.c $(SRV_HDR)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_WARN) -O1 -fsanitize=fuzzer-no-link $(FUZZ_SAN) $(PKGCFLAGS) -Iserver -c $< -o $@
 build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h $(FUZZ_OBJ) $(LMDB_A)
 	$(FUZZ_CC) $(FUZZ_WARN) -O1 -fsanitize=fuzzer $(FUZZ_SAN) $(PKGCFLAGS) -Iserver $< $(FUZZ_OBJ) -o $@ $(PKGLIBS)
 fuzz: deps test-deps $(FUZZ_BINS)
@@ -202,7 +224,7 @@ fuzz-seeds: build/fuzz/gen_records
 # the sanitizer builds; build/libmic.pc for pkg-config.
 LIBMIC_SRC := client/libmic.c client/mic_worker.c client/mic_consumer.c
 # micd's growable buffer and time formatting serve libmic too (one copy).
-LIBMIC_SHARED := server/buf.c server/clock.c
+LIBMIC_SHARED := server/core/buf.c server/core/clock.c
 LIBMIC_PKGS := libcurl jansson lmdb libcrypto
 # mic.h's own types come from these: a program using libmic links them too
 LIBMIC_PUBLIC := jansson lmdb
@@ -211,18 +233,18 @@ LIBMIC_LIBS = $(shell pkg-config --libs $(LIBMIC_PKGS) 2>/dev/null) -lpthread
 LIBMIC_REL := $(LIBMIC_SRC:client/%.c=build/rel/lib/%.o) $(LIBMIC_SHARED:server/%.c=build/rel/lib/%.o)
 LIBMIC_SAN := $(LIBMIC_SRC:client/%.c=build/san/lib/%.o) $(LIBMIC_SHARED:server/%.c=build/san/lib/%.o)
 LIBMIC_VERSION := 1.0.0
-build/rel/lib/%.o: client/%.c client/mic.h server/buf.h | build/rel
+build/rel/lib/%.o: client/%.c client/mic.h server/core/buf.h | build/rel
 	@mkdir -p build/rel/lib
 	$(CC) $(WARN) -O2 -fPIC $(LIBMIC_CFLAGS) -Iserver -c $< -o $@
-build/san/lib/%.o: client/%.c client/mic.h server/buf.h | build/san
+build/san/lib/%.o: client/%.c client/mic.h server/core/buf.h | build/san
 	@mkdir -p build/san/lib
 	$(CC) $(WARN) -O1 $(SAN) $(LIBMIC_CFLAGS) -Iserver -c $< -o $@
-build/rel/lib/%.o: server/%.c server/*.h | build/rel
-	@mkdir -p build/rel/lib
-	$(CC) $(WARN) -O2 -fPIC $(PKGCFLAGS) -c $< -o $@
-build/san/lib/%.o: server/%.c server/*.h | build/san
-	@mkdir -p build/san/lib
-	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) -c $< -o $@
+build/rel/lib/%.o: server/%.c $(SRV_HDR) | build/rel
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) -O2 -fPIC $(PKGCFLAGS) -Iserver -c $< -o $@
+build/san/lib/%.o: server/%.c $(SRV_HDR) | build/san
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) -Iserver -c $< -o $@
 build/libmic.a: $(LIBMIC_REL)
 	rm -f $@ && ar rcs $@ $^
 # Only mic.h's functions are exported (client/libmic.map, a version script;
@@ -237,8 +259,8 @@ build/libmic.pc: Makefile | build/rel
 	    '$(PREFIX)' '$(LIBMIC_VERSION)' '$(LIBMIC_PUBLIC)' '$(filter-out $(LIBMIC_PUBLIC),$(LIBMIC_PKGS))' > $@
 
 # The tools link libmic (static; it carries micd's buffer and clock).
-CLI_REL := build/libmic.a build/rel/auth.o build/rel/err.o
-CLI_SAN := build/san/libmic.a build/san/auth.o build/san/err.o
+CLI_REL := build/libmic.a build/rel/http/auth.o build/rel/core/key.o build/rel/core/glob.o build/rel/core/err.o
+CLI_SAN := build/san/libmic.a build/san/http/auth.o build/san/core/key.o build/san/core/glob.o build/san/core/err.o
 CLI_LIBS = $(RLIBS) $(LIBMIC_LIBS)
 build/mic-events-replay: client/mic-events-replay.c client/mic.h $(CLI_REL) | build/rel
 	$(CC) $(WARN) -O2 $(RCFLAGS) -Iserver -Iclient $< $(filter %.o,$(CLI_REL)) build/libmic.a -o $@ $(CLI_LIBS)
@@ -254,9 +276,9 @@ build/san/mic: client/mic.c client/mic.h $(CLI_SAN) | build/san
 RELAY_PKGS := libpq libmicrohttpd jansson
 RELAY_CFLAGS = $(shell pkg-config --cflags $(RELAY_PKGS) 2>/dev/null)
 RELAY_LIBS = $(shell pkg-config --libs $(RELAY_PKGS) 2>/dev/null)
-build/mic-relay: client/mic-relay.c client/mic.h server/clock.h build/libmic.a | build/rel
+build/mic-relay: client/mic-relay.c client/mic.h server/core/clock.h build/libmic.a | build/rel
 	$(CC) $(WARN) -O2 $(RELAY_CFLAGS) -Iserver -Iclient $< build/libmic.a -o $@ $(RELAY_LIBS) $(LIBMIC_LIBS)
-build/san/mic-relay: client/mic-relay.c client/mic.h server/clock.h build/san/libmic.a | build/san
+build/san/mic-relay: client/mic-relay.c client/mic.h server/core/clock.h build/san/libmic.a | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(RELAY_CFLAGS) -Iserver -Iclient $< build/san/libmic.a -o $@ $(RELAY_LIBS) $(LIBMIC_LIBS)
 
 # make install PREFIX=DIR: the binaries, libmic (static and shared), its

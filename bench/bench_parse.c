@@ -6,9 +6,9 @@
  *   build/bench_parse [BATCH] [ROUNDS]
  */
 #define _GNU_SOURCE
-#include "config.h"
-#include "err.h"
-#include "publish.h"
+#include "core/config.h"
+#include "core/err.h"
+#include "engine/publish.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -19,7 +19,7 @@
  * answer is final. */
 #define _GNU_SOURCE
 #include "mic.h"
-#include "buf.h"
+#include "core/buf.h"
 
 #include <curl/curl.h>
 #include <errno.h>

@@ -59,9 +59,9 @@
  * Exit status: 0 done, 1 source or publication error, 2 usage error.
  */
 #define _GNU_SOURCE
-#include "buf.h"
-#include "clock.h"
-#include "err.h"
+#include "core/buf.h"
+#include "core/clock.h"
+#include "core/err.h"
 #include "mic.h"
 
 #include <errno.h>

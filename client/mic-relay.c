@@ -104,7 +104,7 @@
  * libmic handle, memory) or rows left unfinalized at stop, 2 usage error.
  */
 #define _GNU_SOURCE
-#include "clock.h"
+#include "core/clock.h"
 #include "mic.h"
 
 #include <errno.h>

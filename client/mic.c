@@ -71,8 +71,8 @@
  * and leaves bounds and names to the server, whose error it reports.
  */
 #define _GNU_SOURCE
-#include "auth.h"
-#include "buf.h"
+#include "http/auth.h"
+#include "core/buf.h"
 #include "mic.h"
 
 #include <errno.h>

@@ -27,7 +27,7 @@
 #define _GNU_SOURCE
 #include "mic.h"
 
-#include "clock.h"
+#include "core/clock.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -29,17 +29,17 @@
  * format or an unfinished migration).  See proto/store-format.md,
  * "Verification". */
 #define _POSIX_C_SOURCE 200809L
-#include "clock.h"
-#include "config.h"
-#include "err.h"
-#include "group.h"
-#include "history.h"
-#include "log.h"
-#include "routes.h"
-#include "schedule.h"
-#include "sink.h"
-#include "store.h"
-#include "writer.h"
+#include "core/clock.h"
+#include "core/config.h"
+#include "core/err.h"
+#include "engine/group.h"
+#include "http/history.h"
+#include "core/logger.h"
+#include "http/routes.h"
+#include "engine/schedule.h"
+#include "relay/sink.h"
+#include "store/store.h"
+#include "engine/writer.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -72,7 +72,7 @@ static void on_signal(int sig)
 #define EXIT_STORAGE_FAILED 74
 static void on_fatal(const char *what, int err)
 {
-    mic_log(MIC_LOG_ERROR, NULL, "fatal: storage failed, exiting", "what", what,
+    mic_logger_write(MIC_LEVEL_ERROR, NULL, "fatal: storage failed, exiting", "what", what,
             "error", err ? strerror(err) : "-", NULL);
     _exit(EXIT_STORAGE_FAILED);
 }
@@ -87,11 +87,11 @@ static int load_keys(const struct mic_config *cfg, mic_keys **out)
     if (!cfg->keys[0])
         return MIC_OK;
     if ((rc = mic_keys_load(cfg->keys, out, why, sizeof why))) {
-        mic_log(MIC_LOG_ERROR, NULL, "bad keys file", "path", cfg->keys, "reason", why, NULL);
+        mic_logger_write(MIC_LEVEL_ERROR, NULL, "bad keys file", "path", cfg->keys, "reason", why, NULL);
         return rc;
     }
     snprintf(n, sizeof n, "%d", mic_keys_count(*out));
-    mic_log(MIC_LOG_INFO, NULL, "keys loaded", "path", cfg->keys, "keys", n, NULL);
+    mic_logger_write(MIC_LEVEL_INFO, NULL, "keys loaded", "path", cfg->keys, "keys", n, NULL);
     return MIC_OK;
 }
 
@@ -142,7 +142,7 @@ static void clock_from_store(mic_store *store)
     mic_clock_floor(stored);
     if (stored > wall + 1000000) {
         snprintf(ahead, sizeof ahead, "%.3f", (double)(stored - wall) / 1e6);
-        mic_log(MIC_LOG_WARN, NULL, "the store's clock is ahead of the wall clock: micd's "
+        mic_logger_write(MIC_LEVEL_WARN, NULL, "the store's clock is ahead of the wall clock: micd's "
                 "clock continues from the store's and slews toward the wall clock",
                 "ahead_s", ahead, NULL);
     }
@@ -227,7 +227,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "micd: %s\n", err);
         return 2;
     }
-    mic_log_set_level(cfg.log_level);
+    mic_logger_set_level(cfg.log_level);
     if (load_keys(&cfg, &keys))
         return 2;
     if (!keys && mic_http_listen_is_loopback(cfg.listen) == 0) {
@@ -268,7 +268,7 @@ int main(int argc, char **argv)
         return 3;
     clock_from_store(store);
     if (mic_groups_new(&groups, store)) {
-        mic_log(MIC_LOG_ERROR, NULL, "cannot load the groups", NULL);
+        mic_logger_write(MIC_LEVEL_ERROR, NULL, "cannot load the groups", NULL);
         mic_store_close(store);
         mic_keys_free(keys);
         return 3;
@@ -277,7 +277,7 @@ int main(int argc, char **argv)
     if (mic_sched_new(&sched, groups) == MIC_OK)
         mic_sched_hooks(sched, &hooks);
     if (!hooks.sched || mic_writer_start(&writer, store, &cfg, &hooks)) {
-        mic_log(MIC_LOG_ERROR, NULL, "cannot start the writer", NULL);
+        mic_logger_write(MIC_LEVEL_ERROR, NULL, "cannot start the writer", NULL);
         mic_sched_free(hooks.sched);
         mic_groups_free(groups);
         mic_store_close(store);
@@ -287,7 +287,7 @@ int main(int argc, char **argv)
     /* The relay of sink groups (its own threads; before the HTTP server,
      * whose GET /v1/groups and /metrics show its figures). */
     if (mic_sink_start(&sink, store, writer, &cfg)) {
-        mic_log(MIC_LOG_ERROR, NULL, "cannot start the sink relay", NULL);
+        mic_logger_write(MIC_LEVEL_ERROR, NULL, "cannot start the sink relay", NULL);
         mic_writer_stop(writer);
         mic_writer_free(writer);
         mic_sched_free(sched);
@@ -309,7 +309,7 @@ int main(int argc, char **argv)
     /* The admin page's chart (history.h): optional, so a failure to
      * start it is logged and micd serves without it (503 on its route). */
     if (mic_history_new(&history, store) || mic_history_start(history, MIC_HISTORY_INTERVAL_MS)) {
-        mic_log(MIC_LOG_WARN, NULL, "cannot start the stats history: GET /v1/stats/history "
+        mic_logger_write(MIC_LEVEL_WARN, NULL, "cannot start the stats history: GET /v1/stats/history "
                 "answers 503", NULL);
         mic_history_free(history);
         history = NULL;
@@ -321,11 +321,11 @@ int main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
     snprintf(portstr, sizeof portstr, "%d", port);
-    mic_log(MIC_LOG_INFO, NULL, "listening", "listen", cfg.listen, "port",
+    mic_logger_write(MIC_LEVEL_INFO, NULL, "listening", "listen", cfg.listen, "port",
             portstr, "data", cfg.data_dir, "durability",
             cfg.durability == MIC_DURABILITY_NONE ? "none" : "fsync", NULL);
     if (cfg.port_file[0] && write_port_file(cfg.port_file, port))
-        mic_log(MIC_LOG_WARN, NULL, "cannot write port file", "path",
+        mic_logger_write(MIC_LEVEL_WARN, NULL, "cannot write port file", "path",
                 cfg.port_file, NULL);
 
     while (!stop_signal) {
@@ -333,16 +333,16 @@ int main(int argc, char **argv)
         if (reload_signal) {
             reload_signal = 0;
             if (!cfg.keys[0])
-                mic_log(MIC_LOG_WARN, NULL, "SIGHUP without --keys: nothing to reload", NULL);
+                mic_logger_write(MIC_LEVEL_WARN, NULL, "SIGHUP without --keys: nothing to reload", NULL);
             else if (load_keys(&cfg, &keys))
-                mic_log(MIC_LOG_ERROR, NULL, "keys not reloaded: the keys in force stay",
+                mic_logger_write(MIC_LEVEL_ERROR, NULL, "keys not reloaded: the keys in force stay",
                         "path", cfg.keys, NULL);
             else
                 mic_http_set_keys(http, keys);
         }
     }
 
-    mic_log(MIC_LOG_INFO, NULL, "stopping", "signal",
+    mic_logger_write(MIC_LEVEL_INFO, NULL, "stopping", "signal",
             stop_signal == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
     mic_http_quiesce(http);
     mic_http_drain(http, 2000);
@@ -358,6 +358,6 @@ int main(int argc, char **argv)
     mic_sched_free(sched);
     mic_groups_free(groups);
     mic_store_close(store);
-    mic_log(MIC_LOG_INFO, NULL, "stopped", NULL);
+    mic_logger_write(MIC_LEVEL_INFO, NULL, "stopped", NULL);
     return 0;
 }

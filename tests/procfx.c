@@ -8,12 +8,12 @@
 
 #include "procfx.h"
 
-#include "buf.h"
-#include "claim.h"
-#include "clock.h"
-#include "err.h"
-#include "publish.h"
-#include "topic.h"
+#include "core/buf.h"
+#include "engine/claim.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "engine/publish.h"
+#include "engine/topic.h"
 
 #include <stdio.h>
 #include <stdlib.h>

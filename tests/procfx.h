@@ -10,11 +10,11 @@
 #include <jansson.h>
 #include <semaphore.h>
 
-#include "config.h"
-#include "group.h"
-#include "schedule.h"
-#include "store.h"
-#include "writer.h"
+#include "core/config.h"
+#include "engine/group.h"
+#include "engine/schedule.h"
+#include "store/store.h"
+#include "engine/writer.h"
 
 struct procfx {
     char dir[64];

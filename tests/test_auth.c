@@ -27,10 +27,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "auth.h"
-#include "err.h"
+#include "http/auth.h"
+#include "core/err.h"
 #include "harness.h"
-#include "routes.h"
+#include "http/routes.h"
 
 static struct srv S;
 static char keys_path[300], audit_path[300];

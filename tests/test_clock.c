@@ -14,8 +14,8 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "clock.h"
-#include "err.h"
+#include "core/clock.h"
+#include "core/err.h"
 
 #define SEC 1000000LL
 /* 2026-09-29T08:00:00Z */

@@ -13,9 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "err.h"
-#include "log.h"
+#include "core/config.h"
+#include "core/err.h"
+#include "core/logger.h"
 
 #define KiB 1024ull
 #define MiB (1024ull * KiB)
@@ -130,7 +130,7 @@ static void defaults(void **state)
     assert_int_equal(f->c.writer_queue, 65536);
     assert_int_equal(f->c.writer_batch, 4096);
     assert_int_equal(f->c.no_auto_topics, 0);
-    assert_int_equal(f->c.log_level, MIC_LOG_INFO);
+    assert_int_equal(f->c.log_level, MIC_LEVEL_INFO);
 
     /* argc 0 is the same */
     load_ok(f, 0, argv);
@@ -325,19 +325,19 @@ static void durability_and_log_level(void **state)
     load_one(f, "durability", "NONE", 0, 0);
     load_one(f, "durability", "sometimes", 1, 0);
     load_one(f, "log-level", "debug", 0, 1);
-    assert_int_equal(f->c.log_level, MIC_LOG_DEBUG);
+    assert_int_equal(f->c.log_level, MIC_LEVEL_DEBUG);
     load_one(f, "log-level", "error", 1, 1);
-    assert_int_equal(f->c.log_level, MIC_LOG_ERROR);
+    assert_int_equal(f->c.log_level, MIC_LEVEL_ERROR);
     load_one(f, "log-level", "loud", 0, 0);
     /* a refused line leaves the setting as it was (found by fuzz_config) */
     {
         struct mic_config c = f->c;
         char err[128];
 
-        c.log_level = MIC_LOG_WARN;
+        c.log_level = MIC_LEVEL_WARN;
         assert_int_equal(mic_config_parse(&c, "log-level = loud\n", 17, "mem", err, sizeof err),
                          MIC_EINVAL);
-        assert_int_equal(c.log_level, MIC_LOG_WARN);
+        assert_int_equal(c.log_level, MIC_LEVEL_WARN);
     }
 }
 

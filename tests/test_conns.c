@@ -11,8 +11,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "conns.h"
-#include "err.h"
+#include "http/conns.h"
+#include "core/err.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -30,12 +30,12 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "crc32c.h"
-#include "err.h"
+#include "core/crc32c.h"
+#include "core/err.h"
 #include "harness.h"
 #include "claimkit.h"
 #include "procfx.h"
-#include "store.h"
+#include "store/store.h"
 
 #include <fcntl.h>
 #include <pthread.h>

@@ -14,11 +14,11 @@
 #include <jansson.h>
 #include <openssl/evp.h>
 
-#include "clock.h"
-#include "err.h"
-#include "event.h"
-#include "jdoc.h"
-#include "store.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "engine/event.h"
+#include "core/jdoc.h"
+#include "store/store.h"
 
 #define SEC 1000000LL
 /* 2026-09-29T08:00:00Z */

@@ -15,13 +15,13 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "auth.h"
-#include "buf.h"
-#include "claim.h"
-#include "clock.h"
-#include "err.h"
-#include "group.h"
-#include "history.h"
+#include "http/auth.h"
+#include "core/buf.h"
+#include "engine/claim.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "engine/group.h"
+#include "http/history.h"
 #include "procfx.h"
 
 #include <jansson.h>

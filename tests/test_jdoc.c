@@ -17,11 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
-#include "err.h"
-#include "jdoc.h"
+#include "core/buf.h"
+#include "core/err.h"
+#include "core/jdoc.h"
 #include "jgen.h"
-#include "json.h"
+#include "core/json.h"
 
 #define DEPTH 32
 

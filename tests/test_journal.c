@@ -35,11 +35,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "crc32c.h"
-#include "err.h"
-#include "journal.h"
+#include "core/crc32c.h"
+#include "core/err.h"
+#include "store/journal.h"
 #include "procfx.h"
-#include "store.h"
+#include "store/store.h"
 
 #define KiB 1024ull
 #define MiB (1024ull * KiB)

@@ -12,9 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "buf.h"
-#include "err.h"
-#include "json.h"
+#include "core/buf.h"
+#include "core/err.h"
+#include "core/json.h"
 
 /* 'depth' nested arrays around 'inner' (free it). */
 static char *nested(int depth, const char *inner)

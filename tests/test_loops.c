@@ -10,9 +10,9 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "err.h"
-#include "loops.h"
-#include "routes.h"
+#include "core/err.h"
+#include "http/loops.h"
+#include "http/routes.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

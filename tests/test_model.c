@@ -66,19 +66,19 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "buf.h"
-#include "claim.h"
-#include "clock.h"
-#include "config.h"
-#include "delivery.h"
-#include "err.h"
-#include "group.h"
-#include "views.h"
-#include "publish.h"
-#include "schedule.h"
-#include "store.h"
+#include "core/buf.h"
+#include "engine/claim.h"
+#include "core/clock.h"
+#include "core/config.h"
+#include "engine/delivery.h"
+#include "core/err.h"
+#include "engine/group.h"
+#include "engine/views.h"
+#include "engine/publish.h"
+#include "engine/schedule.h"
+#include "store/store.h"
 #include "procfx.h"
-#include "writer.h"
+#include "engine/writer.h"
 
 #include <jansson.h>
 #include <semaphore.h>

@@ -41,14 +41,14 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "auth.h"
-#include "claim.h"
-#include "config.h"
-#include "err.h"
-#include "json.h"
-#include "publish.h"
-#include "replay.h"
-#include "store.h"
+#include "http/auth.h"
+#include "engine/claim.h"
+#include "core/config.h"
+#include "core/err.h"
+#include "core/json.h"
+#include "engine/publish.h"
+#include "engine/replay.h"
+#include "store/store.h"
 
 #include <errno.h>
 #include <jansson.h>

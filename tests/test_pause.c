@@ -25,8 +25,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "clock.h"
-#include "err.h"
+#include "core/clock.h"
+#include "core/err.h"
 #include "harness.h"
 #include "claimkit.h"
 

@@ -8,15 +8,15 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "buf.h"
-#include "clock.h"
-#include "config.h"
-#include "err.h"
-#include "publish.h"
-#include "store.h"
-#include "topic.h"
+#include "core/buf.h"
+#include "core/clock.h"
+#include "core/config.h"
+#include "core/err.h"
+#include "engine/publish.h"
+#include "store/store.h"
+#include "engine/topic.h"
 #include "procfx.h"
-#include "writer.h"
+#include "engine/writer.h"
 
 #include <jansson.h>
 #include <semaphore.h>

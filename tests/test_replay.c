@@ -11,7 +11,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "buf.h"
+#include "core/buf.h"
 #include "harness.h"
 #include "claimkit.h"
 

@@ -12,21 +12,21 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "buf.h"
-#include "claim.h"
-#include "clock.h"
-#include "config.h"
-#include "delivery.h"
-#include "err.h"
-#include "group.h"
+#include "core/buf.h"
+#include "engine/claim.h"
+#include "core/clock.h"
+#include "core/config.h"
+#include "engine/delivery.h"
+#include "core/err.h"
+#include "engine/group.h"
 #include "harness.h"
 #include "procfx.h"
-#include "publish.h"
-#include "replay.h"
-#include "schedule.h"
-#include "store.h"
-#include "topic.h"
-#include "writer.h"
+#include "engine/publish.h"
+#include "engine/replay.h"
+#include "engine/schedule.h"
+#include "store/store.h"
+#include "engine/topic.h"
+#include "engine/writer.h"
 
 #include <jansson.h>
 #include <semaphore.h>

@@ -17,9 +17,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "err.h"
+#include "core/err.h"
 #include "procfx.h"
-#include "store.h"
+#include "store/store.h"
 
 #define KiB 1024ull
 #define MiB (1024ull * KiB)

@@ -11,12 +11,12 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "clock.h"
-#include "config.h"
-#include "err.h"
-#include "store.h"
+#include "core/clock.h"
+#include "core/config.h"
+#include "core/err.h"
+#include "store/store.h"
 #include "procfx.h"
-#include "writer.h"
+#include "engine/writer.h"
 
 #include <errno.h>
 #include <lmdb.h>

@@ -42,7 +42,7 @@
  * deliberate sleep is the random load time before each kill. */
 #define _GNU_SOURCE
 #include "crashcheck.h"
-#include "clock.h"
+#include "core/clock.h"
 #include "mic.h"
 
 #include <errno.h>

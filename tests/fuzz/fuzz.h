@@ -19,8 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "config.h"
-#include "log.h"
+#include "core/config.h"
+#include "core/logger.h"
 
 #define FUZZ_CHECK(cond)                                                           \
     do {                                                                           \
@@ -53,7 +53,7 @@ static inline void fuzz_config_defaults(struct mic_config *cfg)
         (void)argv;                                       \
         if (cfg_)                                         \
             fuzz_config_defaults(cfg_);                   \
-        mic_log_set_level(mic_log_level_parse("error"));  \
+        mic_logger_set_level(mic_logger_level_parse("error"));  \
         return 0;                                         \
     }
 

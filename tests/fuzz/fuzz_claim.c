@@ -5,8 +5,8 @@
  * invalid_request with the field. */
 #include "fuzz.h"
 
-#include "claim.h"
-#include "err.h"
+#include "engine/claim.h"
+#include "core/err.h"
 
 #include <string.h>
 

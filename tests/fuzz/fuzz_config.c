@@ -6,7 +6,7 @@
  * message. */
 #include "fuzz.h"
 
-#include "err.h"
+#include "core/err.h"
 
 #include <string.h>
 

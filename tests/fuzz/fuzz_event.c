@@ -9,13 +9,13 @@
  *     is a JSON object that begins with its event_id and holds its topic. */
 #include "fuzz.h"
 
-#include "buf.h"
-#include "clock.h"
-#include "err.h"
-#include "event.h"
-#include "jdoc.h"
-#include "json.h"
-#include "publish.h"
+#include "core/buf.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "engine/event.h"
+#include "core/jdoc.h"
+#include "core/json.h"
+#include "engine/publish.h"
 
 #include <jansson.h>
 #include <string.h>

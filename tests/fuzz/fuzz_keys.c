@@ -6,8 +6,8 @@
  * the answer is MIC_EINVAL with "line N: reason". */
 #include "fuzz.h"
 
-#include "auth.h"
-#include "err.h"
+#include "http/auth.h"
+#include "core/err.h"
 
 #include <string.h>
 

@@ -9,10 +9,10 @@
  * same microsecond. */
 #include "fuzz.h"
 
-#include "clock.h"
-#include "err.h"
-#include "event.h"
-#include "replay.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "engine/event.h"
+#include "engine/replay.h"
 
 #include <string.h>
 

@@ -9,10 +9,10 @@
  * decode: the fields after the check are fuzzed too, not only the check. */
 #include "fuzz.h"
 
-#include "crc32c.h"
-#include "err.h"
-#include "event.h"
-#include "store.h"
+#include "core/crc32c.h"
+#include "core/err.h"
+#include "engine/event.h"
+#include "store/store.h"
 
 #include <string.h>
 

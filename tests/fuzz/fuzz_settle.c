@@ -7,8 +7,8 @@
  * MIC_OK, 400 invalid_json or 422 invalid_request, nothing else. */
 #include "fuzz.h"
 
-#include "claim.h"
-#include "err.h"
+#include "engine/claim.h"
+#include "core/err.h"
 
 #include <string.h>
 

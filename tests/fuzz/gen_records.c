@@ -15,12 +15,12 @@
  * made from the first by dropping deliver_at.  The temporary store is removed.  `make fuzz-seeds` runs it
  * into tests/fuzz/corpus/record (rerun after a record format change). */
 #define _POSIX_C_SOURCE 200809L
-#include "buf.h"
-#include "clock.h"
-#include "err.h"
-#include "event.h"
-#include "jdoc.h"
-#include "store.h"
+#include "core/buf.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "engine/event.h"
+#include "core/jdoc.h"
+#include "store/store.h"
 
 #include <dirent.h>
 #include <lmdb.h>

@@ -1,0 +1,115 @@
+/* replay.h - history out of the live log: time-range reads of a topic (JSON
+ * pages or a constant-memory NDJSON stream) and replay runs. */
+#ifndef MIC_REPLAY_H
+#define MIC_REPLAY_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "event.h"
+#include "group.h"
+#include "store/store.h"
+#include "writer.h"
+
+struct mic_buf;
+struct mic_config;
+struct mic_error;
+typedef struct mic_range mic_range;
+typedef struct mic_replay_op mic_replay_op;
+
+/* The query arguments of a range read, parsed. */
+struct mic_range_args {
+    int64_t from_us, to_us;  /* inclusive bounds, µs since the epoch */
+    char from_id[MIC_EVENT_ID_MAX + 1]; /* after=: the cursor's event_id */
+    size_t from_idlen;
+    int exclusive;           /* start after (from_us, from_id) */
+    long limit;              /* a page's events, 1..1000 */
+};
+
+/* Parse the query arguments of GET /v1/topics/{topic}/events (each
+ * NUL-terminated as libmicrohttpd decodes it, NULL when absent): from and
+ * to are RFC 3339 times (defaults: the beginning, and 'now_us'), after a
+ * page's "next" cursor "<created_at µs>:<event_id>" (it moves the start
+ * past that event when it is not before 'from'), limit 1..1000 (default
+ * 100).  A pure function: no store, no clock, no allocation
+ * (tests/fuzz/fuzz_range.c).  Returns MIC_OK with 'a' filled, or MIC_EINVAL
+ * with 'err' naming the argument ("limit" is checked first, then "from",
+ * "to", "after"). */
+int mic_range_args_parse(const char *from, const char *to, const char *after,
+                         const char *limit, int64_t now_us, struct mic_range_args *a,
+                         struct mic_error *err);
+
+/* GET /v1/topics/{topic}/events?from=&to=&after=&limit= as one JSON page:
+ * {"events":[...],"next":CURSOR|null} appended to 'out'.  NULL arguments
+ * take defaults.  MIC_OK, or 'err' filled: MIC_ENOTFOUND (no such topic),
+ * MIC_EINVAL (a bad argument, with its name), "internal" for the store. */
+int mic_range_page(mic_store *s, const char *topic, const char *from,
+                   const char *to, const char *after, const char *limit,
+                   struct mic_buf *out, struct mic_error *err);
+
+/* The same range as NDJSON, read piecewise in constant memory: open,
+ * then mic_range_read until it returns 0, then close.  _open returns as
+ * mic_range_page does, with *out the caller's until mic_range_close. */
+int mic_range_open(mic_store *s, const char *topic, const char *from,
+                   const char *to, const char *after, mic_range **out,
+                   struct mic_error *err);
+/* Copy up to 'max' bytes of the stream into 'buf'; returns the count,
+ * 0 at the end, -1 on a store error (the stream is then cut). */
+ssize_t mic_range_read(mic_range *r, char *buf, size_t max);
+void mic_range_close(mic_range *r);
+
+/* ---- Replay runs ---- */
+
+/* POST /v1/replays: validate, select the events once (a read transaction:
+ * count and digest, bounded by the last seq committed now) and prepare the
+ * op that records the run and creates its group.  MIC_OK with *out (the
+ * caller's: mic_replay_op_free); else 'err' filled: MIC_EPARSE, MIC_EINVAL
+ * (a field, with its name; an effect run without effects allow),
+ * MIC_ENOTFOUND (no such topic), MIC_ENOMEM, MIC_EIO. */
+int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
+                            const struct mic_config *cfg, mic_replay_op **out,
+                            struct mic_error *err);
+/* DELETE /v1/replays/{run_id}: MIC_OK with *out, or MIC_ENOTFOUND for a
+ * run id that cannot exist, MIC_ENOMEM. */
+int mic_replay_delete_parse(const char *run_id, mic_replay_op **out,
+                            struct mic_error *err);
+/* The op to submit to the writer (embedded in 'o': valid while 'o' is). */
+mic_op *mic_replay_op_base(mic_replay_op *o);
+/* After done(): the body (POST) or nothing (DELETE), or the error
+ * (MIC_ECONFLICT replay_exists, MIC_ENOTFOUND). */
+int mic_replay_op_result(mic_replay_op *o, struct mic_buf *out,
+                         struct mic_error *err);
+void mic_replay_op_free(mic_replay_op *o);
+
+/* GET /v1/replays/{run_id}: append the run's status (its description,
+ * then dispatched, pending, dlq and state, from the run record and its
+ * group's figures: a few seeks whatever the run's size) to 'out'.  Read
+ * transaction, any thread.  Returns MIC_OK; MIC_ENOTFOUND (no such run)
+ * or MIC_EIO (a record that does not decode, or the store) with 'err'
+ * filled. */
+int mic_replay_get(mic_store *s, const char *run_id, struct mic_buf *out,
+                   struct mic_error *err);
+
+/* GET /v1/replays: append {"replays":[...]} to 'out', each item what
+ * mic_replay_get answers, in run_id order.  Returns MIC_OK, or MIC_EIO
+ * with 'err' filled. */
+int mic_replay_list(mic_store *s, struct mic_buf *out, struct mic_error *err);
+
+/* Writer hook: add one chunk (RUN_CHUNK events) of the selection of a run
+ * still selecting to its group, while mic_groups_selecting says one may
+ * be.  Returns MIC_OK or a store error (the batch aborts). */
+int mic_replay_background(mic_groups *g, struct mic_wctx *w);
+
+/* Retention (writer thread), for any group 'gr' (nothing to do unless it
+ * is a replay run's group).  mic_replay_holds sets *holds when event 'r'
+ * (its id 'id', idlen bytes) belongs to the run's selection and the run
+ * has not added it yet: the event is pending in the run and must stay.
+ * mic_replay_removing is called before the event 'seq' is removed: a dead
+ * letter of the run is then counted as lost, so the run's counts still add
+ * up to its selection.  Both return MIC_OK or a store error (MIC_EIO,
+ * MIC_ENOSPC, MIC_ENOMEM: the batch aborts). */
+int mic_replay_holds(struct mic_wctx *w, const struct mic_group *gr, const struct mic_rec *r,
+                     const char *id, size_t idlen, int *holds);
+int mic_replay_removing(struct mic_wctx *w, const struct mic_group *gr, uint64_t seq);
+
+#endif
