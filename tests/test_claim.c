@@ -235,6 +235,76 @@ static void expired_token_honoured_until_reclaimed(void **state)
     json_decref(a);
 }
 
+/* A nack ends the lease (DESIGN sections 2 and 12): the delivery waits
+ * for its retry, and the nacking worker's token answers lease_lost to
+ * extend, ack and nack, changing nothing.  Unlike an expired lease, which
+ * its token may still settle or extend until another worker claims it. */
+static void nack_ends_the_lease(void **state)
+{
+    struct procfx *f = *state;
+    static const char *const verbs[] = {"extend", "ack", "nack"};
+    const int kinds[] = {MIC_EXTEND, MIC_ACK, MIC_NACK};
+    json_t *a, *b, *r;
+    char body[256];
+    struct mic_dlv d;
+
+    procfx_group(f, "g", "{\"topics\":[\"t\"],\"lease_ttl_s\":30}");
+    publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}");
+    /* Nacked with a retry a minute away: pending in its backoff. */
+    a = procfx_call(f, MIC_CLAIM, "g", "{}");
+    assert_int_equal(claimed(a), 1);
+    settle(body, sizeof body, delivery(a, 0));
+    body[strlen(body) - 1] = 0;
+    strcat(body, ",\"retry_after_s\":60}");
+    r = procfx_call(f, MIC_NACK, "g", body);
+    assert_string_equal(status(r, 0), "retrying");
+    json_decref(r);
+    d = dlv_of(f, "g", 1);
+    assert_int_equal(d.state, MIC_DLV_PENDING);
+    assert_int_equal(d.not_before, procfx_now + 60 * SEC);
+    for (int i = 0; i < 3; i++) {
+        settle(body, sizeof body, delivery(a, 0));
+        r = procfx_call(f, kinds[i], "g", body);
+        if (strcmp(status(r, 0), "lease_lost"))
+            fail_msg("%s with the token of a nacked lease (pending in its backoff): %s, "
+                     "expected lease_lost", verbs[i], status(r, 0));
+        json_decref(r);
+        d = dlv_of(f, "g", 1);
+        assert_int_equal(d.state, MIC_DLV_PENDING);
+        assert_int_equal(d.not_before, procfx_now + 60 * SEC); /* the backoff stands */
+        assert_int_equal(d.attempts, 1);
+    }
+    /* Its retry comes: the next claim gets it, attempt 2. */
+    procfx_now += 61 * SEC;
+    b = procfx_call(f, MIC_CLAIM, "g", "{}");
+    assert_int_equal(claimed(b), 1);
+    assert_int_equal(json_integer_value(json_object_get(delivery(b, 0), "attempt")), 2);
+    json_decref(b);
+    json_decref(a);
+    /* Nacked to be claimable at once (retry_after_s 0): the old token
+     * cannot take the ready delivery back either. */
+    publish(f, "{\"event_id\":\"e2\",\"topic\":\"t\"}");
+    a = procfx_call(f, MIC_CLAIM, "g", "{}");
+    assert_int_equal(claimed(a), 1);
+    assert_int_equal(json_integer_value(json_object_get(delivery(a, 0), "seq")), 2);
+    settle(body, sizeof body, delivery(a, 0));
+    body[strlen(body) - 1] = 0;
+    strcat(body, ",\"retry_after_s\":0}");
+    r = procfx_call(f, MIC_NACK, "g", body);
+    assert_string_equal(status(r, 0), "retrying");
+    json_decref(r);
+    settle(body, sizeof body, delivery(a, 0));
+    r = procfx_call(f, MIC_EXTEND, "g", body);
+    assert_string_equal(status(r, 0), "lease_lost");
+    json_decref(r);
+    assert_int_equal(dlv_of(f, "g", 2).state, MIC_DLV_PENDING);
+    b = procfx_call(f, MIC_CLAIM, "g", "{}");
+    assert_int_equal(claimed(b), 1);
+    assert_int_equal(json_integer_value(json_object_get(delivery(b, 0), "seq")), 2);
+    json_decref(b);
+    json_decref(a);
+}
+
 static void priority_then_seq(void **state)
 {
     struct procfx *f = *state;
@@ -356,6 +426,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(backoff_then_dlq, procfx_setup, procfx_teardown),
         cmocka_unit_test_setup_teardown(expiry_at_max_attempts_dead_letters, procfx_setup, procfx_teardown),
         cmocka_unit_test_setup_teardown(expired_token_honoured_until_reclaimed, procfx_setup, procfx_teardown),
+        cmocka_unit_test_setup_teardown(nack_ends_the_lease, procfx_setup, procfx_teardown),
         cmocka_unit_test_setup_teardown(priority_then_seq, procfx_setup, procfx_teardown),
         cmocka_unit_test_setup_teardown(deadlines_fire_in_order, procfx_setup, procfx_teardown),
         cmocka_unit_test_setup_teardown(backfill_in_chunks, procfx_setup, procfx_teardown),
