@@ -126,6 +126,8 @@ struct req {
     int audited;     /* its audit line is written (when answered, or at the end) */
     int close;       /* answer with Connection: close */
     int complete;    /* the whole request arrived (conns told: busy) */
+    int eof_at_request; /* a claim's client had shut its write side down
+                         * when the request was read (conn_alive) */
     const char *uri_end; /* the request target's first NUL byte in libmicrohttpd's
                           * buffer, as uri_log saw it (request_line_cut) */
     /* The request's API key (NULL: not authenticated), inside 'keys', the
@@ -574,19 +576,39 @@ static enum MHD_Result h_group_del(struct req *r, const char **args)
     return submit(r, mic_group_op_base(r->u.group));
 }
 
-/* Is the client of a parked long-poll still connected?  Writer thread. */
-static int conn_alive(mic_op *op)
+/* A peek at the client's side of connection 'conn': 1 while it may still
+ * send (nothing or bytes waiting), 0 at the end of its input (it shut its
+ * write side down, or closed), -1 on an error (reset: it is gone). */
+static int conn_peek(struct MHD_Connection *conn)
 {
-    struct req *r = op->owner;
     const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     char c;
     ssize_t n;
 
     if (!ci)
         return 1;
     n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
+        return 1;
+    return n == 0 ? 0 : -1;
+}
+
+/* Is the client of a parked long-poll still waiting?  Writer thread.  TCP
+ * shows a client that shut its write side down (shutdown(SHUT_WR), which
+ * HTTP/1.1 allows once the request is sent) and one that closed its socket
+ * the same way: the end of its input.  A client whose input had ended
+ * when its request was read half-closed after sending it, and waits for
+ * the answer like any other; one whose input ended later, while it waited,
+ * is taken to have left (a long-poll that gave up, a worker that died) and
+ * is answered as it stands, so that no delivery is leased to it.  A reset
+ * connection has left either way. */
+static int conn_alive(mic_op *op)
+{
+    struct req *r = op->owner;
+    int p = conn_peek(r->conn);
+
+    return p > 0 || (p == 0 && r->eof_at_request);
 }
 
 static enum MHD_Result claim_like(struct req *r, const char *group, int kind)
@@ -598,8 +620,10 @@ static enum MHD_Result claim_like(struct req *r, const char *group, int kind)
                         &r->u.claim, &e))
         return send_error(r, &e);
     r->kind = OK_CLAIM;
-    if (kind == MIC_CLAIM)
+    if (kind == MIC_CLAIM) {
         mic_claim_op(r->u.claim)->alive = conn_alive;
+        r->eof_at_request = conn_peek(r->conn) == 0; /* half-closed: see conn_alive */
+    }
     return submit(r, mic_claim_op(r->u.claim));
 }
 
