@@ -92,7 +92,9 @@ static atomic_uint_fast64_t mhd_complaints;
 
 #define BODY_PREALLOC (64u * 1024)
 
-enum req_state { RS_NEW, RS_BODY, RS_WAITING, RS_DONE };
+/* RS_DEFER: a write of a half-closed client, submitted at the next turn
+ * (submit). */
+enum req_state { RS_NEW, RS_BODY, RS_DEFER, RS_WAITING, RS_DONE };
 enum op_kind { OK_NONE, OK_PUBLISH, OK_TOPIC, OK_GROUP, OK_CLAIM, OK_GAP, OK_REPLAY };
 
 struct req {
@@ -126,8 +128,8 @@ struct req {
     int audited;     /* its audit line is written (when answered, or at the end) */
     int close;       /* answer with Connection: close */
     int complete;    /* the whole request arrived (conns told: busy) */
-    int eof_at_request; /* a claim's client had shut its write side down
-                         * when the request was read (conn_alive) */
+    int eof_at_request; /* the client had shut its write side down when
+                         * its request was read (submit, conn_alive) */
     const char *uri_end; /* the request target's first NUL byte in libmicrohttpd's
                           * buffer, as uri_log saw it (request_line_cut) */
     /* The request's API key (NULL: not authenticated), inside 'keys', the
@@ -358,14 +360,50 @@ static enum MHD_Result answer(struct req *r, int rc, struct mic_buf *b,
 
 /* ---- Writer ops ---- */
 
+/* A peek at the client's side of connection 'conn': 1 while it may still
+ * send (nothing or bytes waiting), 0 at the end of its input (it shut its
+ * write side down, or closed), -1 on an error (reset: it is gone). */
+static int conn_peek(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    char c;
+    ssize_t n;
+
+    if (!ci)
+        return 1;
+    n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
+        return 1;
+    return n == 0 ? 0 : -1;
+}
+
 static void op_done(mic_op *op);
 
-/* Suspend the connection, then hand the op to the writer. */
+/* Suspend the connection, then hand the op to the writer.
+ *
+ * A client may shut its write side down once its request is sent (a
+ * half-close, HTTP/1.1 allows it).  libmicrohttpd 0.9.75 does not update
+ * a connection's event-loop state while it is suspended, and marks it
+ * readable when it resumes: a connection suspended in the same turn that
+ * read its request still says "read", so on resuming it is read before
+ * the handler is called again (unless the daemon's timeout pass happens
+ * to visit it first), and on a half-closed one that read finds the end of
+ * input and closes the connection with the answer unsent.  So the write
+ * of a half-closed client is submitted one turn later: the handler
+ * returns without an answer, the daemon moves the connection to "block"
+ * (the whole request received, no answer yet) and calls the handler again
+ * at once (the connection stays ready), which then suspends it in that
+ * state and resumes it without a read. */
 static enum MHD_Result submit(struct req *r, mic_op *op)
 {
     int rc;
 
     r->op = op;
+    if (atomic_load(&r->state) != RS_DEFER && (r->eof_at_request = conn_peek(r->conn) == 0)) {
+        atomic_store(&r->state, RS_DEFER);
+        return MHD_YES;
+    }
     op->done = op_done;
     op->owner = r;
     atomic_store(&r->state, RS_WAITING);
@@ -576,24 +614,6 @@ static enum MHD_Result h_group_del(struct req *r, const char **args)
     return submit(r, mic_group_op_base(r->u.group));
 }
 
-/* A peek at the client's side of connection 'conn': 1 while it may still
- * send (nothing or bytes waiting), 0 at the end of its input (it shut its
- * write side down, or closed), -1 on an error (reset: it is gone). */
-static int conn_peek(struct MHD_Connection *conn)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    char c;
-    ssize_t n;
-
-    if (!ci)
-        return 1;
-    n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
-        return 1;
-    return n == 0 ? 0 : -1;
-}
-
 /* Is the client of a parked long-poll still waiting?  Writer thread.  TCP
  * shows a client that shut its write side down (shutdown(SHUT_WR), which
  * HTTP/1.1 allows once the request is sent) and one that closed its socket
@@ -620,10 +640,8 @@ static enum MHD_Result claim_like(struct req *r, const char *group, int kind)
                         &r->u.claim, &e))
         return send_error(r, &e);
     r->kind = OK_CLAIM;
-    if (kind == MIC_CLAIM) {
+    if (kind == MIC_CLAIM)
         mic_claim_op(r->u.claim)->alive = conn_alive;
-        r->eof_at_request = conn_peek(r->conn) == 0; /* half-closed: see conn_alive */
-    }
     return submit(r, mic_claim_op(r->u.claim));
 }
 
@@ -1631,6 +1649,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
         return finish(r);
     case RS_WAITING:
         return MHD_YES; /* spurious: still with the writer */
+    case RS_DEFER:
+        return submit(r, r->op); /* a half-closed client's, one turn later */
     default:
         break;
     }
