@@ -7,7 +7,8 @@
  * only its position in memory (plus one event when it is larger than the
  * HTTP library's buffer) and fills each buffer the library hands it in a
  * short read transaction, so a range of any size streams in constant memory
- * without holding a snapshot (or a map resize) for its whole duration. */
+ * without holding a snapshot (or a map resize) for its whole duration; a
+ * replay run's selection walks its range the same way (range_step). */
 #define _POSIX_C_SOURCE 200809L
 #include "replay.h"
 
@@ -174,6 +175,75 @@ int mic_range_page(mic_store *s, const char *topic, const char *from,
     return MIC_OK;
 }
 
+/* ---- Walking a range from its cursor ----
+ *
+ * A walk keeps only its position in its 'struct range' (from_us, from_id,
+ * exclusive) and reads each step in a read transaction of its own, so it
+ * holds no snapshot, and no map resize waits, between two steps.  The
+ * NDJSON stream takes a step per buffer the HTTP library hands it; the
+ * selection of a replay run takes steps of select_chunk entries. */
+
+/* A step's callback answers, for each entry, one of these. */
+enum { STEP_TAKE, STEP_STOP, STEP_TAKE_STOP };
+
+/* Called for an entry of the walk in its step's transaction 't'. */
+typedef int (*step_fn)(void *arg, mic_txn *t, int64_t at, const char *id, size_t idlen,
+                       uint64_t seq);
+
+struct step {
+    mic_txn *t;
+    struct range *q;
+    step_fn fn;
+    void *arg;
+    int n, stopped;
+};
+
+/* Move the walk's start just past (at, id). */
+static void advance(struct range *q, int64_t at, const char *id, size_t idlen)
+{
+    q->from_us = at;
+    memcpy(q->from_id, id, idlen);
+    q->from_idlen = idlen;
+    q->exclusive = 1;
+}
+
+static int step_one(void *arg, int64_t at, const char *id, size_t idlen, uint64_t seq)
+{
+    struct step *st = arg;
+    int rc = st->fn(st->arg, st->t, at, id, idlen, seq);
+
+    st->n++;
+    if (rc != STEP_STOP)
+        advance(st->q, at, id, idlen);
+    if (rc == STEP_TAKE)
+        return 0;
+    st->stopped = 1;
+    return 1;
+}
+
+/* One step of the walk over 'q': fn for up to 'max' entries from its
+ * cursor, in one read transaction of 's'; each entry fn takes (STEP_TAKE,
+ * STEP_TAKE_STOP) moves the cursor past it, and STEP_STOP leaves it there.
+ * *done is set when the range has no entry left (fn did not stop the
+ * step and fewer than 'max' were seen).  Returns MIC_OK or the store's
+ * error (fn reports its own through 'arg'). */
+static int range_step(mic_store *s, struct range *q, int max, step_fn fn, void *arg,
+                      int *done)
+{
+    struct step st = {NULL, q, fn, arg, 0, 0};
+    int rc;
+
+    if ((rc = mic_txn_begin(s, 0, &st.t)))
+        return rc;
+    rc = mic_store_time_scan(st.t, q->topic_id, q->from_us, q->from_id, q->from_idlen,
+                             q->exclusive, q->to_us, max, step_one, &st);
+    mic_txn_abort(st.t);
+    if (rc && rc != 1)
+        return rc;
+    *done = !st.stopped && st.n < max;
+    return MIC_OK;
+}
+
 /* ---- NDJSON stream ---- */
 
 int mic_range_open(mic_store *s, const char *topic, const char *from,
@@ -196,51 +266,41 @@ int mic_range_open(mic_store *s, const char *topic, const char *from,
 }
 
 struct fill {
-    mic_txn *t;
     mic_range *r;
     char *buf;          /* the caller's buffer: events go straight in */
     size_t max, len;
-    int rc, full;
+    int rc;
 };
 
-static void advance(mic_range *r, int64_t at, const char *id, size_t idlen)
-{
-    r->q.from_us = at;
-    memcpy(r->q.from_id, id, idlen);
-    r->q.from_idlen = idlen;
-    r->q.exclusive = 1;
-}
-
-static int fill_one(void *arg, int64_t at, const char *id, size_t idlen, uint64_t seq)
+static int fill_one(void *arg, mic_txn *t, int64_t at, const char *id, size_t idlen,
+                    uint64_t seq)
 {
     struct fill *f = arg;
     struct mic_rec rec;
 
-    if ((f->rc = mic_store_log_get(f->t, seq, &rec)))
-        return 1;
+    (void)at;
+    (void)id;
+    (void)idlen;
+    if ((f->rc = mic_store_log_get(t, seq, &rec)))
+        return STEP_STOP;
     if (rec.json_len + 1 > f->max - f->len) {
-        if (f->len) {           /* no room left: the next read starts here */
-            f->full = 1;
-            return 1;
-        }
+        if (f->len)             /* no room left: the next read starts here */
+            return STEP_STOP;
         /* One event larger than the whole buffer: hand it out piecewise. */
         mic_buf_add(&f->r->pending, rec.json, rec.json_len);
         mic_buf_add(&f->r->pending, "\n", 1);
-        advance(f->r, at, id, idlen);
-        f->full = 1;
-        return 1;
+        return STEP_TAKE_STOP;
     }
     memcpy(f->buf + f->len, rec.json, rec.json_len);
     f->buf[f->len + rec.json_len] = '\n';
     f->len += rec.json_len + 1;
-    advance(f->r, at, id, idlen);
-    return 0;
+    return STEP_TAKE;
 }
 
 ssize_t mic_range_read(mic_range *r, char *buf, size_t max)
 {
-    struct fill f = {NULL, r, buf, max, 0, MIC_OK, 0};
-    int rc;
+    struct fill f = {r, buf, max, 0, MIC_OK};
+    int done = 0;
 
     if (r->off < r->pending.len) {      /* the rest of an oversized event */
         size_t n = r->pending.len - r->off;
@@ -254,18 +314,9 @@ ssize_t mic_range_read(mic_range *r, char *buf, size_t max)
     r->pending.len = r->off = 0;
     if (r->done || max == 0)
         return 0;
-    if ((rc = mic_txn_begin(r->s, 0, &f.t)))
+    if (range_step(r->s, &r->q, 1 << 30, fill_one, &f, &done) || f.rc || r->pending.oom)
         return -1;
-    rc = mic_store_time_scan(f.t, r->q.topic_id, r->q.from_us, r->q.from_id,
-                             r->q.from_idlen, r->q.exclusive, r->q.to_us, 1 << 30,
-                             fill_one, &f);
-    mic_txn_abort(f.t);
-    if (rc == 1)
-        rc = f.rc;
-    if (rc || r->pending.oom)
-        return -1;
-    if (!f.full)
-        r->done = 1;
+    r->done = done;
     if (f.len)
         return (ssize_t)f.len;
     return r->pending.len ? mic_range_read(r, buf, max) : 0;
@@ -284,13 +335,19 @@ void mic_range_close(mic_range *r)
  * POST /v1/replays fixes the selection once, in the handler thread: the
  * topic's events with created_at in [from, to] and seq at most the last seq
  * committed at that moment (seq_max).  It counts them and computes the
- * digest (DESIGN section 12) in a read transaction.  The writer then
- * records the run and creates its group `replay.<run_id>` (ordered, lease
- * 30 s, 10 attempts, dlq_policy release), which takes no live events; the
- * deliveries are added RUN_CHUNK events per writer batch, walking the time
- * index from the run's cursor, so a large run does not stall other
- * requests.  When the walk is done, the group's heads are released (ordered
- * groups pick no head before all events are in).
+ * digest (DESIGN section 12) walking the time index SELECT_CHUNK entries
+ * per read transaction (range_step, as the NDJSON stream does), so a
+ * selection of any size holds no snapshot and keeps no map growth waiting
+ * for longer than one chunk.  seq_max, not the end of a transaction, fixes
+ * its end: an event published into the range meanwhile has a larger seq
+ * and is passed over wherever it falls; one retention removes before its
+ * chunk is read is not selected (one it removes later is 'lost', below).
+ * The writer then records the run and creates its group `replay.<run_id>`
+ * (ordered, lease 30 s, 10 attempts, dlq_policy release), which takes no
+ * live events; the deliveries are added RUN_CHUNK events per writer
+ * batch, walking the time index from the run's cursor, so a large run does
+ * not stall other requests.  When the walk is done, the group's heads are
+ * released (ordered groups pick no head before all events are in).
  *
  * Status.  GET /v1/replays/{run_id} reads the run record and its group's
  * figures (a few seeks, whatever the run's size): every delivery of the
@@ -458,25 +515,62 @@ struct mic_replay_op {
     struct mic_error err;
 };
 
+/* ---- The selection (handler thread) ---- */
+
+#define SELECT_CHUNK 4096
+
 struct selection {
     EVP_MD_CTX *md;
     uint64_t seq_max, n;
 };
 
-static int select_one(void *arg, int64_t at, const char *id, size_t idlen, uint64_t seq)
+static int select_chunk = SELECT_CHUNK;
+static void (*select_hook)(void *arg);
+static void *select_hook_arg;
+
+void mic_replay_set_select_hook(int chunk, void (*fn)(void *arg), void *arg)
+{
+    select_chunk = chunk > 0 ? chunk : SELECT_CHUNK;
+    select_hook = fn;
+    select_hook_arg = arg;
+}
+
+static int select_one(void *arg, mic_txn *t, int64_t at, const char *id, size_t idlen,
+                      uint64_t seq)
 {
     struct selection *s = arg;
     char line[MIC_TIME_LEN + 2 + MIC_EVENT_ID_MAX + 1];
 
+    (void)t;
     if (seq > s->seq_max)
-        return 0;
+        return STEP_TAKE; /* stored after the selection began: passed over */
     mic_time_format(at, line);
     line[MIC_TIME_LEN] = '\t';
     memcpy(line + MIC_TIME_LEN + 1, id, idlen);
     line[MIC_TIME_LEN + 1 + idlen] = '\n';
     EVP_DigestUpdate(s->md, line, MIC_TIME_LEN + 2 + idlen);
     s->n++;
-    return 0;
+    return STEP_TAKE;
+}
+
+/* Select range 'q' (a copy is walked; 'q' is left as it is) into 'sel'
+ * (its digest begun): seq_max is the last seq committed now, then the
+ * time index is walked select_chunk entries per read transaction.
+ * Returns MIC_OK or the store's error. */
+static int select_range(mic_store *s, const struct range *q, struct selection *sel)
+{
+    struct range walk = *q;
+    mic_txn *t;
+    int rc, done = 0;
+
+    if ((rc = mic_txn_begin(s, 0, &t)))
+        return rc;
+    rc = mic_store_last_seq(t, &sel->seq_max);
+    mic_txn_abort(t);
+    while (!rc && !(rc = range_step(s, &walk, select_chunk, select_one, sel, &done)) && !done)
+        if (select_hook)
+            select_hook(select_hook_arg);
+    return rc;
 }
 
 static int run_id_ok(const char *s, size_t n)
@@ -505,7 +599,6 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
     mic_replay_op *o = NULL;
     json_t *j = NULL, *v, *tpv;
     int effect = 0, allow = 0, rc;
-    mic_txn *t = NULL;
     char *tpv_txt = NULL;
 
     mic_buf_init(&info);
@@ -593,20 +686,12 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
         rc = BADREQ("to", "to is before from");
         goto fail;
     }
-    /* The selection, once. */
-    if ((rc = mic_txn_begin(s, 0, &t)) || (rc = mic_store_last_seq(t, &sel.seq_max))) {
-        rc = mic_error_internal(err, rc);
-        goto fail;
-    }
+    /* The selection, once (in chunks: see "Replay runs" above). */
     if (!(sel.md = EVP_MD_CTX_new()) || !EVP_DigestInit_ex(sel.md, EVP_sha256(), NULL)) {
         rc = mic_error_internal(err, MIC_ENOMEM);
         goto fail;
     }
-    rc = mic_store_time_scan(t, q.topic_id, q.from_us, "", 0, 0, q.to_us, 1 << 30,
-                             select_one, &sel);
-    mic_txn_abort(t);
-    t = NULL;
-    if (rc) {
+    if ((rc = select_range(s, &q, &sel))) {
         rc = mic_error_internal(err, rc);
         goto fail;
     }
@@ -676,8 +761,6 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
     *out = o;
     return MIC_OK;
 fail:
-    if (t)
-        mic_txn_abort(t);
     EVP_MD_CTX_free(sel.md);
     mic_buf_fini(&info);
     mic_buf_fini(&gj);

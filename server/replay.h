@@ -60,8 +60,9 @@ void mic_range_close(mic_range *r);
 
 /* ---- Replay runs ---- */
 
-/* POST /v1/replays: validate, select the events once (a read transaction:
- * count and digest, bounded by the last seq committed now) and prepare the
+/* POST /v1/replays: validate, select the events once (count and digest,
+ * bounded by the last seq committed now; read in chunks, each in a short
+ * read transaction of its own) and prepare the
  * op that records the run and creates its group.  MIC_OK with *out (the
  * caller's: mic_replay_op_free); else 'err' filled: MIC_EPARSE, MIC_EINVAL
  * (a field, with its name; an effect run without effects allow),
@@ -69,6 +70,11 @@ void mic_range_close(mic_range *r);
 int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
                             const struct mic_config *cfg, mic_replay_op **out,
                             struct mic_error *err);
+/* Test hook: the selection of mic_replay_create_parse reads 'chunk'
+ * entries of the time index per read transaction (0: the default) and
+ * calls fn(arg) (NULL: nothing) between two chunks, with no transaction
+ * open.  Set it while no selection runs. */
+void mic_replay_set_select_hook(int chunk, void (*fn)(void *arg), void *arg);
 /* DELETE /v1/replays/{run_id}: MIC_OK with *out, or MIC_ENOTFOUND for a
  * run id that cannot exist, MIC_ENOMEM. */
 int mic_replay_delete_parse(const char *run_id, mic_replay_op **out,

@@ -4,7 +4,9 @@
  * when retention removes what it may -- a dead letter of the run, or an
  * event removed between the selection and the run's record -- while an
  * event a run has still to add is kept.  A run record of the first layout
- * (168-byte header) is still read, and listed (mic_replay_list). */
+ * (168-byte header) is still read, and listed (mic_replay_list).  A
+ * selection read in chunks lets the map grow between two of them, and
+ * events published meanwhile into its range stay out of it. */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +19,7 @@
 #include "clock.h"
 #include "config.h"
 #include "delivery.h"
+#include "digest.h"
 #include "err.h"
 #include "group.h"
 #include "harness.h"
@@ -30,6 +33,7 @@
 
 #include <jansson.h>
 #include <semaphore.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -379,6 +383,180 @@ static void no_runs_list(void **state)
     mic_buf_fini(&b);
 }
 
+/* ---- A selection read in chunks ---- */
+
+#define SEL_EVENTS 3000
+#define SEL_CHUNK 500
+#define SEL_BASE (T0 - 10 * SEC)
+#define SEL_WAIT_MS 10000
+
+/* What the hook between two chunks of the selection did. */
+struct grow {
+    struct procfx *f;
+    int calls;
+    int answered;           /* publishes answered while the selection ran */
+    uint64_t map_before, map_after;
+    mic_publish *late;      /* a publish not answered in SEL_WAIT_MS */
+    atomic_int done;
+};
+
+static void grow_done(mic_op *op)
+{
+    atomic_store((atomic_int *)op->owner, 1);
+}
+
+static int grow_answered(void *arg)
+{
+    return atomic_load((atomic_int *)arg);
+}
+
+static uint64_t map_size(mic_store *s)
+{
+    uint64_t size, used, max;
+
+    mic_store_usage(s, &size, &used, &max);
+    return size;
+}
+
+/* Between the first two chunks: publish batches of 100 events of 4 KB
+ * into the selection's range until the map has grown (64 batches at
+ * most), each awaited for SEL_WAIT_MS.  Asserts nothing (a read
+ * transaction may be open): the test checks what it recorded. */
+static void grow_between_chunks(void *arg)
+{
+    struct grow *g = arg;
+    struct mic_error e;
+    struct mic_buf b;
+    char when[MIC_TIME_LEN + 1], pad[4097];
+    mic_publish *p;
+    mic_op *op;
+
+    if (g->calls++)
+        return;
+    memset(pad, 'x', sizeof pad - 1);
+    pad[sizeof pad - 1] = 0;
+    g->map_before = map_size(g->f->store);
+    for (int k = 0; k < 64 && map_size(g->f->store) == g->map_before; k++) {
+        mic_buf_init(&b);
+        mic_buf_puts(&b, "{\"events\":[");
+        for (int i = 0; i < 100; i++) {
+            int ix = k * 100 + i;
+            /* At the created_at of a selected event, after it (h > e). */
+            mic_time_format(SEL_BASE + (int64_t)(ix % (SEL_EVENTS / 3)) * 1000, when);
+            mic_buf_printf(&b, "%s{\"event_id\":\"h%05d\",\"topic\":\"t\",\"created_at\":\"%s\","
+                               "\"payload\":{\"pad\":\"%s\"}}", i ? "," : "", ix, when, pad);
+        }
+        mic_buf_puts(&b, "]}");
+        if (b.oom || mic_publish_parse(b.p, b.len, &g->f->cfg, &p, &e)) {
+            mic_buf_fini(&b);
+            return;
+        }
+        mic_buf_fini(&b);
+        op = mic_publish_op(p);
+        op->done = grow_done;
+        op->owner = &g->done;
+        atomic_store(&g->done, 0);
+        if (mic_writer_submit(g->f->w, op)) {
+            mic_publish_free(p);
+            return;
+        }
+        if (!await(grow_answered, &g->done, SEL_WAIT_MS)) {
+            g->late = p; /* still queued: the test waits for it */
+            return;
+        }
+        if (op->result == MIC_OK)
+            g->answered++;
+        mic_publish_free(p);
+    }
+    g->map_after = map_size(g->f->store);
+}
+
+/* A selection in chunks: a map growth between two of them goes through
+ * (the publishes that need it are answered while the selection runs), the
+ * events they add to its range are not selected, and count and digest
+ * are those of the events stored when it began. */
+static void selection_lets_the_map_grow(void **state)
+{
+    static const char *const argv[] = {"micd", "--map-size", "1M", "--map-max", "1G", NULL};
+    struct procfx *f = *state;
+    struct pending_of p = {f, "replay.sel", SEL_EVENTS};
+    struct grow g;
+    struct mic_error e;
+    struct mic_buf b, lines;
+    mic_replay_op *o;
+    json_t *j;
+    uint8_t md[32];
+    char when[MIC_TIME_LEN + 1], hex[65];
+    const char *body = "{\"topic\":\"t\",\"run_id\":\"sel\"}";
+    int rc;
+
+    procfx_close(f);
+    assert_int_equal(procfx_open(f, "mic-runs", 5, argv), 0);
+    /* Three events per created_at, so chunks end inside a run of equal
+     * created_at too; the digest's lines, in the time index's order. */
+    mic_buf_init(&lines);
+    for (int k = 0; k < SEL_EVENTS / 500; k++) {
+        mic_buf_init(&b);
+        mic_buf_puts(&b, "{\"events\":[");
+        for (int i = 0; i < 500; i++) {
+            int ix = k * 500 + i;
+            mic_time_format(SEL_BASE + (int64_t)(ix / 3) * 1000, when);
+            mic_buf_printf(&b, "%s{\"event_id\":\"e%05d\",\"topic\":\"t\",\"created_at\":\"%s\"}",
+                           i ? "," : "", ix, when);
+            mic_buf_printf(&lines, "%s\te%05d\n", when, ix);
+        }
+        mic_buf_puts(&b, "]}");
+        assert_false(b.oom);
+        publish(f, b.p);
+        mic_buf_fini(&b);
+    }
+    assert_false(lines.oom);
+    mic_sha256(lines.p, lines.len, md);
+    mic_buf_fini(&lines);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+
+    memset(&g, 0, sizeof g);
+    g.f = f;
+    mic_replay_set_select_hook(SEL_CHUNK, grow_between_chunks, &g);
+    rc = mic_replay_create_parse(f->store, body, strlen(body), &f->cfg, &o, &e);
+    mic_replay_set_select_hook(0, NULL, NULL);
+    if (g.late) { /* answered once the selection let go of the map */
+        while (!atomic_load(&g.done))
+            assert_true(await(grow_answered, &g.done, 60000));
+        mic_publish_free(g.late);
+        if (rc == MIC_OK)
+            mic_replay_op_free(o);
+        fail_msg("a publish needing map growth was not answered in %d ms while the "
+                 "selection ran (%d answered before it, map %llu bytes)", SEL_WAIT_MS,
+                 g.answered, (unsigned long long)g.map_before);
+    }
+    assert_int_equal(rc, MIC_OK);
+    assert_true(g.calls >= SEL_EVENTS / SEL_CHUNK - 1);
+    assert_true(g.answered > 0);
+    assert_true(g.map_after > g.map_before);
+
+    /* The answer: the events stored when the selection began, no other. */
+    {
+        mic_op *op = mic_replay_op_base(o);
+
+        op->done = NULL;
+        procfx_run(f, op);
+    }
+    mic_buf_init(&b);
+    assert_int_equal(mic_replay_op_result(o, &b, &e), MIC_OK);
+    j = json_loadb(b.p, b.len, 0, NULL);
+    mic_buf_fini(&b);
+    mic_replay_op_free(o);
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(json_object_get(j, "selected")), SEL_EVENTS);
+    assert_string_equal(json_string_value(json_object_get(j, "digest")), hex);
+    json_decref(j);
+    /* The walk adds those, and none of the events published meanwhile. */
+    assert_true(await(pending_is, &p, 20000));
+    expect_counts(f, "sel", 0, SEL_EVENTS, 0, "running");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -387,6 +565,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(removed_before_the_record_is_lost, procfx_setup, procfx_teardown),
         cmocka_unit_test_setup_teardown(first_layout_record_is_read, procfx_setup, procfx_teardown),
         cmocka_unit_test_setup_teardown(no_runs_list, procfx_setup, procfx_teardown),
+        cmocka_unit_test_setup_teardown(selection_lets_the_map_grow, procfx_setup, procfx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
