@@ -9,7 +9,7 @@
  * short read transaction, so a range of any size streams in constant memory
  * without holding a snapshot (or a map resize) for its whole duration; a
  * replay run's selection walks its range the same way (range_step). */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 #include "replay.h"
 
 #include "buf.h"
@@ -22,9 +22,15 @@
 
 #include <openssl/evp.h>
 #include <openssl/rand.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 struct range {
     uint32_t topic_id;
@@ -513,6 +519,14 @@ struct mic_replay_op {
     size_t group_len;
     struct mic_buf answer;
     struct mic_error err;
+    /* POST: what mic_replay_create_parse found, for mic_replay_select */
+    struct range q;
+    char *topic, *tpv_txt;
+    int effect, allow;
+    /* in a selector's queue */
+    struct mic_replay_op *next;
+    void (*selected)(mic_replay_op *o, int rc, void *arg);
+    void *selected_arg;
 };
 
 /* ---- The selection (handler thread) ---- */
@@ -521,6 +535,7 @@ struct mic_replay_op {
 
 struct selection {
     EVP_MD_CTX *md;
+    atomic_int *cancel;     /* nonzero: stop at the next chunk (may be NULL) */
     uint64_t seq_max, n;
 };
 
@@ -567,9 +582,14 @@ static int select_range(mic_store *s, const struct range *q, struct selection *s
         return rc;
     rc = mic_store_last_seq(t, &sel->seq_max);
     mic_txn_abort(t);
-    while (!rc && !(rc = range_step(s, &walk, select_chunk, select_one, sel, &done)) && !done)
+    while (!rc) {
+        if (sel->cancel && atomic_load(sel->cancel))
+            return MIC_ENOTREADY;
+        if ((rc = range_step(s, &walk, select_chunk, select_one, sel, &done)) || done)
+            break;
         if (select_hook)
             select_hook(select_hook_arg);
+    }
     return rc;
 }
 
@@ -591,18 +611,10 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
     static const char *const known[] = {"topic", "from", "to", "run_id", "kind",
                                         "target_projection_version", "effects", NULL};
     const char *topic, *from = NULL, *to = NULL, *k;
-    struct selection sel = {NULL, 0, 0};
-    unsigned char md[32];
-    char digest[65], tbuf[MIC_TIME_LEN + 1];
-    struct range q;
-    struct mic_buf info, gj;
     mic_replay_op *o = NULL;
     json_t *j = NULL, *v, *tpv;
-    int effect = 0, allow = 0, rc;
-    char *tpv_txt = NULL;
+    int rc;
 
-    mic_buf_init(&info);
-    mic_buf_init(&gj);
     if ((rc = mic_json_load(body, len, cfg->max_depth, &j, err)))
         return rc;
     if (!json_is_object(j)) {
@@ -632,9 +644,15 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
         rc = BADREQ("to", "to is an RFC 3339 time");
         goto fail;
     }
+    if (!(o = calloc(1, sizeof *o))) {
+        rc = mic_error_internal(err, MIC_ENOMEM);
+        goto fail;
+    }
+    o->op.apply = NULL; /* set by mic_replay_op_base */
+    mic_buf_init(&o->answer);
     if ((v = json_object_get(j, "kind"))) {
         if (json_is_string(v) && !strcmp(json_string_value(v), "effect"))
-            effect = 1;
+            o->effect = 1;
         else if (!json_is_string(v) || strcmp(json_string_value(v), "projection")) {
             rc = BADREQ("kind", "kind is projection or effect");
             goto fail;
@@ -642,13 +660,13 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
     }
     if ((v = json_object_get(j, "effects"))) {
         if (json_is_string(v) && !strcmp(json_string_value(v), "allow"))
-            allow = 1;
+            o->allow = 1;
         else if (!json_is_string(v) || strcmp(json_string_value(v), "forbid")) {
             rc = BADREQ("effects", "effects is forbid or allow");
             goto fail;
         }
     }
-    if (effect && !allow) {
+    if (o->effect && !o->allow) {
         rc = BADREQ("effects", "a replay of kind effect re-runs external effects: "
                                "it needs \"effects\":\"allow\"");
         goto fail;
@@ -658,13 +676,11 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
         rc = BADREQ("target_projection_version", "a string or an integer");
         goto fail;
     }
-    tpv_txt = json_dumps(tpv ? tpv : json_null(), JSON_ENCODE_ANY | JSON_COMPACT);
-    if (!(o = calloc(1, sizeof *o)) || !tpv_txt) {
+    o->tpv_txt = json_dumps(tpv ? tpv : json_null(), JSON_ENCODE_ANY | JSON_COMPACT);
+    if (!o->tpv_txt || !(o->topic = strdup(topic))) {
         rc = mic_error_internal(err, MIC_ENOMEM);
         goto fail;
     }
-    o->op.apply = NULL; /* set below */
-    mic_buf_init(&o->answer);
     if ((v = json_object_get(j, "run_id"))) {
         if (!json_is_string(v) || !run_id_ok(json_string_value(v), json_string_length(v))) {
             rc = BADREQ("run_id", "run_id matches [A-Za-z0-9._-]{1,64}");
@@ -680,21 +696,42 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
         snprintf(o->run_id, sizeof o->run_id, "r-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0],
                  rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
     }
-    if ((rc = parse_range(s, topic, from, to, NULL, NULL, &q, err)))
+    if ((rc = parse_range(s, topic, from, to, NULL, NULL, &o->q, err)))
         goto fail;
-    if (q.from_us > q.to_us) {
+    if (o->q.from_us > o->q.to_us) {
         rc = BADREQ("to", "to is before from");
         goto fail;
     }
+    json_decref(j);
+    *out = o;
+    return MIC_OK;
+fail:
+    json_decref(j);
+    mic_replay_op_free(o);
+    return rc;
+}
+
+/* mic_replay_select, stopped between two chunks once *cancel (may be
+ * NULL) is nonzero: MIC_ENOTREADY. */
+static int select_op(mic_store *s, mic_replay_op *o, atomic_int *cancel)
+{
+    struct selection sel = {NULL, cancel, 0, 0};
+    unsigned char md[32];
+    char digest[65], tbuf[MIC_TIME_LEN + 1];
+    struct mic_buf info, gj;
+    const char *kind = o->effect ? "effect" : "projection";
+    const char *effects = o->allow ? "allow" : "forbid";
+    int rc;
+
+    mic_buf_init(&info);
+    mic_buf_init(&gj);
     /* The selection, once (in chunks: see "Replay runs" above). */
     if (!(sel.md = EVP_MD_CTX_new()) || !EVP_DigestInit_ex(sel.md, EVP_sha256(), NULL)) {
-        rc = mic_error_internal(err, MIC_ENOMEM);
+        rc = MIC_ENOMEM;
         goto fail;
     }
-    if ((rc = select_range(s, &q, &sel))) {
-        rc = mic_error_internal(err, rc);
+    if ((rc = select_range(s, &o->q, &sel)))
         goto fail;
-    }
     EVP_DigestFinal_ex(sel.md, md, NULL);
     for (int i = 0; i < 32; i++)
         snprintf(digest + 2 * i, 3, "%02x", md[i]);
@@ -702,18 +739,18 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
     mic_buf_puts(&info, "{\"run_id\":");
     mic_buf_json_str(&info, o->run_id, strlen(o->run_id));
     mic_buf_puts(&info, ",\"topic\":");
-    mic_buf_json_str(&info, topic, strlen(topic));
-    mic_time_format(q.from_us, tbuf);
+    mic_buf_json_str(&info, o->topic, strlen(o->topic));
+    mic_time_format(o->q.from_us, tbuf);
     mic_buf_printf(&info, ",\"from\":\"%s\"", tbuf);
-    mic_time_format(q.to_us, tbuf);
+    mic_time_format(o->q.to_us, tbuf);
     mic_buf_printf(&info, ",\"to\":\"%s\",\"kind\":\"%s\",\"effects\":\"%s\","
                           "\"target_projection_version\":%s,\"group\":\"replay.%s\","
                           "\"selected\":%llu,\"digest\":\"%s\"",
-                   tbuf, effect ? "effect" : "projection", allow ? "allow" : "forbid", tpv_txt,
-                   o->run_id, (unsigned long long)sel.n, digest);
+                   tbuf, kind, effects, o->tpv_txt, o->run_id, (unsigned long long)sel.n,
+                   digest);
     /* The record: header, then the description (without its closing brace). */
     if (info.oom) {
-        rc = mic_error_internal(err, MIC_ENOMEM);
+        rc = MIC_ENOMEM;
         goto fail;
     }
     {
@@ -722,52 +759,158 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
 
         memset(&r, 0, sizeof r);
         r.selecting = 1;
-        r.topic_id = q.topic_id;
-        r.from_us = r.cur_us = q.from_us;
-        r.to_us = q.to_us;
+        r.topic_id = o->q.topic_id;
+        r.from_us = r.cur_us = o->q.from_us;
+        r.to_us = o->q.to_us;
         r.seq_max = sel.seq_max;
         r.selected = sel.n;
         r.desc = info.p;
         r.desc_len = info.len;
-        if (run_encode(&r, &p, &o->rec_len)) {
-            rc = mic_error_internal(err, MIC_ENOMEM);
+        if ((rc = run_encode(&r, &p, &o->rec_len)))
             goto fail;
-        }
         o->rec = (char *)p;
     }
     /* The run's group. */
     mic_buf_printf(&gj, "{\"name\":\"replay.%s\",\"topics\":[", o->run_id);
-    mic_buf_json_str(&gj, topic, strlen(topic));
+    mic_buf_json_str(&gj, o->topic, strlen(o->topic));
     mic_buf_printf(&gj, "],\"kind\":\"%s\",\"ordered\":true,\"max_attempts\":10,"
                         "\"backoff\":{\"initial_ms\":1000,\"max_ms\":300000,\"multiplier\":2},"
                         "\"lease_ttl_s\":30,\"start\":\"all\",\"alert_oldest_unhandled_s\":null,"
                         "\"dlq_policy\":\"release\",\"replay_run\":\"%s\","
                         "\"replay\":{\"batch_id\":\"%s\",\"effects\":\"%s\","
                         "\"target_projection_version\":%s}}",
-                   effect ? "effect" : "projection", o->run_id, o->run_id,
-                   allow ? "allow" : "forbid", tpv_txt);
+                   kind, o->run_id, o->run_id, effects, o->tpv_txt);
     if (gj.oom) {
-        rc = mic_error_internal(err, MIC_ENOMEM);
+        rc = MIC_ENOMEM;
         goto fail;
     }
     o->group_json = mic_buf_steal(&gj, &o->group_len);
     mic_buf_printf(&o->answer, "{\"run_id\":\"%s\",\"group\":\"replay.%s\",\"selected\":%llu,"
                                "\"digest\":\"%s\",\"state\":\"running\"}",
                    o->run_id, o->run_id, (unsigned long long)sel.n, digest);
+    if (o->answer.oom) {
+        rc = MIC_ENOMEM;
+        goto fail;
+    }
     EVP_MD_CTX_free(sel.md);
     mic_buf_fini(&info);
-    free(tpv_txt);
-    json_decref(j);
-    *out = o;
     return MIC_OK;
 fail:
     EVP_MD_CTX_free(sel.md);
     mic_buf_fini(&info);
     mic_buf_fini(&gj);
-    free(tpv_txt);
-    json_decref(j);
-    mic_replay_op_free(o);
+    if (rc == MIC_ENOTREADY)
+        mic_error_set(&o->err, rc, "not_ready", NULL, "the server is shutting down");
+    else
+        mic_error_internal(&o->err, rc);
     return rc;
+}
+
+int mic_replay_select(mic_store *s, mic_replay_op *o)
+{
+    return select_op(s, o, NULL);
+}
+
+/* ---- The selector ----
+ *
+ * One thread takes the selections of POST /v1/replays in turn, so that
+ * none ties up an HTTP thread (and every connection it serves) for its
+ * length.  It runs at nice +10 against micd's other threads: on a busy
+ * machine the publishes and claims go first and a selection takes longer.
+ * 'lock' guards the queue (head, tail); 'stop' is set once, and read
+ * between two chunks of the running selection; 'wake' is signalled when
+ * an op is queued or 'stop' is set. */
+struct mic_selector {
+    mic_store *s;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    mic_replay_op *head, *tail;
+    atomic_int stop;
+};
+
+static void *selector_main(void *arg)
+{
+    mic_selector *sl = arg;
+    mic_replay_op *o;
+    int rc;
+
+    /* Linux: a thread's own nice value (setpriority(2), PRIO_PROCESS with
+     * its thread id); a refusal leaves it as it is. */
+    errno = 0;
+    rc = getpriority(PRIO_PROCESS, 0);
+    if (errno == 0 && rc < 10)
+        (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), rc + 10);
+    pthread_mutex_lock(&sl->lock);
+    for (;;) {
+        while (!sl->head && !atomic_load(&sl->stop))
+            pthread_cond_wait(&sl->wake, &sl->lock);
+        if (!(o = sl->head))
+            break;
+        if (!(sl->head = o->next))
+            sl->tail = NULL;
+        pthread_mutex_unlock(&sl->lock);
+        rc = select_op(sl->s, o, &sl->stop);
+        o->selected(o, rc, o->selected_arg); /* 'o' may be gone after it */
+        pthread_mutex_lock(&sl->lock);
+    }
+    pthread_mutex_unlock(&sl->lock);
+    return NULL;
+}
+
+int mic_selector_start(mic_selector **out, mic_store *s)
+{
+    mic_selector *sl = calloc(1, sizeof *sl);
+
+    if (!sl)
+        return MIC_ENOMEM;
+    sl->s = s;
+    atomic_init(&sl->stop, 0);
+    pthread_mutex_init(&sl->lock, NULL);
+    pthread_cond_init(&sl->wake, NULL);
+    if (pthread_create(&sl->thread, NULL, selector_main, sl)) {
+        pthread_cond_destroy(&sl->wake);
+        pthread_mutex_destroy(&sl->lock);
+        free(sl);
+        return MIC_EIO;
+    }
+    *out = sl;
+    return MIC_OK;
+}
+
+int mic_selector_submit(mic_selector *sl, mic_replay_op *o,
+                        void (*done)(mic_replay_op *o, int rc, void *arg), void *arg)
+{
+    pthread_mutex_lock(&sl->lock);
+    if (atomic_load(&sl->stop)) {
+        pthread_mutex_unlock(&sl->lock);
+        return MIC_ENOTREADY;
+    }
+    o->next = NULL;
+    o->selected = done;
+    o->selected_arg = arg;
+    if (sl->tail)
+        sl->tail->next = o;
+    else
+        sl->head = o;
+    sl->tail = o;
+    pthread_cond_signal(&sl->wake);
+    pthread_mutex_unlock(&sl->lock);
+    return MIC_OK;
+}
+
+void mic_selector_stop(mic_selector *sl)
+{
+    if (!sl)
+        return;
+    pthread_mutex_lock(&sl->lock);
+    atomic_store(&sl->stop, 1);
+    pthread_cond_signal(&sl->wake);
+    pthread_mutex_unlock(&sl->lock);
+    pthread_join(sl->thread, NULL);
+    pthread_cond_destroy(&sl->wake);
+    pthread_mutex_destroy(&sl->lock);
+    free(sl);
 }
 
 static int create_apply(mic_op *op, struct mic_wctx *w)
@@ -859,6 +1002,8 @@ void mic_replay_op_free(mic_replay_op *o)
         return;
     free(o->rec);
     free(o->group_json);
+    free(o->topic);
+    free(o->tpv_txt);
     mic_buf_fini(&o->answer);
     free(o);
 }
