@@ -72,7 +72,8 @@ struct mic_http {
     const struct mic_config *cfg;
     mic_store *store;
     mic_writer *writer;
-    atomic_int inflight;   /* requests suspended on the writer */
+    mic_selector *selector; /* POST /v1/replays' selections (replay.h) */
+    atomic_int inflight;   /* requests suspended on the writer (or the selector) */
     atomic_uint_fast64_t next_id;
     char id_prefix[9];
     /* API keys (NULL: no --keys, every request allowed), swapped by
@@ -779,9 +780,31 @@ static enum MHD_Result h_range(struct req *r, const char **args)
     return send_buf(r, MHD_HTTP_OK, &b);
 }
 
+/* The selector's thread: the selection of 'o' is made (rc), so hand the
+ * op to the writer, or answer what stopped it. */
+static void replay_selected(mic_replay_op *o, int rc, void *arg)
+{
+    struct req *r = arg;
+
+    (void)o;
+    if (rc == MIC_OK && (rc = mic_writer_submit(r->h->writer, r->op)) == MIC_OK)
+        return; /* op_done resumes it */
+    if (rc == MIC_EBUSY || rc == MIC_ENOTREADY)
+        r->submit_err = rc; /* else the op's error (mic_replay_op_result) */
+    atomic_store(&r->state, RS_DONE);
+    atomic_fetch_sub(&r->h->inflight, 1);
+    r->res.conn = r->conn;
+    mic_loop_resume(r->loop, &r->res);
+    mic_loops_kick(r->h->loops);
+}
+
+/* POST /v1/replays: parsed here, selected in the selector's thread (the
+ * connection suspended meanwhile, before the hand-over as in submit()),
+ * then recorded by the writer. */
 static enum MHD_Result h_replay_post(struct req *r, const char **args)
 {
     struct mic_error e;
+    int rc;
 
     (void)args;
     if (!content_type_ok(r, &e) ||
@@ -789,7 +812,21 @@ static enum MHD_Result h_replay_post(struct req *r, const char **args)
                                 &r->u.replay, &e))
         return send_error(r, &e);
     r->kind = OK_REPLAY;
-    return submit(r, mic_replay_op_base(r->u.replay));
+    r->op = mic_replay_op_base(r->u.replay);
+    r->op->done = op_done;
+    r->op->owner = r;
+    atomic_store(&r->state, RS_WAITING);
+    atomic_fetch_add(&r->h->inflight, 1);
+    MHD_suspend_connection(r->conn);
+    if ((rc = mic_selector_submit(r->h->selector, r->u.replay, replay_selected, r))) {
+        r->submit_err = rc;
+        atomic_store(&r->state, RS_DONE);
+        atomic_fetch_sub(&r->h->inflight, 1);
+        r->res.conn = r->conn;
+        mic_loop_resume(r->loop, &r->res);
+        mic_loops_kick(r->h->loops);
+    }
+    return MHD_YES;
 }
 
 static enum MHD_Result h_replay_del(struct req *r, const char **args)
@@ -1903,6 +1940,7 @@ static const struct MHD_OptionItem no_options[] = {{MHD_OPTION_END, 0, NULL}};
 
 static void free_http(mic_http *h)
 {
+    mic_selector_stop(h->selector);
     mic_conns_free(h->conns);
     if (h->audit_fd >= 0)
         close(h->audit_fd);
@@ -2137,6 +2175,10 @@ int mic_http_start(mic_http **out, const struct mic_config *cfg,
     h->cfg = cfg;
     h->store = s;
     h->writer = w;
+    if (mic_selector_start(&h->selector, s)) {
+        mic_log(MIC_LOG_ERROR, NULL, "cannot start the replay selector", NULL);
+        goto fail;
+    }
     if (RAND_bytes(rnd, sizeof rnd) != 1)
         memset(rnd, 0, sizeof rnd);
     snprintf(h->id_prefix, sizeof h->id_prefix, "%02x%02x%02x%02x", rnd[0],
@@ -2188,8 +2230,11 @@ void mic_http_stop(mic_http *h)
     if (!h)
         return;
     /* Running backups end (their connections resumed) before the loops
-     * stop libmicrohttpd, and their copies before the store closes. */
+     * stop libmicrohttpd, and their copies before the store closes; so
+     * do replay selections. */
     mic_backups_shutdown();
+    mic_selector_stop(h->selector);
+    h->selector = NULL;
     mic_loops_stop(h->loops);
     free_http(h);
 }
