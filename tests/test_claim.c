@@ -23,6 +23,7 @@
 #include "store/store.h"
 #include "engine/writer.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <semaphore.h>
 #include <stdio.h>
@@ -235,6 +236,163 @@ static void expired_token_honoured_until_reclaimed(void **state)
     json_decref(a);
 }
 
+/* ---- A claim answered 507 grants nothing (issue 29, point 6) ---- */
+
+static int dlv_no_room(const char *db)
+{
+    return strcmp(db, "dlv") == 0 ? ENOSPC : 0;
+}
+
+/* The token of claim answer 'a''s delivery 'i', decoded. */
+static void token_of(json_t *a, size_t i, uint8_t out[MIC_TOKEN_LEN])
+{
+    const char *h = json_string_value(json_object_get(delivery(a, i), "lease_token"));
+
+    assert_non_null(h);
+    assert_int_equal(strlen(h), 2 * MIC_TOKEN_LEN);
+    for (int k = 0; k < MIC_TOKEN_LEN; k++) {
+        unsigned v;
+        assert_int_equal(sscanf(h + 2 * k, "%2x", &v), 1);
+        out[k] = (uint8_t)v;
+    }
+}
+
+/* A claim whose commit finds no room (the map at its limit, the
+ * filesystem full under LMDB, or -- since the journal keeps each record's
+ * room before the commit -- no room for its journal record) is answered
+ * 507 and changed nothing: the same deliveries are claimable at once,
+ * attempts as before, e1 (whose earlier lease ran out) exactly as it was
+ * (its old token, its worker), and the figures count no lease and no
+ * redelivery.  (Before the journal kept the room, the sync could find
+ * none after the commit: the claim was answered 507 with its leases
+ * standing.) */
+static void claim_answered_507_grants_nothing(void **state)
+{
+    struct procfx *f = *state;
+    struct mic_error e;
+    mic_claim *c;
+    json_t *a, *b;
+    uint8_t t1[MIC_TOKEN_LEN];
+    uint64_t fig[MIC_GSTAT_N];
+    struct mic_dlv d1, d2;
+    mic_txn *t;
+    uint32_t gid;
+    const char *body = "{\"max\":10,\"worker\":\"lost\"}";
+
+    procfx_group(f, "g", "{\"topics\":[\"t\"],\"lease_ttl_s\":5,\"backoff\":{\"initial_ms\":0,\"max_ms\":0}}");
+    publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}");
+    a = procfx_call(f, MIC_CLAIM, "g", "{\"worker\":\"first\"}");
+    assert_int_equal(claimed(a), 1);
+    token_of(a, 0, t1);
+    procfx_now += 6 * SEC; /* e1's lease runs out: pending, its token still good */
+    publish(f, "{\"event_id\":\"e2\",\"topic\":\"t\"}");
+    d1 = dlv_of(f, "g", 1);
+    assert_int_equal(d1.state, MIC_DLV_PENDING);
+    assert_int_equal(d1.attempts, 1);
+
+    mic_store_set_fault(dlv_no_room);
+    assert_int_equal(mic_claim_parse(MIC_CLAIM, "g", body, strlen(body), &f->cfg, &c, &e), MIC_OK);
+    assert_int_equal(procfx_run_rc(f, mic_claim_op(c)), MIC_ENOSPC);
+    mic_claim_free(c);
+    mic_store_set_fault(NULL);
+    d1 = dlv_of(f, "g", 1);
+    d2 = dlv_of(f, "g", 2);
+    if (d1.state != MIC_DLV_PENDING || d2.state != MIC_DLV_PENDING)
+        fail_msg("after a claim answered 507: e1 attempts %u worker '%s', e2 attempts %u "
+                 "worker '%s' (leases the client never got)",
+                 d1.attempts, d1.worker, d2.attempts, d2.worker);
+    assert_int_equal(d1.attempts, 1);
+    assert_memory_equal(d1.token, t1, MIC_TOKEN_LEN);
+    assert_string_equal(d1.worker, "first");
+    assert_int_equal(d2.attempts, 0);
+    assert_int_equal(d2.handed, 0);
+    assert_int_equal(mic_txn_begin(f->store, 0, &t), MIC_OK);
+    assert_int_equal(mic_group_gid(t, "g", &gid), MIC_OK);
+    assert_int_equal(mic_delivery_figures(t, gid, fig), MIC_OK);
+    mic_txn_abort(t);
+    assert_int_equal(fig[MIC_GSTAT_PROCESSING], 0);
+    assert_int_equal(fig[MIC_GSTAT_PENDING], 2);
+    assert_int_equal(fig[MIC_GSTAT_REDELIVERIES], 0);
+    b = procfx_call(f, MIC_CLAIM, "g", "{\"max\":10}");
+    assert_int_equal(claimed(b), 2);
+    assert_int_equal(json_integer_value(json_object_get(delivery(b, 0), "seq")), 1);
+    assert_int_equal(json_integer_value(json_object_get(delivery(b, 0), "attempt")), 2);
+    assert_int_equal(json_integer_value(json_object_get(delivery(b, 1), "seq")), 2);
+    assert_int_equal(json_integer_value(json_object_get(delivery(b, 1), "attempt")), 1);
+    json_decref(b);
+    json_decref(a);
+}
+
+/* A nack ends the lease (DESIGN sections 2 and 12): the delivery waits
+ * for its retry, and the nacking worker's token answers lease_lost to
+ * extend, ack and nack, changing nothing.  Unlike an expired lease, which
+ * its token may still settle or extend until another worker claims it. */
+static void nack_ends_the_lease(void **state)
+{
+    struct procfx *f = *state;
+    static const char *const verbs[] = {"extend", "ack", "nack"};
+    const int kinds[] = {MIC_EXTEND, MIC_ACK, MIC_NACK};
+    json_t *a, *b, *r;
+    char body[256];
+    struct mic_dlv d;
+
+    procfx_group(f, "g", "{\"topics\":[\"t\"],\"lease_ttl_s\":30}");
+    publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}");
+    /* Nacked with a retry a minute away: pending in its backoff. */
+    a = procfx_call(f, MIC_CLAIM, "g", "{}");
+    assert_int_equal(claimed(a), 1);
+    settle(body, sizeof body, delivery(a, 0));
+    body[strlen(body) - 1] = 0;
+    strcat(body, ",\"retry_after_s\":60}");
+    r = procfx_call(f, MIC_NACK, "g", body);
+    assert_string_equal(status(r, 0), "retrying");
+    json_decref(r);
+    d = dlv_of(f, "g", 1);
+    assert_int_equal(d.state, MIC_DLV_PENDING);
+    assert_int_equal(d.not_before, procfx_now + 60 * SEC);
+    for (int i = 0; i < 3; i++) {
+        settle(body, sizeof body, delivery(a, 0));
+        r = procfx_call(f, kinds[i], "g", body);
+        if (strcmp(status(r, 0), "lease_lost"))
+            fail_msg("%s with the token of a nacked lease (pending in its backoff): %s, "
+                     "expected lease_lost", verbs[i], status(r, 0));
+        json_decref(r);
+        d = dlv_of(f, "g", 1);
+        assert_int_equal(d.state, MIC_DLV_PENDING);
+        assert_int_equal(d.not_before, procfx_now + 60 * SEC); /* the backoff stands */
+        assert_int_equal(d.attempts, 1);
+    }
+    /* Its retry comes: the next claim gets it, attempt 2. */
+    procfx_now += 61 * SEC;
+    b = procfx_call(f, MIC_CLAIM, "g", "{}");
+    assert_int_equal(claimed(b), 1);
+    assert_int_equal(json_integer_value(json_object_get(delivery(b, 0), "attempt")), 2);
+    json_decref(b);
+    json_decref(a);
+    /* Nacked to be claimable at once (retry_after_s 0): the old token
+     * cannot take the ready delivery back either. */
+    publish(f, "{\"event_id\":\"e2\",\"topic\":\"t\"}");
+    a = procfx_call(f, MIC_CLAIM, "g", "{}");
+    assert_int_equal(claimed(a), 1);
+    assert_int_equal(json_integer_value(json_object_get(delivery(a, 0), "seq")), 2);
+    settle(body, sizeof body, delivery(a, 0));
+    body[strlen(body) - 1] = 0;
+    strcat(body, ",\"retry_after_s\":0}");
+    r = procfx_call(f, MIC_NACK, "g", body);
+    assert_string_equal(status(r, 0), "retrying");
+    json_decref(r);
+    settle(body, sizeof body, delivery(a, 0));
+    r = procfx_call(f, MIC_EXTEND, "g", body);
+    assert_string_equal(status(r, 0), "lease_lost");
+    json_decref(r);
+    assert_int_equal(dlv_of(f, "g", 2).state, MIC_DLV_PENDING);
+    b = procfx_call(f, MIC_CLAIM, "g", "{}");
+    assert_int_equal(claimed(b), 1);
+    assert_int_equal(json_integer_value(json_object_get(delivery(b, 0), "seq")), 2);
+    json_decref(b);
+    json_decref(a);
+}
+
 static void priority_then_seq(void **state)
 {
     struct procfx *f = *state;
@@ -356,9 +514,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(backoff_then_dlq, procfx_setup, procfx_teardown),
         cmocka_unit_test_setup_teardown(expiry_at_max_attempts_dead_letters, procfx_setup, procfx_teardown),
         cmocka_unit_test_setup_teardown(expired_token_honoured_until_reclaimed, procfx_setup, procfx_teardown),
+        cmocka_unit_test_setup_teardown(nack_ends_the_lease, procfx_setup, procfx_teardown),
         cmocka_unit_test_setup_teardown(priority_then_seq, procfx_setup, procfx_teardown),
         cmocka_unit_test_setup_teardown(deadlines_fire_in_order, procfx_setup, procfx_teardown),
         cmocka_unit_test_setup_teardown(backfill_in_chunks, procfx_setup, procfx_teardown),
+        cmocka_unit_test_setup_teardown(claim_answered_507_grants_nothing, procfx_setup,
+                                        procfx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,9 +1,9 @@
 /* test_groups.c - integration tests of consumer groups against a real micd
  * (DESIGN sections 2, 3, 4 and 12): group resources, `start`, claim order
  * and bounds, ack/nack/extend results, fencing by lease token, the DLQ,
- * long-polls (wake-up, timeout, a client that leaves, 1000 parked without
- * a thread each), deletion, 8 concurrent workers draining 20,000 events,
- * and kill -9 with leases outstanding.
+ * long-polls (wake-up, timeout, a client that leaves, one that half-closes,
+ * 1000 parked without a thread each), deletion, 8 concurrent workers
+ * draining 20,000 events, and kill -9 with leases outstanding.
  *
  * Most tests share one server and use their own topic and group names; the
  * kill -9 and the 1000-long-poll tests start servers of their own. */
@@ -20,6 +20,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -986,6 +987,90 @@ static void disconnected_waiter(void **state)
     assert_true(gauge_down);
 }
 
+/* A waiter that half-closes: HTTP/1.1 lets a client shut its write side
+ * down once its request is sent (shutdown(SHUT_WR)) and still read the
+ * answer.  Its long-poll waits as any other and the delivery that comes
+ * is handed to it, neither answered empty while the event goes to the
+ * next claim, nor lost with the connection.  The request is corked, so
+ * its last bytes and the FIN travel in one segment: micd reads the
+ * request and the end of input together.  A server of its own with one
+ * HTTP thread, and an idle keep-alive connection opened before, older in
+ * libmicrohttpd's timeout list: then the resumed long-poll is not the
+ * one its timeout pass visits, and libmicrohttpd reads it before calling
+ * the handler unless micd saw to it (routes.c, submit). */
+static int dial_local(int port)
+{
+    struct sockaddr_in sa;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_true(fd >= 0);
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    return fd;
+}
+
+static void half_closed_waiter(void **state)
+{
+    static const char *const args[] = {"--http-threads", "1", NULL};
+    static const char req_body[] = "{\"wait_s\":30,\"worker\":\"half\"}";
+    struct timeval tv = {20, 0};
+    struct srv s;
+    char req[512], ans[8192], *body;
+    json_t *j, *d;
+    size_t got = 0;
+    ssize_t n;
+    int fd, idle, len, one = 1, gauge_up, gauge_down;
+
+    (void)state;
+    memset(&s, 0, sizeof s);
+    assert_int_equal(srv_start(&s, args), 0);
+    put_group(&s, "hc.g", "{\"topics\":[\"hc.t\"],\"start\":\"new\"}");
+    ensure_nudge(&s);
+    idle = dial_local(s.port); /* one request, then kept open and idle */
+    len = snprintf(req, sizeof req, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n", s.port);
+    assert_int_equal(send(idle, req, (size_t)len, 0), len);
+    assert_int_equal(setsockopt(idle, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+    assert_true(recv(idle, ans, sizeof ans, 0) > 0);
+    fd = dial_local(s.port);
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+    assert_int_equal(setsockopt(fd, IPPROTO_TCP, TCP_CORK, &one, sizeof one), 0);
+    len = snprintf(req, sizeof req,
+                   "POST /v1/groups/hc.g/claim HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                   "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                   s.port, strlen(req_body), req_body);
+    assert_int_equal(send(fd, req, (size_t)len, 0), len);
+    assert_int_equal(shutdown(fd, SHUT_WR), 0); /* sends the corked request with the FIN */
+    gauge_up = await_parked(&s, 1, 0, 3000, "nudge.g"); /* it waits */
+    json_decref(publish(&s, "{\"event_id\":\"hc-1\",\"topic\":\"hc.t\"}"));
+    /* The answer, then micd closes (the client sends no more requests). */
+    while (got < sizeof ans - 1 && (n = recv(fd, ans + got, sizeof ans - 1 - got, 0)) > 0)
+        got += (size_t)n;
+    ans[got] = 0;
+    close(fd);
+    if (got == 0)
+        fail_msg("the half-closed waiter's connection was closed with no answer");
+    assert_memory_equal(ans, "HTTP/1.1 200", 12);
+    assert_non_null(body = strstr(ans, "\r\n\r\n"));
+    assert_non_null(j = json_loads(body + 4, 0, NULL));
+    if (json_array_size(dlvs(j)) != 1)
+        fail_msg("the half-closed waiter was answered %s", body + 4);
+    d = json_array_get(dlvs(j), 0);
+    assert_string_equal(jstr(json_object_get(d, "event"), "event_id"), "hc-1");
+    assert_int_equal(jint(d, "attempt"), 1);
+    json_decref(settle(&s, "hc.g", "ack", items_of(j), NULL));
+    json_decref(j);
+    expect_state(&s, "hc-1", "hc.g", "dispatched", 1);
+    gauge_down = await_parked(&s, 0, 1, 3000, "nudge.g");
+    close(idle);
+    assert_true(gauge_up);
+    assert_true(gauge_down);
+    assert_int_equal(srv_stop(&s), 0);
+    srv_cleanup(&s);
+}
+
 /* ---- 12. Deleting a group ---- */
 
 static void delete_removes_deliveries(void **state)
@@ -1518,6 +1603,7 @@ int main(void)
         cmocka_unit_test(dlq),
         cmocka_unit_test(long_poll),
         cmocka_unit_test(disconnected_waiter),
+        cmocka_unit_test(half_closed_waiter),
         cmocka_unit_test(delete_removes_deliveries),
         cmocka_unit_test(eight_workers_drain),
         cmocka_unit_test(kill9_with_leases),

@@ -16,7 +16,10 @@
  * events without aggregate that are ready, plus each aggregate's head when
  * ready (the event handed out and not yet released, else the first
  * non-terminal event in aggregate order, unless it sits past a missing
- * version), taken by (priority desc, seq asc).  Before the exact comparison
+ * version; a dead letter requeued under dlq_policy release that becomes
+ * the head again counts as handed out: stick_heads), taken by (priority
+ * desc, seq asc).  A nack ends its lease: that token answers lease_lost
+ * from then on, while an expired lease's token works until a new claim.  Before the exact comparison
  * every grant is checked against the invariants one by one, so a failure
  * names the rule it breaks:
  *   1. never two deliveries of one aggregate under lease at once;
@@ -134,6 +137,8 @@ struct mev {
     int nb_unknown;         /* the server drew a backoff: read it back */
     int64_t nb_from, nb_cap;
     char token[TOKLEN + 1]; /* the last lease granted, "" if none */
+    int nacked;             /* that lease ended by a nack: its token is dead */
+    int handed;             /* claimed at least once (kept across a requeue) */
     int ever_terminal;      /* was dispatched, dead-lettered or skipped */
     int requeued;           /* came back from the DLQ at least once */
     int dirty;
@@ -446,6 +451,20 @@ static void fail_attempt(struct fx *f, int i, int64_t retry_us)
 }
 
 /* The batch of every op first fires the deadlines that came due. */
+/* The engine picks an aggregate's head whenever its queue changes (an
+ * event joins or leaves it); a head it picks that was handed out before
+ * (a dead letter requeued under dlq_policy release) keeps its place from
+ * then on, even if an older event arrives late (DESIGN section 3,
+ * delivery.c "advance"): it counts as handed out already. */
+static void stick_heads(struct fx *f)
+{
+    for (int a = 0; a < NAGG; a++) {
+        int h = f->agg[a].head_out < 0 ? head_of(f, a) : -1;
+        if (h >= 0 && f->ev[h].handed && f->ev[h].state == MIC_DLV_PENDING)
+            f->agg[a].head_out = h;
+    }
+}
+
 static void apply_due(struct fx *f)
 {
     int64_t t = now();
@@ -460,6 +479,7 @@ static void apply_due(struct fx *f)
             dirty(f, i);
         }
     }
+    stick_heads(f);
 }
 
 /* Invariant 2, checked at each ack of event 'i'. */
@@ -790,6 +810,7 @@ static void begin(struct fx *f)
 
 static void end(struct fx *f)
 {
+    stick_heads(f);
     drop(f);
     reconcile(f, 0);
 }
@@ -1069,6 +1090,8 @@ static int op_claim(struct fx *f, int max)
         if (e->token[0])
             stale_push(f, seq, e->token);
         snprintf(e->token, sizeof e->token, "%s", tok);
+        e->nacked = 0;
+        e->handed = 1;
         e->state = MIC_DLV_PROCESSING;
         e->attempts++;
         e->not_before = 0;
@@ -1107,6 +1130,8 @@ static const char *expect_settle(struct fx *f, int kind, int i, const char *tok)
     struct mev *e = &f->ev[i];
     int latest = e->token[0] && !strcmp(tok, e->token);
 
+    if (latest && e->nacked)
+        return "lease_lost"; /* a nack ended that lease */
     if (kind == MIC_ACK && e->state == MIC_DLV_DISPATCHED && latest)
         return "acked"; /* acked twice: the same answer */
     if (latest && e->attempts > 0 &&
@@ -1167,6 +1192,9 @@ static void settle(struct fx *f, int kind, int n, const int *idx, char (*toks)[T
             f->st.acks++;
         } else if (kind == MIC_NACK) {
             fail_attempt(f, i, retry_s >= 0 ? retry_s * SEC : -1);
+            /* A nack ends the lease: its token answers lease_lost from now
+             * on (an expired lease's token still counts). */
+            e->nacked = 1;
             f->st.nacks++;
         }
         dirty(f, i);
@@ -1181,7 +1209,7 @@ static int pick_held(struct fx *f, int expired)
 
     for (int i = 0; i < f->nev; i++) {
         struct mev *e = &f->ev[i];
-        if (expired ? e->state == MIC_DLV_PENDING && e->attempts > 0 && e->token[0]
+        if (expired ? e->state == MIC_DLV_PENDING && e->attempts > 0 && e->token[0] && !e->nacked
                     : e->state == MIC_DLV_PROCESSING)
             c[n++] = i;
     }
@@ -1282,6 +1310,7 @@ static void op_requeue_all(struct fx *f)
         e->not_before = 0;
         e->requeued = 1;
         dirty(f, i);
+        stick_heads(f); /* the engine requeues them one by one, in seq order */
     }
     f->st.requeued += n;
     end(f);
@@ -1418,7 +1447,7 @@ static void ack_all_held(struct fx *f)
         if (i == f->nev)
             break;
         struct mev *e = &f->ev[i];
-        if (e->attempts > 0 && e->token[0] &&
+        if (e->attempts > 0 && e->token[0] && !e->nacked &&
             (e->state == MIC_DLV_PROCESSING || e->state == MIC_DLV_PENDING)) {
             idx[n] = i;
             snprintf(toks[n], sizeof toks[n], "%s", e->token);

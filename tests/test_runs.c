@@ -4,7 +4,11 @@
  * when retention removes what it may -- a dead letter of the run, or an
  * event removed between the selection and the run's record -- while an
  * event a run has still to add is kept.  A run record of the first layout
- * (168-byte header) is still read, and listed (mic_replay_list). */
+ * (168-byte header) is still read, and listed (mic_replay_list).  A
+ * selection read in chunks lets the map grow between two of them, and
+ * events published meanwhile into its range stay out of it; the selector
+ * thread makes selections and, stopping, ends the running one between two
+ * chunks and refuses the rest. */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +21,7 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "engine/delivery.h"
+#include "core/digest.h"
 #include "core/err.h"
 #include "engine/group.h"
 #include "harness.h"
@@ -29,7 +34,9 @@
 #include "engine/writer.h"
 
 #include <jansson.h>
+#include <pthread.h>
 #include <semaphore.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +73,7 @@ static mic_replay_op *prepare_run(struct procfx *f, const char *body)
     mic_replay_op *o;
 
     assert_int_equal(mic_replay_create_parse(f->store, body, strlen(body), &f->cfg, &o, &e), MIC_OK);
+    assert_int_equal(mic_replay_select(f->store, o), MIC_OK);
     return o;
 }
 
@@ -379,6 +387,332 @@ static void no_runs_list(void **state)
     mic_buf_fini(&b);
 }
 
+/* ---- A selection read in chunks ---- */
+
+#define SEL_EVENTS 3000
+#define SEL_CHUNK 500
+#define SEL_BASE (T0 - 10 * SEC)
+#define SEL_WAIT_MS 10000
+
+/* What the hook between two chunks of the selection did. */
+struct grow {
+    struct procfx *f;
+    int calls;
+    int answered;           /* publishes answered while the selection ran */
+    uint64_t map_before, map_after;
+    mic_publish *late;      /* a publish not answered in SEL_WAIT_MS */
+    atomic_int done;
+};
+
+static void grow_done(mic_op *op)
+{
+    atomic_store((atomic_int *)op->owner, 1);
+}
+
+static int grow_answered(void *arg)
+{
+    return atomic_load((atomic_int *)arg);
+}
+
+static uint64_t map_size(mic_store *s)
+{
+    uint64_t size, used, max;
+
+    mic_store_usage(s, &size, &used, &max);
+    return size;
+}
+
+/* Between the first two chunks: publish batches of 100 events of 4 KB
+ * into the selection's range until the map has grown (64 batches at
+ * most), each awaited for SEL_WAIT_MS.  Asserts nothing (a read
+ * transaction may be open): the test checks what it recorded. */
+static void grow_between_chunks(void *arg)
+{
+    struct grow *g = arg;
+    struct mic_error e;
+    struct mic_buf b;
+    char when[MIC_TIME_LEN + 1], pad[4097];
+    mic_publish *p;
+    mic_op *op;
+
+    if (g->calls++)
+        return;
+    memset(pad, 'x', sizeof pad - 1);
+    pad[sizeof pad - 1] = 0;
+    g->map_before = map_size(g->f->store);
+    for (int k = 0; k < 64 && map_size(g->f->store) == g->map_before; k++) {
+        mic_buf_init(&b);
+        mic_buf_puts(&b, "{\"events\":[");
+        for (int i = 0; i < 100; i++) {
+            int ix = k * 100 + i;
+            /* At the created_at of a selected event, after it (h > e). */
+            mic_time_format(SEL_BASE + (int64_t)(ix % (SEL_EVENTS / 3)) * 1000, when);
+            mic_buf_printf(&b, "%s{\"event_id\":\"h%05d\",\"topic\":\"t\",\"created_at\":\"%s\","
+                               "\"payload\":{\"pad\":\"%s\"}}", i ? "," : "", ix, when, pad);
+        }
+        mic_buf_puts(&b, "]}");
+        if (b.oom || mic_publish_parse(b.p, b.len, &g->f->cfg, &p, &e)) {
+            mic_buf_fini(&b);
+            return;
+        }
+        mic_buf_fini(&b);
+        op = mic_publish_op(p);
+        op->done = grow_done;
+        op->owner = &g->done;
+        atomic_store(&g->done, 0);
+        if (mic_writer_submit(g->f->w, op)) {
+            mic_publish_free(p);
+            return;
+        }
+        if (!await(grow_answered, &g->done, SEL_WAIT_MS)) {
+            g->late = p; /* still queued: the test waits for it */
+            return;
+        }
+        if (op->result == MIC_OK)
+            g->answered++;
+        mic_publish_free(p);
+    }
+    g->map_after = map_size(g->f->store);
+}
+
+/* A selection in chunks: a map growth between two of them goes through
+ * (the publishes that need it are answered while the selection runs), the
+ * events they add to its range are not selected, and count and digest
+ * are those of the events stored when it began. */
+static void selection_lets_the_map_grow(void **state)
+{
+    static const char *const argv[] = {"micd", "--map-size", "1M", "--map-max", "1G", NULL};
+    struct procfx *f = *state;
+    struct pending_of p = {f, "replay.sel", SEL_EVENTS};
+    struct grow g;
+    struct mic_error e;
+    struct mic_buf b, lines;
+    mic_replay_op *o;
+    json_t *j;
+    uint8_t md[32];
+    char when[MIC_TIME_LEN + 1], hex[65];
+    const char *body = "{\"topic\":\"t\",\"run_id\":\"sel\"}";
+    int rc;
+
+    procfx_close(f);
+    assert_int_equal(procfx_open(f, "mic-runs", 5, argv), 0);
+    /* Three events per created_at, so chunks end inside a run of equal
+     * created_at too; the digest's lines, in the time index's order. */
+    mic_buf_init(&lines);
+    for (int k = 0; k < SEL_EVENTS / 500; k++) {
+        mic_buf_init(&b);
+        mic_buf_puts(&b, "{\"events\":[");
+        for (int i = 0; i < 500; i++) {
+            int ix = k * 500 + i;
+            mic_time_format(SEL_BASE + (int64_t)(ix / 3) * 1000, when);
+            mic_buf_printf(&b, "%s{\"event_id\":\"e%05d\",\"topic\":\"t\",\"created_at\":\"%s\"}",
+                           i ? "," : "", ix, when);
+            mic_buf_printf(&lines, "%s\te%05d\n", when, ix);
+        }
+        mic_buf_puts(&b, "]}");
+        assert_false(b.oom);
+        publish(f, b.p);
+        mic_buf_fini(&b);
+    }
+    assert_false(lines.oom);
+    mic_sha256(lines.p, lines.len, md);
+    mic_buf_fini(&lines);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+
+    memset(&g, 0, sizeof g);
+    g.f = f;
+    assert_int_equal(mic_replay_create_parse(f->store, body, strlen(body), &f->cfg, &o, &e),
+                     MIC_OK);
+    mic_replay_set_select_hook(SEL_CHUNK, grow_between_chunks, &g);
+    rc = mic_replay_select(f->store, o);
+    mic_replay_set_select_hook(0, NULL, NULL);
+    if (g.late) { /* answered once the selection let go of the map */
+        while (!atomic_load(&g.done))
+            assert_true(await(grow_answered, &g.done, 60000));
+        mic_publish_free(g.late);
+        mic_replay_op_free(o);
+        fail_msg("a publish needing map growth was not answered in %d ms while the "
+                 "selection ran (%d answered before it, map %llu bytes)", SEL_WAIT_MS,
+                 g.answered, (unsigned long long)g.map_before);
+    }
+    assert_int_equal(rc, MIC_OK);
+    assert_true(g.calls >= SEL_EVENTS / SEL_CHUNK - 1);
+    assert_true(g.answered > 0);
+    assert_true(g.map_after > g.map_before);
+
+    /* The answer: the events stored when the selection began, no other. */
+    {
+        mic_op *op = mic_replay_op_base(o);
+
+        op->done = NULL;
+        procfx_run(f, op);
+    }
+    mic_buf_init(&b);
+    assert_int_equal(mic_replay_op_result(o, &b, &e), MIC_OK);
+    j = json_loadb(b.p, b.len, 0, NULL);
+    mic_buf_fini(&b);
+    mic_replay_op_free(o);
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(json_object_get(j, "selected")), SEL_EVENTS);
+    assert_string_equal(json_string_value(json_object_get(j, "digest")), hex);
+    json_decref(j);
+    /* The walk adds those, and none of the events published meanwhile. */
+    assert_true(await(pending_is, &p, 20000));
+    expect_counts(f, "sel", 0, SEL_EVENTS, 0, "running");
+}
+
+/* ---- The selector ---- */
+
+/* A selection's done(): its result, once. */
+struct picked {
+    atomic_int calls, rc;
+};
+
+static void on_selected(mic_replay_op *o, int rc, void *arg)
+{
+    struct picked *p = arg;
+
+    (void)o;
+    atomic_store(&p->rc, rc);
+    atomic_fetch_add(&p->calls, 1);
+}
+
+static int picked_once(void *arg)
+{
+    return atomic_load(&((struct picked *)arg)->calls) == 1;
+}
+
+/* The hook holds the selection at its first chunk's end until released. */
+struct hold {
+    atomic_int held, release;
+};
+
+static int is_set(void *arg)
+{
+    return atomic_load((atomic_int *)arg);
+}
+
+static void hold_selection(void *arg)
+{
+    struct hold *h = arg;
+
+    if (atomic_exchange(&h->held, 1))
+        return;
+    (void)await(is_set, &h->release, 30000); /* the test fails if it is not released */
+}
+
+static void *stop_selector(void *arg)
+{
+    mic_selector_stop(arg);
+    return NULL;
+}
+
+struct refused {
+    struct procfx *f;
+    mic_selector *sl;
+    mic_replay_op *queued[64];
+    struct picked picked[64];
+    int n;
+};
+
+/* Submit one more run: true once the selector refuses it (stopping). */
+static int submit_refused(void *arg)
+{
+    struct refused *r = arg;
+    struct mic_error e;
+    const char *body = "{\"topic\":\"t\"}";
+    mic_replay_op *o;
+    int rc;
+
+    if (r->n == 64 ||
+        mic_replay_create_parse(r->f->store, body, strlen(body), &r->f->cfg, &o, &e))
+        return 0;
+    rc = mic_selector_submit(r->sl, o, on_selected, &r->picked[r->n]);
+    if (rc == MIC_OK) {
+        r->queued[r->n++] = o;
+        return 0;
+    }
+    mic_replay_op_free(o);
+    return rc == MIC_ENOTREADY;
+}
+
+/* A selection is made in the selector's thread (done() once, with its
+ * result: the op is then ready for the writer).  Stopping ends the
+ * selection that runs at its next chunk, and those queued before they
+ * begin, each answered MIC_ENOTREADY "not_ready"; a later submit is
+ * refused. */
+static void selector_selects_and_stops(void **state)
+{
+    struct procfx *f = *state;
+    static struct refused r;
+    struct picked first, running;
+    struct hold h;
+    struct mic_error e;
+    struct mic_buf b;
+    mic_selector *sl;
+    mic_replay_op *o, *o2;
+    pthread_t stopper;
+    json_t *j;
+    const char *body = "{\"topic\":\"t\",\"run_id\":\"one\"}";
+
+    mic_buf_init(&b);
+    mic_buf_puts(&b, "{\"events\":[");
+    for (int i = 0; i < 1000; i++)
+        mic_buf_printf(&b, "%s{\"event_id\":\"e%04d\",\"topic\":\"t\"}", i ? "," : "", i);
+    mic_buf_puts(&b, "]}");
+    assert_false(b.oom);
+    publish(f, b.p);
+    mic_buf_fini(&b);
+    assert_int_equal(mic_selector_start(&sl, f->store), MIC_OK);
+
+    memset(&first, 0, sizeof first);
+    assert_int_equal(mic_replay_create_parse(f->store, body, strlen(body), &f->cfg, &o, &e), MIC_OK);
+    assert_int_equal(mic_selector_submit(sl, o, on_selected, &first), MIC_OK);
+    assert_true(await(picked_once, &first, 20000));
+    assert_int_equal(atomic_load(&first.rc), MIC_OK);
+    procfx_run(f, mic_replay_op_base(o));
+    mic_buf_init(&b);
+    assert_int_equal(mic_replay_op_result(o, &b, &e), MIC_OK);
+    j = json_loadb(b.p, b.len, 0, NULL);
+    mic_buf_fini(&b);
+    mic_replay_op_free(o);
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(json_object_get(j, "selected")), 1000);
+    json_decref(j);
+
+    /* One selection held between two chunks, then the selector stops. */
+    memset(&h, 0, sizeof h);
+    memset(&running, 0, sizeof running);
+    memset(&r, 0, sizeof r);
+    r.f = f;
+    r.sl = sl;
+    mic_replay_set_select_hook(100, hold_selection, &h);
+    body = "{\"topic\":\"t\",\"run_id\":\"two\"}";
+    assert_int_equal(mic_replay_create_parse(f->store, body, strlen(body), &f->cfg, &o2, &e), MIC_OK);
+    assert_int_equal(mic_selector_submit(sl, o2, on_selected, &running), MIC_OK);
+    assert_true(await(is_set, &h.held, 20000));
+    assert_int_equal(pthread_create(&stopper, NULL, stop_selector, sl), 0);
+    /* Until the stop is seen, what is submitted queues behind the held one. */
+    assert_true(await(submit_refused, &r, 20000));
+    atomic_store(&h.release, 1);
+    assert_int_equal(pthread_join(stopper, NULL), 0);
+    mic_replay_set_select_hook(0, NULL, NULL);
+
+    assert_int_equal(atomic_load(&running.calls), 1);
+    assert_int_equal(atomic_load(&running.rc), MIC_ENOTREADY);
+    mic_buf_init(&b);
+    assert_int_equal(mic_replay_op_result(o2, &b, &e), MIC_ENOTREADY);
+    assert_string_equal(e.code, "not_ready");
+    mic_buf_fini(&b);
+    mic_replay_op_free(o2);
+    for (int i = 0; i < r.n; i++) {
+        assert_int_equal(atomic_load(&r.picked[i].calls), 1);
+        assert_int_equal(atomic_load(&r.picked[i].rc), MIC_ENOTREADY);
+        mic_replay_op_free(r.queued[i]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -387,6 +721,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(removed_before_the_record_is_lost, procfx_setup, procfx_teardown),
         cmocka_unit_test_setup_teardown(first_layout_record_is_read, procfx_setup, procfx_teardown),
         cmocka_unit_test_setup_teardown(no_runs_list, procfx_setup, procfx_teardown),
+        cmocka_unit_test_setup_teardown(selection_lets_the_map_grow, procfx_setup, procfx_teardown),
+        cmocka_unit_test_setup_teardown(selector_selects_and_stops, procfx_setup, procfx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

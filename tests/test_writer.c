@@ -3,7 +3,8 @@
  * map (grow and retry; at the limit each op alone), a batch that takes
  * the ops arriving while the sync stage is busy, a failing write that
  * aborts its batch, a failing sync that answers its ops MIC_EIO and stops
- * the writer (fail-stop), and draining on stop. */
+ * the writer (fail-stop), draining on stop, and a commit that readers see
+ * while its journal record is not yet synced (visible before durable). */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/err.h"
+#include "store/journal.h"
 #include "store/store.h"
 #include "procfx.h"
 #include "engine/writer.h"
@@ -576,6 +578,79 @@ static void failed_sync_stops(void **state)
     sem_destroy(&sem);
 }
 
+/* Visible before durable (DESIGN section 1): a commit is in LMDB, so
+ * every read transaction begun after it sees it, while the journal still
+ * writes and fdatasyncs its record; its op is answered only once that
+ * sync returned.  The journal's on_written hook holds the first flush
+ * between its write and its fdatasync. */
+static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t held_cond = PTHREAD_COND_INITIALIZER;
+static int held_armed, held_entered, held_open;
+
+static void held_written(int file, off_t off, size_t len)
+{
+    (void)file;
+    (void)off;
+    (void)len;
+    pthread_mutex_lock(&held_lock);
+    if (held_armed) {
+        held_armed = 0;
+        held_entered = 1;
+        pthread_cond_broadcast(&held_cond);
+        while (!held_open)
+            pthread_cond_wait(&held_cond, &held_lock);
+    }
+    pthread_mutex_unlock(&held_lock);
+}
+
+static void visible_before_durable(void **state)
+{
+    static const struct mic_jnl_hooks hooks = {NULL, NULL, held_written, NULL};
+    const char *argv[] = {"micd"};
+    char err[256];
+    struct fx f;
+    struct top a;
+    struct mic_rec r;
+    mic_txn *t;
+    uint64_t last;
+    sem_t sem;
+
+    (void)state;
+    snprintf(f.dir, sizeof f.dir, "/tmp/mic-writer-XXXXXX");
+    assert_non_null(mkdtemp(f.dir));
+    assert_int_equal(mic_config_load(&f.cfg, 1, (char **)argv, err, sizeof err), 0);
+    /* A journaled store (nosync 0): commits are durable only once synced. */
+    assert_int_equal(mic_store_open(&f.store, f.dir, f.cfg.map_size, f.cfg.map_max, 0), MIC_OK);
+    assert_int_equal(mic_writer_start(&f.w, f.store, &f.cfg, NULL), MIC_OK);
+    sem_init(&sem, 0, 0);
+    held_armed = 1;
+    held_entered = held_open = 0;
+    mic_jnl_set_hooks(&hooks);
+    top_init(&a, 10, &sem);
+    assert_int_equal(mic_writer_submit(f.w, &a.op), MIC_OK);
+    pthread_mutex_lock(&held_lock);
+    while (!held_entered) /* committed; its record written, not yet synced */
+        pthread_cond_wait(&held_cond, &held_lock);
+    pthread_mutex_unlock(&held_lock);
+    assert_int_equal(mic_txn_begin(f.store, 0, &t), MIC_OK);
+    assert_int_equal(mic_store_last_seq(t, &last), MIC_OK);
+    assert_int_equal(last, 1);
+    assert_int_equal(mic_store_log_get(t, 1, &r), MIC_OK); /* a reader sees it */
+    assert_int_equal(r.json_len, 10);
+    mic_txn_abort(t);
+    assert_int_equal(sem_trywait(&sem), -1); /* its writer has no answer */
+    assert_int_equal(a.applied, 1);
+    pthread_mutex_lock(&held_lock);
+    held_open = 1;
+    pthread_cond_broadcast(&held_cond);
+    pthread_mutex_unlock(&held_lock);
+    sem_wait(&sem);
+    assert_int_equal(a.op.result, MIC_OK); /* answered after the fdatasync */
+    mic_jnl_set_hooks(NULL);
+    sem_destroy(&sem);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -589,6 +664,7 @@ int main(void)
         cmocka_unit_test(mixed_batch_at_limit),
         cmocka_unit_test(failed_write_aborts_batch),
         cmocka_unit_test(stop_drains_queue),
+        cmocka_unit_test(visible_before_durable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

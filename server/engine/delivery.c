@@ -45,7 +45,8 @@
  * aggregates (DESIGN section 5).
  *
  * Lease tokens are 128 random bits.  A token that does not match the
- * delivery's last one answers lease_lost, or not_found when the delivery
+ * delivery's last one (or whose lease a nack ended: the nack clears the
+ * stored token) answers lease_lost, or not_found when the delivery
  * was never leased in this group (a token of a deleted group whose name was
  * reused); the group's identity is the gid the delivery is stored under. */
 #define _DEFAULT_SOURCE
@@ -648,11 +649,16 @@ int mic_delivery_grant(struct mic_wctx *w, struct mic_group *gr, int max, int64_
 
 /* ---- Settle ---- */
 
+/* A nack ends its lease for good: the stored token is cleared (all zero),
+ * which no presented token matches (holds). */
+static const uint8_t no_token[MIC_TOKEN_LEN];
+
 /* The token matches a lease that still counts: PROCESSING, or expired back
- * to PENDING and not claimed again since. */
+ * to PENDING and not claimed again since (nor nacked: a nack clears it). */
 static int holds(const struct mic_dlv *d, const uint8_t *token)
 {
-    return memcmp(d->token, token, MIC_TOKEN_LEN) == 0 && d->attempts > 0 &&
+    return memcmp(d->token, token, MIC_TOKEN_LEN) == 0 &&
+           memcmp(d->token, no_token, MIC_TOKEN_LEN) != 0 && d->attempts > 0 &&
            (d->state == MIC_DLV_PROCESSING || d->state == MIC_DLV_PENDING);
 }
 
@@ -762,6 +768,9 @@ int mic_delivery_nack(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
         return rc;
     old = d;
     set_error(&d, error ? error : "", error ? elen : 0);
+    /* The worker gave the lease up: its token is dead from here on, for
+     * extend, ack and nack alike (unlike a lease that ran out). */
+    memset(d.token, 0, MIC_TOKEN_LEN);
     if ((rc = fail(w, gr, seq, &old, &d, retry_us, dead_letter, &dead)))
         return rc;
     *status = dead ? MIC_DS_DEAD : MIC_DS_RETRYING;

@@ -82,7 +82,9 @@ int mic_delivery_grant(struct mic_wctx *w, struct mic_group *gr, int max, int64_
  * means the group's backoff; 'error' (elen bytes, cut to MIC_ERROR_MAX on
  * a UTF-8 boundary) becomes the delivery's last error.  A nack with
  * 'dead_letter' set goes to the DLQ (DEAD) whatever its attempts: the
- * worker knows no retry can succeed. */
+ * worker knows no retry can succeed.  A lease that ran out still counts
+ * for its token until the delivery is claimed again; a nack ends it: the
+ * token answers LOST from then on. */
 int mic_delivery_ack(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,
                      const uint8_t *token, int *status);
 int mic_delivery_nack(struct mic_wctx *w, struct mic_group *gr, uint64_t seq,

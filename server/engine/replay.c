@@ -7,8 +7,9 @@
  * only its position in memory (plus one event when it is larger than the
  * HTTP library's buffer) and fills each buffer the library hands it in a
  * short read transaction, so a range of any size streams in constant memory
- * without holding a snapshot (or a map resize) for its whole duration. */
-#define _POSIX_C_SOURCE 200809L
+ * without holding a snapshot (or a map resize) for its whole duration; a
+ * replay run's selection walks its range the same way (range_step). */
+#define _GNU_SOURCE
 #include "replay.h"
 
 #include "core/buf.h"
@@ -21,9 +22,15 @@
 
 #include <openssl/evp.h>
 #include <openssl/rand.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 struct range {
     uint32_t topic_id;
@@ -174,6 +181,75 @@ int mic_range_page(mic_store *s, const char *topic, const char *from,
     return MIC_OK;
 }
 
+/* ---- Walking a range from its cursor ----
+ *
+ * A walk keeps only its position in its 'struct range' (from_us, from_id,
+ * exclusive) and reads each step in a read transaction of its own, so it
+ * holds no snapshot, and no map resize waits, between two steps.  The
+ * NDJSON stream takes a step per buffer the HTTP library hands it; the
+ * selection of a replay run takes steps of select_chunk entries. */
+
+/* A step's callback answers, for each entry, one of these. */
+enum { STEP_TAKE, STEP_STOP, STEP_TAKE_STOP };
+
+/* Called for an entry of the walk in its step's transaction 't'. */
+typedef int (*step_fn)(void *arg, mic_txn *t, int64_t at, const char *id, size_t idlen,
+                       uint64_t seq);
+
+struct step {
+    mic_txn *t;
+    struct range *q;
+    step_fn fn;
+    void *arg;
+    int n, stopped;
+};
+
+/* Move the walk's start just past (at, id). */
+static void advance(struct range *q, int64_t at, const char *id, size_t idlen)
+{
+    q->from_us = at;
+    memcpy(q->from_id, id, idlen);
+    q->from_idlen = idlen;
+    q->exclusive = 1;
+}
+
+static int step_one(void *arg, int64_t at, const char *id, size_t idlen, uint64_t seq)
+{
+    struct step *st = arg;
+    int rc = st->fn(st->arg, st->t, at, id, idlen, seq);
+
+    st->n++;
+    if (rc != STEP_STOP)
+        advance(st->q, at, id, idlen);
+    if (rc == STEP_TAKE)
+        return 0;
+    st->stopped = 1;
+    return 1;
+}
+
+/* One step of the walk over 'q': fn for up to 'max' entries from its
+ * cursor, in one read transaction of 's'; each entry fn takes (STEP_TAKE,
+ * STEP_TAKE_STOP) moves the cursor past it, and STEP_STOP leaves it there.
+ * *done is set when the range has no entry left (fn did not stop the
+ * step and fewer than 'max' were seen).  Returns MIC_OK or the store's
+ * error (fn reports its own through 'arg'). */
+static int range_step(mic_store *s, struct range *q, int max, step_fn fn, void *arg,
+                      int *done)
+{
+    struct step st = {NULL, q, fn, arg, 0, 0};
+    int rc;
+
+    if ((rc = mic_txn_begin(s, 0, &st.t)))
+        return rc;
+    rc = mic_store_time_scan(st.t, q->topic_id, q->from_us, q->from_id, q->from_idlen,
+                             q->exclusive, q->to_us, max, step_one, &st);
+    mic_txn_abort(st.t);
+    if (rc && rc != 1)
+        return rc;
+    *done = !st.stopped && st.n < max;
+    return MIC_OK;
+}
+
 /* ---- NDJSON stream ---- */
 
 int mic_range_open(mic_store *s, const char *topic, const char *from,
@@ -196,51 +272,41 @@ int mic_range_open(mic_store *s, const char *topic, const char *from,
 }
 
 struct fill {
-    mic_txn *t;
     mic_range *r;
     char *buf;          /* the caller's buffer: events go straight in */
     size_t max, len;
-    int rc, full;
+    int rc;
 };
 
-static void advance(mic_range *r, int64_t at, const char *id, size_t idlen)
-{
-    r->q.from_us = at;
-    memcpy(r->q.from_id, id, idlen);
-    r->q.from_idlen = idlen;
-    r->q.exclusive = 1;
-}
-
-static int fill_one(void *arg, int64_t at, const char *id, size_t idlen, uint64_t seq)
+static int fill_one(void *arg, mic_txn *t, int64_t at, const char *id, size_t idlen,
+                    uint64_t seq)
 {
     struct fill *f = arg;
     struct mic_rec rec;
 
-    if ((f->rc = mic_store_log_get(f->t, seq, &rec)))
-        return 1;
+    (void)at;
+    (void)id;
+    (void)idlen;
+    if ((f->rc = mic_store_log_get(t, seq, &rec)))
+        return STEP_STOP;
     if (rec.json_len + 1 > f->max - f->len) {
-        if (f->len) {           /* no room left: the next read starts here */
-            f->full = 1;
-            return 1;
-        }
+        if (f->len)             /* no room left: the next read starts here */
+            return STEP_STOP;
         /* One event larger than the whole buffer: hand it out piecewise. */
         mic_buf_add(&f->r->pending, rec.json, rec.json_len);
         mic_buf_add(&f->r->pending, "\n", 1);
-        advance(f->r, at, id, idlen);
-        f->full = 1;
-        return 1;
+        return STEP_TAKE_STOP;
     }
     memcpy(f->buf + f->len, rec.json, rec.json_len);
     f->buf[f->len + rec.json_len] = '\n';
     f->len += rec.json_len + 1;
-    advance(f->r, at, id, idlen);
-    return 0;
+    return STEP_TAKE;
 }
 
 ssize_t mic_range_read(mic_range *r, char *buf, size_t max)
 {
-    struct fill f = {NULL, r, buf, max, 0, MIC_OK, 0};
-    int rc;
+    struct fill f = {r, buf, max, 0, MIC_OK};
+    int done = 0;
 
     if (r->off < r->pending.len) {      /* the rest of an oversized event */
         size_t n = r->pending.len - r->off;
@@ -254,18 +320,9 @@ ssize_t mic_range_read(mic_range *r, char *buf, size_t max)
     r->pending.len = r->off = 0;
     if (r->done || max == 0)
         return 0;
-    if ((rc = mic_txn_begin(r->s, 0, &f.t)))
+    if (range_step(r->s, &r->q, 1 << 30, fill_one, &f, &done) || f.rc || r->pending.oom)
         return -1;
-    rc = mic_store_time_scan(f.t, r->q.topic_id, r->q.from_us, r->q.from_id,
-                             r->q.from_idlen, r->q.exclusive, r->q.to_us, 1 << 30,
-                             fill_one, &f);
-    mic_txn_abort(f.t);
-    if (rc == 1)
-        rc = f.rc;
-    if (rc || r->pending.oom)
-        return -1;
-    if (!f.full)
-        r->done = 1;
+    r->done = done;
     if (f.len)
         return (ssize_t)f.len;
     return r->pending.len ? mic_range_read(r, buf, max) : 0;
@@ -284,13 +341,19 @@ void mic_range_close(mic_range *r)
  * POST /v1/replays fixes the selection once, in the handler thread: the
  * topic's events with created_at in [from, to] and seq at most the last seq
  * committed at that moment (seq_max).  It counts them and computes the
- * digest (DESIGN section 12) in a read transaction.  The writer then
- * records the run and creates its group `replay.<run_id>` (ordered, lease
- * 30 s, 10 attempts, dlq_policy release), which takes no live events; the
- * deliveries are added RUN_CHUNK events per writer batch, walking the time
- * index from the run's cursor, so a large run does not stall other
- * requests.  When the walk is done, the group's heads are released (ordered
- * groups pick no head before all events are in).
+ * digest (DESIGN section 12) walking the time index SELECT_CHUNK entries
+ * per read transaction (range_step, as the NDJSON stream does), so a
+ * selection of any size holds no snapshot and keeps no map growth waiting
+ * for longer than one chunk.  seq_max, not the end of a transaction, fixes
+ * its end: an event published into the range meanwhile has a larger seq
+ * and is passed over wherever it falls; one retention removes before its
+ * chunk is read is not selected (one it removes later is 'lost', below).
+ * The writer then records the run and creates its group `replay.<run_id>`
+ * (ordered, lease 30 s, 10 attempts, dlq_policy release), which takes no
+ * live events; the deliveries are added RUN_CHUNK events per writer
+ * batch, walking the time index from the run's cursor, so a large run does
+ * not stall other requests.  When the walk is done, the group's heads are
+ * released (ordered groups pick no head before all events are in).
  *
  * Status.  GET /v1/replays/{run_id} reads the run record and its group's
  * figures (a few seeks, whatever the run's size): every delivery of the
@@ -456,27 +519,78 @@ struct mic_replay_op {
     size_t group_len;
     struct mic_buf answer;
     struct mic_error err;
+    /* POST: what mic_replay_create_parse found, for mic_replay_select */
+    struct range q;
+    char *topic, *tpv_txt;
+    int effect, allow;
+    /* in a selector's queue */
+    struct mic_replay_op *next;
+    void (*selected)(mic_replay_op *o, int rc, void *arg);
+    void *selected_arg;
 };
+
+/* ---- The selection (handler thread) ---- */
+
+#define SELECT_CHUNK 4096
 
 struct selection {
     EVP_MD_CTX *md;
+    atomic_int *cancel;     /* nonzero: stop at the next chunk (may be NULL) */
     uint64_t seq_max, n;
 };
 
-static int select_one(void *arg, int64_t at, const char *id, size_t idlen, uint64_t seq)
+static int select_chunk = SELECT_CHUNK;
+static void (*select_hook)(void *arg);
+static void *select_hook_arg;
+
+void mic_replay_set_select_hook(int chunk, void (*fn)(void *arg), void *arg)
+{
+    select_chunk = chunk > 0 ? chunk : SELECT_CHUNK;
+    select_hook = fn;
+    select_hook_arg = arg;
+}
+
+static int select_one(void *arg, mic_txn *t, int64_t at, const char *id, size_t idlen,
+                      uint64_t seq)
 {
     struct selection *s = arg;
     char line[MIC_TIME_LEN + 2 + MIC_EVENT_ID_MAX + 1];
 
+    (void)t;
     if (seq > s->seq_max)
-        return 0;
+        return STEP_TAKE; /* stored after the selection began: passed over */
     mic_time_format(at, line);
     line[MIC_TIME_LEN] = '\t';
     memcpy(line + MIC_TIME_LEN + 1, id, idlen);
     line[MIC_TIME_LEN + 1 + idlen] = '\n';
     EVP_DigestUpdate(s->md, line, MIC_TIME_LEN + 2 + idlen);
     s->n++;
-    return 0;
+    return STEP_TAKE;
+}
+
+/* Select range 'q' (a copy is walked; 'q' is left as it is) into 'sel'
+ * (its digest begun): seq_max is the last seq committed now, then the
+ * time index is walked select_chunk entries per read transaction.
+ * Returns MIC_OK or the store's error. */
+static int select_range(mic_store *s, const struct range *q, struct selection *sel)
+{
+    struct range walk = *q;
+    mic_txn *t;
+    int rc, done = 0;
+
+    if ((rc = mic_txn_begin(s, 0, &t)))
+        return rc;
+    rc = mic_store_last_seq(t, &sel->seq_max);
+    mic_txn_abort(t);
+    while (!rc) {
+        if (sel->cancel && atomic_load(sel->cancel))
+            return MIC_ENOTREADY;
+        if ((rc = range_step(s, &walk, select_chunk, select_one, sel, &done)) || done)
+            break;
+        if (select_hook)
+            select_hook(select_hook_arg);
+    }
+    return rc;
 }
 
 static int run_id_ok(const char *s, size_t n)
@@ -497,19 +611,10 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
     static const char *const known[] = {"topic", "from", "to", "run_id", "kind",
                                         "target_projection_version", "effects", NULL};
     const char *topic, *from = NULL, *to = NULL, *k;
-    struct selection sel = {NULL, 0, 0};
-    unsigned char md[32];
-    char digest[65], tbuf[MIC_TIME_LEN + 1];
-    struct range q;
-    struct mic_buf info, gj;
     mic_replay_op *o = NULL;
     json_t *j = NULL, *v, *tpv;
-    int effect = 0, allow = 0, rc;
-    mic_txn *t = NULL;
-    char *tpv_txt = NULL;
+    int rc;
 
-    mic_buf_init(&info);
-    mic_buf_init(&gj);
     if ((rc = mic_json_load(body, len, cfg->max_depth, &j, err)))
         return rc;
     if (!json_is_object(j)) {
@@ -539,9 +644,15 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
         rc = BADREQ("to", "to is an RFC 3339 time");
         goto fail;
     }
+    if (!(o = calloc(1, sizeof *o))) {
+        rc = mic_error_internal(err, MIC_ENOMEM);
+        goto fail;
+    }
+    o->op.apply = NULL; /* set by mic_replay_op_base */
+    mic_buf_init(&o->answer);
     if ((v = json_object_get(j, "kind"))) {
         if (json_is_string(v) && !strcmp(json_string_value(v), "effect"))
-            effect = 1;
+            o->effect = 1;
         else if (!json_is_string(v) || strcmp(json_string_value(v), "projection")) {
             rc = BADREQ("kind", "kind is projection or effect");
             goto fail;
@@ -549,13 +660,13 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
     }
     if ((v = json_object_get(j, "effects"))) {
         if (json_is_string(v) && !strcmp(json_string_value(v), "allow"))
-            allow = 1;
+            o->allow = 1;
         else if (!json_is_string(v) || strcmp(json_string_value(v), "forbid")) {
             rc = BADREQ("effects", "effects is forbid or allow");
             goto fail;
         }
     }
-    if (effect && !allow) {
+    if (o->effect && !o->allow) {
         rc = BADREQ("effects", "a replay of kind effect re-runs external effects: "
                                "it needs \"effects\":\"allow\"");
         goto fail;
@@ -565,13 +676,11 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
         rc = BADREQ("target_projection_version", "a string or an integer");
         goto fail;
     }
-    tpv_txt = json_dumps(tpv ? tpv : json_null(), JSON_ENCODE_ANY | JSON_COMPACT);
-    if (!(o = calloc(1, sizeof *o)) || !tpv_txt) {
+    o->tpv_txt = json_dumps(tpv ? tpv : json_null(), JSON_ENCODE_ANY | JSON_COMPACT);
+    if (!o->tpv_txt || !(o->topic = strdup(topic))) {
         rc = mic_error_internal(err, MIC_ENOMEM);
         goto fail;
     }
-    o->op.apply = NULL; /* set below */
-    mic_buf_init(&o->answer);
     if ((v = json_object_get(j, "run_id"))) {
         if (!json_is_string(v) || !run_id_ok(json_string_value(v), json_string_length(v))) {
             rc = BADREQ("run_id", "run_id matches [A-Za-z0-9._-]{1,64}");
@@ -587,29 +696,42 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
         snprintf(o->run_id, sizeof o->run_id, "r-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0],
                  rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
     }
-    if ((rc = parse_range(s, topic, from, to, NULL, NULL, &q, err)))
+    if ((rc = parse_range(s, topic, from, to, NULL, NULL, &o->q, err)))
         goto fail;
-    if (q.from_us > q.to_us) {
+    if (o->q.from_us > o->q.to_us) {
         rc = BADREQ("to", "to is before from");
         goto fail;
     }
-    /* The selection, once. */
-    if ((rc = mic_txn_begin(s, 0, &t)) || (rc = mic_store_last_seq(t, &sel.seq_max))) {
-        rc = mic_error_internal(err, rc);
-        goto fail;
-    }
+    json_decref(j);
+    *out = o;
+    return MIC_OK;
+fail:
+    json_decref(j);
+    mic_replay_op_free(o);
+    return rc;
+}
+
+/* mic_replay_select, stopped between two chunks once *cancel (may be
+ * NULL) is nonzero: MIC_ENOTREADY. */
+static int select_op(mic_store *s, mic_replay_op *o, atomic_int *cancel)
+{
+    struct selection sel = {NULL, cancel, 0, 0};
+    unsigned char md[32];
+    char digest[65], tbuf[MIC_TIME_LEN + 1];
+    struct mic_buf info, gj;
+    const char *kind = o->effect ? "effect" : "projection";
+    const char *effects = o->allow ? "allow" : "forbid";
+    int rc;
+
+    mic_buf_init(&info);
+    mic_buf_init(&gj);
+    /* The selection, once (in chunks: see "Replay runs" above). */
     if (!(sel.md = EVP_MD_CTX_new()) || !EVP_DigestInit_ex(sel.md, EVP_sha256(), NULL)) {
-        rc = mic_error_internal(err, MIC_ENOMEM);
+        rc = MIC_ENOMEM;
         goto fail;
     }
-    rc = mic_store_time_scan(t, q.topic_id, q.from_us, "", 0, 0, q.to_us, 1 << 30,
-                             select_one, &sel);
-    mic_txn_abort(t);
-    t = NULL;
-    if (rc) {
-        rc = mic_error_internal(err, rc);
+    if ((rc = select_range(s, &o->q, &sel)))
         goto fail;
-    }
     EVP_DigestFinal_ex(sel.md, md, NULL);
     for (int i = 0; i < 32; i++)
         snprintf(digest + 2 * i, 3, "%02x", md[i]);
@@ -617,18 +739,18 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
     mic_buf_puts(&info, "{\"run_id\":");
     mic_buf_json_str(&info, o->run_id, strlen(o->run_id));
     mic_buf_puts(&info, ",\"topic\":");
-    mic_buf_json_str(&info, topic, strlen(topic));
-    mic_time_format(q.from_us, tbuf);
+    mic_buf_json_str(&info, o->topic, strlen(o->topic));
+    mic_time_format(o->q.from_us, tbuf);
     mic_buf_printf(&info, ",\"from\":\"%s\"", tbuf);
-    mic_time_format(q.to_us, tbuf);
+    mic_time_format(o->q.to_us, tbuf);
     mic_buf_printf(&info, ",\"to\":\"%s\",\"kind\":\"%s\",\"effects\":\"%s\","
                           "\"target_projection_version\":%s,\"group\":\"replay.%s\","
                           "\"selected\":%llu,\"digest\":\"%s\"",
-                   tbuf, effect ? "effect" : "projection", allow ? "allow" : "forbid", tpv_txt,
-                   o->run_id, (unsigned long long)sel.n, digest);
+                   tbuf, kind, effects, o->tpv_txt, o->run_id, (unsigned long long)sel.n,
+                   digest);
     /* The record: header, then the description (without its closing brace). */
     if (info.oom) {
-        rc = mic_error_internal(err, MIC_ENOMEM);
+        rc = MIC_ENOMEM;
         goto fail;
     }
     {
@@ -637,54 +759,158 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
 
         memset(&r, 0, sizeof r);
         r.selecting = 1;
-        r.topic_id = q.topic_id;
-        r.from_us = r.cur_us = q.from_us;
-        r.to_us = q.to_us;
+        r.topic_id = o->q.topic_id;
+        r.from_us = r.cur_us = o->q.from_us;
+        r.to_us = o->q.to_us;
         r.seq_max = sel.seq_max;
         r.selected = sel.n;
         r.desc = info.p;
         r.desc_len = info.len;
-        if (run_encode(&r, &p, &o->rec_len)) {
-            rc = mic_error_internal(err, MIC_ENOMEM);
+        if ((rc = run_encode(&r, &p, &o->rec_len)))
             goto fail;
-        }
         o->rec = (char *)p;
     }
     /* The run's group. */
     mic_buf_printf(&gj, "{\"name\":\"replay.%s\",\"topics\":[", o->run_id);
-    mic_buf_json_str(&gj, topic, strlen(topic));
+    mic_buf_json_str(&gj, o->topic, strlen(o->topic));
     mic_buf_printf(&gj, "],\"kind\":\"%s\",\"ordered\":true,\"max_attempts\":10,"
                         "\"backoff\":{\"initial_ms\":1000,\"max_ms\":300000,\"multiplier\":2},"
                         "\"lease_ttl_s\":30,\"start\":\"all\",\"alert_oldest_unhandled_s\":null,"
                         "\"dlq_policy\":\"release\",\"replay_run\":\"%s\","
                         "\"replay\":{\"batch_id\":\"%s\",\"effects\":\"%s\","
                         "\"target_projection_version\":%s}}",
-                   effect ? "effect" : "projection", o->run_id, o->run_id,
-                   allow ? "allow" : "forbid", tpv_txt);
+                   kind, o->run_id, o->run_id, effects, o->tpv_txt);
     if (gj.oom) {
-        rc = mic_error_internal(err, MIC_ENOMEM);
+        rc = MIC_ENOMEM;
         goto fail;
     }
     o->group_json = mic_buf_steal(&gj, &o->group_len);
     mic_buf_printf(&o->answer, "{\"run_id\":\"%s\",\"group\":\"replay.%s\",\"selected\":%llu,"
                                "\"digest\":\"%s\",\"state\":\"running\"}",
                    o->run_id, o->run_id, (unsigned long long)sel.n, digest);
+    if (o->answer.oom) {
+        rc = MIC_ENOMEM;
+        goto fail;
+    }
     EVP_MD_CTX_free(sel.md);
     mic_buf_fini(&info);
-    free(tpv_txt);
-    json_decref(j);
-    *out = o;
     return MIC_OK;
 fail:
-    if (t)
-        mic_txn_abort(t);
     EVP_MD_CTX_free(sel.md);
     mic_buf_fini(&info);
     mic_buf_fini(&gj);
-    free(tpv_txt);
-    json_decref(j);
-    mic_replay_op_free(o);
+    if (rc == MIC_ENOTREADY)
+        mic_error_set(&o->err, rc, "not_ready", NULL, "the server is shutting down");
+    else
+        mic_error_internal(&o->err, rc);
     return rc;
+}
+
+int mic_replay_select(mic_store *s, mic_replay_op *o)
+{
+    return select_op(s, o, NULL);
+}
+
+/* ---- The selector ----
+ *
+ * One thread takes the selections of POST /v1/replays in turn, so that
+ * none ties up an HTTP thread (and every connection it serves) for its
+ * length.  It runs at nice +10 against micd's other threads: on a busy
+ * machine the publishes and claims go first and a selection takes longer.
+ * 'lock' guards the queue (head, tail); 'stop' is set once, and read
+ * between two chunks of the running selection; 'wake' is signalled when
+ * an op is queued or 'stop' is set. */
+struct mic_selector {
+    mic_store *s;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    mic_replay_op *head, *tail;
+    atomic_int stop;
+};
+
+static void *selector_main(void *arg)
+{
+    mic_selector *sl = arg;
+    mic_replay_op *o;
+    int rc;
+
+    /* Linux: a thread's own nice value (setpriority(2), PRIO_PROCESS with
+     * its thread id); a refusal leaves it as it is. */
+    errno = 0;
+    rc = getpriority(PRIO_PROCESS, 0);
+    if (errno == 0 && rc < 10)
+        (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), rc + 10);
+    pthread_mutex_lock(&sl->lock);
+    for (;;) {
+        while (!sl->head && !atomic_load(&sl->stop))
+            pthread_cond_wait(&sl->wake, &sl->lock);
+        if (!(o = sl->head))
+            break;
+        if (!(sl->head = o->next))
+            sl->tail = NULL;
+        pthread_mutex_unlock(&sl->lock);
+        rc = select_op(sl->s, o, &sl->stop);
+        o->selected(o, rc, o->selected_arg); /* 'o' may be gone after it */
+        pthread_mutex_lock(&sl->lock);
+    }
+    pthread_mutex_unlock(&sl->lock);
+    return NULL;
+}
+
+int mic_selector_start(mic_selector **out, mic_store *s)
+{
+    mic_selector *sl = calloc(1, sizeof *sl);
+
+    if (!sl)
+        return MIC_ENOMEM;
+    sl->s = s;
+    atomic_init(&sl->stop, 0);
+    pthread_mutex_init(&sl->lock, NULL);
+    pthread_cond_init(&sl->wake, NULL);
+    if (pthread_create(&sl->thread, NULL, selector_main, sl)) {
+        pthread_cond_destroy(&sl->wake);
+        pthread_mutex_destroy(&sl->lock);
+        free(sl);
+        return MIC_EIO;
+    }
+    *out = sl;
+    return MIC_OK;
+}
+
+int mic_selector_submit(mic_selector *sl, mic_replay_op *o,
+                        void (*done)(mic_replay_op *o, int rc, void *arg), void *arg)
+{
+    pthread_mutex_lock(&sl->lock);
+    if (atomic_load(&sl->stop)) {
+        pthread_mutex_unlock(&sl->lock);
+        return MIC_ENOTREADY;
+    }
+    o->next = NULL;
+    o->selected = done;
+    o->selected_arg = arg;
+    if (sl->tail)
+        sl->tail->next = o;
+    else
+        sl->head = o;
+    sl->tail = o;
+    pthread_cond_signal(&sl->wake);
+    pthread_mutex_unlock(&sl->lock);
+    return MIC_OK;
+}
+
+void mic_selector_stop(mic_selector *sl)
+{
+    if (!sl)
+        return;
+    pthread_mutex_lock(&sl->lock);
+    atomic_store(&sl->stop, 1);
+    pthread_cond_signal(&sl->wake);
+    pthread_mutex_unlock(&sl->lock);
+    pthread_join(sl->thread, NULL);
+    pthread_cond_destroy(&sl->wake);
+    pthread_mutex_destroy(&sl->lock);
+    free(sl);
 }
 
 static int create_apply(mic_op *op, struct mic_wctx *w)
@@ -776,6 +1002,8 @@ void mic_replay_op_free(mic_replay_op *o)
         return;
     free(o->rec);
     free(o->group_json);
+    free(o->topic);
+    free(o->tpv_txt);
     mic_buf_fini(&o->answer);
     free(o);
 }

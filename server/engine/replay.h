@@ -60,15 +60,41 @@ void mic_range_close(mic_range *r);
 
 /* ---- Replay runs ---- */
 
-/* POST /v1/replays: validate, select the events once (a read transaction:
- * count and digest, bounded by the last seq committed now) and prepare the
- * op that records the run and creates its group.  MIC_OK with *out (the
- * caller's: mic_replay_op_free); else 'err' filled: MIC_EPARSE, MIC_EINVAL
- * (a field, with its name; an effect run without effects allow),
- * MIC_ENOTFOUND (no such topic), MIC_ENOMEM, MIC_EIO. */
+/* POST /v1/replays, first part (any thread): validate the body and find
+ * the topic, preparing the op; its selection is not made yet.  MIC_OK
+ * with *out (the caller's: mic_replay_op_free); else 'err' filled:
+ * MIC_EPARSE, MIC_EINVAL (a field, with its name; an effect run without
+ * effects allow), MIC_ENOTFOUND (no such topic), MIC_ENOMEM, MIC_EIO. */
 int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
                             const struct mic_config *cfg, mic_replay_op **out,
                             struct mic_error *err);
+/* Second part (any thread but the writer; micd: the selector's): select
+ * the events of 'o' once -- count and digest of those with created_at in
+ * its range and seq at most the last one committed when the selection
+ * begins, read in chunks, each in a short read transaction of its own --
+ * and finish the op, which is then ready for the writer
+ * (mic_replay_op_base).  Returns MIC_OK, or MIC_ENOMEM, MIC_EIO, ... with
+ * the error also what mic_replay_op_result answers. */
+int mic_replay_select(mic_store *s, mic_replay_op *o);
+/* Test hook: the selection of mic_replay_select reads 'chunk'
+ * entries of the time index per read transaction (0: the default) and
+ * calls fn(arg) (NULL: nothing) between two chunks, with no transaction
+ * open.  Set it while no selection runs. */
+void mic_replay_set_select_hook(int chunk, void (*fn)(void *arg), void *arg);
+/* The selector: one thread of its own, at a lower CPU priority, makes
+ * the selections (mic_replay_select) in turn, so that none holds an HTTP
+ * thread.  _submit queues 'o' (from mic_replay_create_parse; the caller's
+ * still, untouched until done): done(o, rc, arg) is then called once, in
+ * the selector's thread, with mic_replay_select's result.  It returns
+ * MIC_OK, or MIC_ENOTREADY once stopping (done is not called).  _stop
+ * ends the running selection at its next chunk and those queued before
+ * they begin, each done() with MIC_ENOTREADY (answered as 503
+ * not_ready), then joins the thread and frees 'sl' (NULL: nothing). */
+typedef struct mic_selector mic_selector;
+int mic_selector_start(mic_selector **out, mic_store *s);
+int mic_selector_submit(mic_selector *sl, mic_replay_op *o,
+                        void (*done)(mic_replay_op *o, int rc, void *arg), void *arg);
+void mic_selector_stop(mic_selector *sl);
 /* DELETE /v1/replays/{run_id}: MIC_OK with *out, or MIC_ENOTFOUND for a
  * run id that cannot exist, MIC_ENOMEM. */
 int mic_replay_delete_parse(const char *run_id, mic_replay_op **out,

@@ -72,7 +72,8 @@ struct mic_http {
     const struct mic_config *cfg;
     mic_store *store;
     mic_writer *writer;
-    atomic_int inflight;   /* requests suspended on the writer */
+    mic_selector *selector; /* POST /v1/replays' selections (replay.h) */
+    atomic_int inflight;   /* requests suspended on the writer (or the selector) */
     atomic_uint_fast64_t next_id;
     char id_prefix[9];
     /* API keys (NULL: no --keys, every request allowed), swapped by
@@ -92,7 +93,9 @@ static atomic_uint_fast64_t mhd_complaints;
 
 #define BODY_PREALLOC (64u * 1024)
 
-enum req_state { RS_NEW, RS_BODY, RS_WAITING, RS_DONE };
+/* RS_DEFER: a write of a half-closed client, submitted at the next turn
+ * (submit). */
+enum req_state { RS_NEW, RS_BODY, RS_DEFER, RS_WAITING, RS_DONE };
 enum op_kind { OK_NONE, OK_PUBLISH, OK_TOPIC, OK_GROUP, OK_CLAIM, OK_GAP, OK_REPLAY };
 
 struct req {
@@ -126,6 +129,8 @@ struct req {
     int audited;     /* its audit line is written (when answered, or at the end) */
     int close;       /* answer with Connection: close */
     int complete;    /* the whole request arrived (conns told: busy) */
+    int eof_at_request; /* the client had shut its write side down when
+                         * its request was read (submit, conn_alive) */
     const char *uri_end; /* the request target's first NUL byte in libmicrohttpd's
                           * buffer, as uri_log saw it (request_line_cut) */
     /* The request's API key (NULL: not authenticated), inside 'keys', the
@@ -356,14 +361,50 @@ static enum MHD_Result answer(struct req *r, int rc, struct mic_buf *b,
 
 /* ---- Writer ops ---- */
 
+/* A peek at the client's side of connection 'conn': 1 while it may still
+ * send (nothing or bytes waiting), 0 at the end of its input (it shut its
+ * write side down, or closed), -1 on an error (reset: it is gone). */
+static int conn_peek(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    char c;
+    ssize_t n;
+
+    if (!ci)
+        return 1;
+    n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
+        return 1;
+    return n == 0 ? 0 : -1;
+}
+
 static void op_done(mic_op *op);
 
-/* Suspend the connection, then hand the op to the writer. */
+/* Suspend the connection, then hand the op to the writer.
+ *
+ * A client may shut its write side down once its request is sent (a
+ * half-close, HTTP/1.1 allows it).  libmicrohttpd 0.9.75 does not update
+ * a connection's event-loop state while it is suspended, and marks it
+ * readable when it resumes: a connection suspended in the same turn that
+ * read its request still says "read", so on resuming it is read before
+ * the handler is called again (unless the daemon's timeout pass happens
+ * to visit it first), and on a half-closed one that read finds the end of
+ * input and closes the connection with the answer unsent.  So the write
+ * of a half-closed client is submitted one turn later: the handler
+ * returns without an answer, the daemon moves the connection to "block"
+ * (the whole request received, no answer yet) and calls the handler again
+ * at once (the connection stays ready), which then suspends it in that
+ * state and resumes it without a read. */
 static enum MHD_Result submit(struct req *r, mic_op *op)
 {
     int rc;
 
     r->op = op;
+    if (atomic_load(&r->state) != RS_DEFER && (r->eof_at_request = conn_peek(r->conn) == 0)) {
+        atomic_store(&r->state, RS_DEFER);
+        return MHD_YES;
+    }
     op->done = op_done;
     op->owner = r;
     atomic_store(&r->state, RS_WAITING);
@@ -574,19 +615,21 @@ static enum MHD_Result h_group_del(struct req *r, const char **args)
     return submit(r, mic_group_op_base(r->u.group));
 }
 
-/* Is the client of a parked long-poll still connected?  Writer thread. */
+/* Is the client of a parked long-poll still waiting?  Writer thread.  TCP
+ * shows a client that shut its write side down (shutdown(SHUT_WR), which
+ * HTTP/1.1 allows once the request is sent) and one that closed its socket
+ * the same way: the end of its input.  A client whose input had ended
+ * when its request was read half-closed after sending it, and waits for
+ * the answer like any other; one whose input ended later, while it waited,
+ * is taken to have left (a long-poll that gave up, a worker that died) and
+ * is answered as it stands, so that no delivery is leased to it.  A reset
+ * connection has left either way. */
 static int conn_alive(mic_op *op)
 {
     struct req *r = op->owner;
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    char c;
-    ssize_t n;
+    int p = conn_peek(r->conn);
 
-    if (!ci)
-        return 1;
-    n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+    return p > 0 || (p == 0 && r->eof_at_request);
 }
 
 static enum MHD_Result claim_like(struct req *r, const char *group, int kind)
@@ -737,9 +780,31 @@ static enum MHD_Result h_range(struct req *r, const char **args)
     return send_buf(r, MHD_HTTP_OK, &b);
 }
 
+/* The selector's thread: the selection of 'o' is made (rc), so hand the
+ * op to the writer, or answer what stopped it. */
+static void replay_selected(mic_replay_op *o, int rc, void *arg)
+{
+    struct req *r = arg;
+
+    (void)o;
+    if (rc == MIC_OK && (rc = mic_writer_submit(r->h->writer, r->op)) == MIC_OK)
+        return; /* op_done resumes it */
+    if (rc == MIC_EBUSY || rc == MIC_ENOTREADY)
+        r->submit_err = rc; /* else the op's error (mic_replay_op_result) */
+    atomic_store(&r->state, RS_DONE);
+    atomic_fetch_sub(&r->h->inflight, 1);
+    r->res.conn = r->conn;
+    mic_loop_resume(r->loop, &r->res);
+    mic_loops_kick(r->h->loops);
+}
+
+/* POST /v1/replays: parsed here, selected in the selector's thread (the
+ * connection suspended meanwhile, before the hand-over as in submit()),
+ * then recorded by the writer. */
 static enum MHD_Result h_replay_post(struct req *r, const char **args)
 {
     struct mic_error e;
+    int rc;
 
     (void)args;
     if (!content_type_ok(r, &e) ||
@@ -747,7 +812,21 @@ static enum MHD_Result h_replay_post(struct req *r, const char **args)
                                 &r->u.replay, &e))
         return send_error(r, &e);
     r->kind = OK_REPLAY;
-    return submit(r, mic_replay_op_base(r->u.replay));
+    r->op = mic_replay_op_base(r->u.replay);
+    r->op->done = op_done;
+    r->op->owner = r;
+    atomic_store(&r->state, RS_WAITING);
+    atomic_fetch_add(&r->h->inflight, 1);
+    MHD_suspend_connection(r->conn);
+    if ((rc = mic_selector_submit(r->h->selector, r->u.replay, replay_selected, r))) {
+        r->submit_err = rc;
+        atomic_store(&r->state, RS_DONE);
+        atomic_fetch_sub(&r->h->inflight, 1);
+        r->res.conn = r->conn;
+        mic_loop_resume(r->loop, &r->res);
+        mic_loops_kick(r->h->loops);
+    }
+    return MHD_YES;
 }
 
 static enum MHD_Result h_replay_del(struct req *r, const char **args)
@@ -1607,6 +1686,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
         return finish(r);
     case RS_WAITING:
         return MHD_YES; /* spurious: still with the writer */
+    case RS_DEFER:
+        return submit(r, r->op); /* a half-closed client's, one turn later */
     default:
         break;
     }
@@ -1859,6 +1940,7 @@ static const struct MHD_OptionItem no_options[] = {{MHD_OPTION_END, 0, NULL}};
 
 static void free_http(mic_http *h)
 {
+    mic_selector_stop(h->selector);
     mic_conns_free(h->conns);
     if (h->audit_fd >= 0)
         close(h->audit_fd);
@@ -2093,6 +2175,10 @@ int mic_http_start(mic_http **out, const struct mic_config *cfg,
     h->cfg = cfg;
     h->store = s;
     h->writer = w;
+    if (mic_selector_start(&h->selector, s)) {
+        mic_logger_write(MIC_LEVEL_ERROR, NULL, "cannot start the replay selector", NULL);
+        goto fail;
+    }
     if (RAND_bytes(rnd, sizeof rnd) != 1)
         memset(rnd, 0, sizeof rnd);
     snprintf(h->id_prefix, sizeof h->id_prefix, "%02x%02x%02x%02x", rnd[0],
@@ -2144,8 +2230,11 @@ void mic_http_stop(mic_http *h)
     if (!h)
         return;
     /* Running backups end (their connections resumed) before the loops
-     * stop libmicrohttpd, and their copies before the store closes. */
+     * stop libmicrohttpd, and their copies before the store closes; so
+     * do replay selections. */
     mic_backups_shutdown();
+    mic_selector_stop(h->selector);
+    h->selector = NULL;
     mic_loops_stop(h->loops);
     free_http(h);
 }
