@@ -32,7 +32,7 @@
 
 CC      ?= cc
 PKGS    := libmicrohttpd lmdb jansson yajl openssl libnats
-# libpq: tests/pgfx.c runs a real PostgreSQL; libpq-dev and postgresql come
+# libpq: tests/kit/pgfx.c runs a real PostgreSQL; libpq-dev and postgresql come
 # with PEER_DEBS, which make test installs (peer-deps) before make check.
 TPKGS   := cmocka libnats libpq
 RPKGS   := jansson libcrypto libnats
@@ -64,7 +64,7 @@ RLIBS     = $(shell pkg-config --libs $(RPKGS) 2>/dev/null)
 # build/peer_NAME, the name peers.py runs.
 PEER_SKEL    := bench/peers/driver.c bench/peerlib.c
 PEER_DRIVERS := $(patsubst bench/peers/%.c,build/peer_%,$(filter-out $(PEER_SKEL),$(wildcard bench/peers/*.c)))
-# tests/test_deploy.c: systemd-analyze verify of deploy/micd.service, and the
+# tests/system/test_deploy.c: systemd-analyze verify of deploy/micd.service, and the
 # compose and Grafana provisioning YAML read with python3-yaml.
 DEPLOY_TEST_DEBS := systemd python3-yaml
 PEER_DEBS := redis-server libhiredis-dev postgresql libpq-dev nats-server libnats-dev beanstalkd \
@@ -91,11 +91,20 @@ layers_upto = $(foreach l,$(call reverse,$(wordlist 1,$(call layer_index,$(2)),$
 layer_index = $(words $(call upto_list,$(1),$(LAYERS)))
 upto_list = $(if $(filter $(1),$(firstword $(2))),$(firstword $(2)),$(firstword $(2)) $(call upto_list,$(1),$(wordlist 2,$(words $(2)),$(2))))
 reverse = $(if $(1),$(call reverse,$(wordlist 2,$(words $(1)),$(1))) $(firstword $(1)))
+# LMDB's copy calls the journal's capture functions (store layer): a test
+# links the archives and it as one group, so either may pull the other.
+link_group = -Wl,--start-group $(1) $(LMDB_A) -Wl,--end-group
 REL_ARCH := $(call layers_upto,rel,relay)
 SAN_ARCH := $(call layers_upto,san,relay)
-UNIT    := $(patsubst tests/%.c,build/san/%,$(wildcard tests/test_*.c))
-HARNESS := build/san/harness.o
-KIT     := build/san/claimkit.o build/san/procfx.o build/san/jgen.o build/san/pgfx.o build/san/natsfx.o
+# The tests (tests/README.md): unit tests per layer, system tests against a
+# running micd, the fixtures of tests/kit/ as one archive.
+UNIT_LAYERS  := core store engine http
+UNIT_TESTS   := $(foreach l,$(UNIT_LAYERS),$(patsubst tests/%.c,build/san/%,$(wildcard tests/unit/$(l)/test_*.c)))
+SYSTEM_TESTS := $(patsubst tests/%.c,build/san/%,$(wildcard tests/system/test_*.c))
+UNIT    := $(UNIT_TESTS) $(SYSTEM_TESTS) build/san/fault/test_crashcheck
+KIT_HDR := $(wildcard tests/kit/*.h)
+KIT_OBJ := $(patsubst tests/%.c,build/san/%.o,$(wildcard tests/kit/*.c))
+KIT     := build/san/libkit.a
 
 .PHONY: all examples install check-install run test check deps test-deps fault-crash soak-crash fuzz fuzz-seeds bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke bench-workerloop bench-relay bench-sink bench-backup peer-deps ui-deps clean
 all: build/micd build/mic-events-replay build/mic build/mic-relay build/libmic.a build/libmic.so
@@ -142,29 +151,28 @@ build/ui_files.h: build/ui-embed $(UI_FILES)
 	build/ui-embed $(UI_FILES) > $@.tmp && mv $@.tmp $@
 build/rel/http/ui.o build/san/http/ui.o build/fuzz/obj/http/ui.o: build/ui_files.h
 
-$(HARNESS): tests/harness.c tests/harness.h client/mic.h | build/san
+build/san/kit/%.o: tests/kit/%.c $(KIT_HDR) client/mic.h $(SRV_HDR) | build/san
+	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -Iclient -c $< -o $@
-build/san/claimkit.o: tests/claimkit.c tests/claimkit.h tests/harness.h | build/san
-	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
-build/san/procfx.o: tests/procfx.c tests/procfx.h $(SRV_HDR) | build/san
-	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
-build/san/jgen.o: tests/jgen.c tests/jgen.h | build/san
-	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -c $< -o $@
-build/san/pgfx.o: tests/pgfx.c tests/pgfx.h | build/san
-	$(CC) $(WARN) -O1 $(SAN) $(TCFLAGS) -c $< -o $@
-# tests/natsfx.c: a three-node JetStream cluster for the NATS sink tests.
-build/san/natsfx.o: tests/natsfx.c tests/natsfx.h | build/san
-	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -c $< -o $@
+$(KIT): $(KIT_OBJ)
+	rm -f $@ && ar rcs $@ $^
+# A unit test of layer L (tests/unit/L/) links the kit and the archives of
+# L and below only: a call to a higher layer is an undefined symbol.
 # test_oom fails allocations: micd's objects are linked with their malloc,
 # calloc, realloc, free, strdup and strndup going to the test's wrappers
-# (tests/test_oom.c says how jansson's are routed there too).
+# (tests/unit/http/test_oom.c says how jansson's are routed there too).
 OOM_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free,--wrap=strdup,--wrap=strndup
-build/san/test_oom: tests/test_oom.c $(SAN_OBJ) $(LMDB_A)
-	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver $< $(SAN_OBJ) -o $@ $(OOM_WRAP) $(PKGLIBS) $(TLIBS)
-# Test binaries link micd's objects (unit tests) and libmic (the harness's
-# HTTP, and the libmic tests).
-build/san/test_%: tests/test_%.c $(SAN_OBJ) $(HARNESS) $(KIT) tests/harness.h tests/claimkit.h tests/procfx.h tests/jgen.h tests/pgfx.h tests/natsfx.h $(LMDB_A) build/san/libmic.a
-	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -Iclient $< $(SAN_OBJ) $(HARNESS) $(KIT) build/san/libmic.a -o $@ $(PKGLIBS) $(TLIBS) $(LIBMIC_LIBS)
+define unit_rules
+build/san/unit/$(1)/test_%: tests/unit/$(1)/test_%.c $(KIT) $$(call layers_upto,san,$(1)) $$(KIT_HDR) $$(LMDB_A)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(WARN) -O1 $$(SAN) $$(PKGCFLAGS) $$(TCFLAGS) -Iserver -Itests/kit $$< $(KIT) $$(call link_group,$$(call layers_upto,san,$(1))) -o $$@ $$(if $$(filter %/test_oom,$$@),$$(OOM_WRAP)) $$(PKGLIBS) $$(TLIBS)
+endef
+$(foreach l,$(UNIT_LAYERS),$(eval $(call unit_rules,$(l))))
+# System tests (tests/system/) drive a real micd through the kit's harness
+# (libmic); the server's archives give what some of them read directly.
+build/san/system/test_%: tests/system/test_%.c $(KIT) $(SAN_ARCH) $(KIT_HDR) $(LMDB_A) build/san/libmic.a
+	@mkdir -p $(dir $@)
+	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) $(TCFLAGS) -Iserver -Iclient -Itests/kit $< $(KIT) $(call link_group,$(SAN_ARCH)) build/san/libmic.a -o $@ $(PKGLIBS) $(TLIBS) $(LIBMIC_LIBS)
 
 # The fault suite (tests/fault/README.md).  T1, crash cycles: the program
 # and its checker with the sanitizers, driving build/san/micd (its memory
@@ -178,7 +186,8 @@ CRASH_SRC := tests/fault/crashloop.c tests/fault/crashcheck.c
 build/san/crashloop: $(CRASH_SRC) tests/fault/crashcheck.h client/mic.h server/core/clock.h build/san/libmic.a | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(LIBMIC_CFLAGS) -Iclient -Iserver -Itests/fault $(CRASH_SRC) build/san/libmic.a -o $@ $(LIBMIC_LIBS)
 # The checker's self-test links the checker alone.
-build/san/test_crashcheck: tests/test_crashcheck.c tests/fault/crashcheck.c tests/fault/crashcheck.h | build/san
+build/san/fault/test_crashcheck: tests/fault/test_crashcheck.c tests/fault/crashcheck.c tests/fault/crashcheck.h | build/san
+	@mkdir -p $(dir $@)
 	$(CC) $(WARN) -O1 $(SAN) $(shell pkg-config --cflags cmocka) -Itests/fault $< tests/fault/crashcheck.c -o $@ $(shell pkg-config --libs cmocka)
 fault-crash: build/san/crashloop $(FAULT_MICD)
 	build/san/crashloop --micd $(FAULT_MICD) --cycles 20 --log-dir build/fault/crash
@@ -311,7 +320,7 @@ build/outbox_poller: bench/outbox_poller.c | build/rel
 
 # examples/ (README there): small programs on libmic, built against the
 # release library as a user would (make examples) and with the sanitizers
-# for tests/test_examples.c.
+# for tests/system/test_examples.c.
 EXAMPLES := $(patsubst examples/%.c,%,$(wildcard examples/*.c))
 examples: $(EXAMPLES:%=build/examples/%)
 # (order_service.c talks to PostgreSQL through libpq: every example links it.)
@@ -398,7 +407,7 @@ test: deps test-deps peer-deps ui-deps
 	@# is made from Debian's archive with debootstrap when no image is there)
 	$(MAKE) --no-print-directory container-test
 
-# The admin page's browser test (tests/test_ui.c) needs Debian's chromium,
+# The admin page's browser test (tests/system/test_ui.c) needs Debian's chromium,
 # node and npm (puppeteer-core, pinned by tests/ui/package-lock.json, into
 # tests/ui/node_modules).  nodejs and npm come from Debian only when
 # missing: a nodesource nodejs carries its own npm, which Debian's npm

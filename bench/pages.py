@@ -3,7 +3,7 @@
 
 Reads the output of `strace -f -y -e trace=pwrite64,pwritev,writev,fdatasync
 -p PID` (one line per call, prefixed by the thread id; -y names each
-descriptor's file).  Under --durability fsync (server/journal.h) a commit
+descriptor's file).  Under --durability fsync (server/store/journal.h) a commit
 writes its pages and its meta page to data.mdb in the OS cache, unsynced;
 the sync stage appends the commits' records to journal-0 or journal-1 in
 one pwritev and fdatasyncs that file; a checkpoint fdatasyncs data.mdb

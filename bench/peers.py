@@ -492,7 +492,7 @@ PROFILES = {
   them; the eventfd write per resumed connection went from 1.0 to 0.1,
   futex from 1.1-1.3 to 0.2-0.3) and 0.6-0.8 context switches (1.1-1.4).
   What did it: libmicrohttpd in external mode on HTTP threads of ours
-  (server/loops.c) that get the finished requests of a writer batch in
+  (server/http/loops.c) that get the finished requests of a writer batch in
   one hand-over; a commit with nothing queued behind it synced by the
   writer itself; arrivals during a sync waking the writer eight at a
   time.  `--http-threads` 1 / 2 / 4: 21.5k / 27k / 21k events/s in one
@@ -504,7 +504,7 @@ PROFILES = {
   over `strace -f -y` of micd).""",
     "W2": """**W2 batches**: bound by CPU.  On one micd after a warm-up,
   `/proc/PID/stat`: micd 4.5-6 us of CPU an event, Redis 3.0-3.75.  The
-  HTTP threads parse and validate (yajl into server/jdoc.c, one pass
+  HTTP threads parse and validate (yajl into server/core/jdoc.c, one pass
   over the fields, canonical and stored forms into pre-sized buffers,
   SHA-256): `build/bench_parse` 2.6-2.9 us an event (8-10 at the start
   of the publish issue).  The writer does three B-tree puts an event
@@ -533,7 +533,7 @@ PROFILES = {
   writing into its map (MDB_WRITEMAP) and a reader pinning the last
   checkpoint.""",
     "W3": """**W3 work cycle**: bound by the commit's latency.  The
-  delivery engine (server/delivery.c) writes a claim as the delivery
+  delivery engine (server/engine/delivery.c) writes a claim as the delivery
   record, its ready entry and its lease timer, an ack as the record, the
   timer and the unhandled index, and the figures once per group and
   commit: about 20 pages of data.mdb a commit, into the OS cache; what

@@ -405,7 +405,7 @@ static char *agg_path(mic_client *c, const char *type, const char *id, const cha
 /* ---- HTTP ---- */
 
 struct sink {
-    struct mic_buf b;      /* the body (server/buf.c, linked into libmic) */
+    struct mic_buf b;      /* the body (server/core/buf.c, linked into libmic) */
     /* streaming */
     CURL *easy;
     int (*fn)(const char *p, size_t n, void *arg);

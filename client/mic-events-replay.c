@@ -185,7 +185,7 @@ static int usage_error(const char *fmt, ...)
     return EXIT_USAGE;
 }
 
-/* The clients share micd's growable buffer (server/buf.c); these two
+/* The clients share micd's growable buffer (server/core/buf.c); these two
  * report its out-of-memory flag as -1 so appends chain with ||. */
 static int buf_add(struct mic_buf *b, const void *p, size_t n)
 {
@@ -251,7 +251,7 @@ static void hex(const unsigned char *p, size_t n, char *out)
 }
 
 /* ---- Time ----
- * RFC 3339 parsing and formatting are the broker's own (server/clock.c,
+ * RFC 3339 parsing and formatting are the broker's own (server/core/clock.c,
  * linked in), so the tool and micd read and write times the same way. */
 
 static int time_parse(const char *s, size_t len, int64_t *out)

@@ -245,7 +245,7 @@ static int usage_error(struct cli *c, const char *fmt, ...)
     return report(c, EXIT_USAGE);
 }
 
-/* The clients share micd's growable buffer (server/buf.c); these two
+/* The clients share micd's growable buffer (server/core/buf.c); these two
  * report its out-of-memory flag as -1 so appends chain with ||. */
 static int buf_add(struct mic_buf *b, const void *p, size_t n)
 {

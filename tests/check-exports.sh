@@ -6,7 +6,7 @@
 #      build/libmic.so) are exactly the functions HEADER declares (default
 #      client/mic.h): every name followed by '(' outside its comments.  An
 #      extra symbol (micd's mic_buf_* or mic_time_* leaking out of
-#      server/buf.c and clock.c, a name put into client/libmic.map that
+#      server/core/buf.c and clock.c, a name put into client/libmic.map that
 #      mic.h does not declare) or a missing one (a function of mic.h not in
 #      client/libmic.map, or not defined) fails;
 #   2. each global that one of libmic's own objects OBJ defines (nm -g) is

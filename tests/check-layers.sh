@@ -1,27 +1,27 @@
 #!/bin/sh
 # check-layers.sh - the rules of server/'s layout that a compiler does not
 # check (run by make check; exits non-zero on a breach):
-#   1. only the delivery engine (server/delivery.c) calls the store's
+#   1. only the delivery engine (server/engine/delivery.c) calls the store's
 #      delivery-index functions (store.h "Deliveries", "Ordered groups",
 #      "Per-group figures"), and only store.c calls LMDB;
 #   2. no two server files include each other's headers (no circle);
-#   3. only the sink relay (server/sink.c) calls libnats (nats*_, js_*).
+#   3. only the sink relay (server/relay/sink.c) calls libnats (nats*_, js_*).
 cd "$(dirname "$0")/.." || exit 2
 status=0
 idx='mic_store_\(dlv\|ready\|timer\|dlq\|aq\|ags\|gstat\|unh\|poison\|oldest\|drop_step\)_*[a-z_]*('
 for f in server/*.c; do
-    case "$f" in server/delivery.c|server/store.c) continue ;; esac
+    case "$f" in server/engine/delivery.c|server/store/store.c) continue ;; esac
     if grep -n "$idx" "$f"; then
-        echo "check-layers: $f calls a delivery index of the store (only server/delivery.c may)"
+        echo "check-layers: $f calls a delivery index of the store (only server/engine/delivery.c may)"
         status=1
     fi
     if grep -n '\bmdb_[a-z_]*(' "$f"; then
-        echo "check-layers: $f calls LMDB (only server/store.c may)"
+        echo "check-layers: $f calls LMDB (only server/store/store.c may)"
         status=1
     fi
-    if [ "$f" != server/sink.c ] &&
+    if [ "$f" != server/relay/sink.c ] &&
        grep -n '\b\(nats[A-Za-z]*_[A-Za-z]*\|js_[A-Za-z]*\|jsCtx_[A-Za-z]*\)(' "$f"; then
-        echo "check-layers: $f calls libnats (only server/sink.c may)"
+        echo "check-layers: $f calls libnats (only server/relay/sink.c may)"
         status=1
     fi
 done

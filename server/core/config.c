@@ -7,7 +7,7 @@
  *
  * The config file is read whole (at most CONFIG_FILE_MAX bytes) and parsed
  * from memory by mic_config_parse, which tests/fuzz/fuzz_config.c and
- * tests/test_oom.c call directly: a line may be of any length (a long
+ * tests/unit/http/test_oom.c call directly: a line may be of any length (a long
  * comment is one comment, never split into a second line that would be
  * read as a setting), and a NUL byte is refused. */
 #define _POSIX_C_SOURCE 200809L

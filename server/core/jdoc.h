@@ -1,6 +1,6 @@
 /* jdoc.h - a parsed JSON document for the publish path: parsed by yajl's
  * event parser into one array of nodes and one string pool, with jansson
- * (server/json.h) as the parser of record.
+ * (server/core/json.h) as the parser of record.
  *
  * mic_jdoc_parse accepts exactly what mic_json_load accepts (jansson with
  * JSON_REJECT_DUPLICATES, an object or array at the top, the same depth
@@ -10,7 +10,7 @@
  * not valid UTF-8 by jansson's rules, an integer out of range, a real that
  * overflows, a number too long to convert here, a duplicate key), the text
  * is parsed again by jansson, which decides and whose tree is converted.
- * tests/test_jdoc.c checks both paths against jansson over a generated
+ * tests/unit/core/test_jdoc.c checks both paths against jansson over a generated
  * corpus (values, canonical text, accept/refuse).
  *
  * Nodes are numbered from 1 (0 is "none").  An object's members are its

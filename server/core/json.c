@@ -160,7 +160,7 @@ int mic_json_load(const char *body, size_t len, int max_depth, json_t **out,
      * failed is not trusted even when jansson answers with a value: its
      * lexer drops the bytes it cannot save (lex_save ignores the failure
      * of strbuffer_append_byte), so a string or number read then may be
-     * cut short (tests/test_oom.c found it). */
+     * cut short (tests/unit/http/test_oom.c found it). */
     if (j && alloc_failed) {
         json_decref(j);
         j = NULL;

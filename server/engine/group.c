@@ -183,7 +183,7 @@ static int get_uint(json_t *o, const char *k, uint64_t lo, uint64_t hi,
 
 static int sink_url_ok(const char *s)
 {
-    int n_urls = 0; /* the relay takes at most 16 (server/sink.c) */
+    int n_urls = 0; /* the relay takes at most 16 (server/relay/sink.c) */
 
     while (*s) {
         if (++n_urls > 16)

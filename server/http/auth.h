@@ -23,7 +23,7 @@ enum mic_role { MIC_ROLE_NONE, MIC_ROLE_PRODUCER, MIC_ROLE_CONSUMER, MIC_ROLE_MO
 
 /* What a route needs (DESIGN section 13's table, one value per row). */
 enum mic_perm {
-    MIC_PERM_UNSET,      /* no entry: tests/test_auth.c fails on such a route */
+    MIC_PERM_UNSET,      /* no entry: tests/system/test_auth.c fails on such a route */
     MIC_PERM_OPEN,       /* /healthz, /readyz: no key */
     MIC_PERM_PUBLISH,    /* POST /v1/events: producer, admin */
     MIC_PERM_INSPECT,    /* GET an event, an aggregate: monitor, admin */

@@ -1207,7 +1207,7 @@ struct route {
     const char *path;  /* segments; "*" captures one */
     const char *name;  /* metrics label */
     handler_fn fn;
-    int perm;          /* enum mic_perm: tests/test_auth.c fails on MIC_PERM_UNSET */
+    int perm;          /* enum mic_perm: tests/system/test_auth.c fails on MIC_PERM_UNSET */
     int scope;         /* enum mic_scope */
 };
 

@@ -40,7 +40,7 @@ enum mic_scope { MIC_SCOPE_OPEN, MIC_SCOPE_TOPIC, MIC_SCOPE_GROUP, MIC_SCOPE_ALL
  * the server; until this is called the route answers 503).  Any thread. */
 void mic_http_set_history(mic_http *h, mic_history *hist);
 
-/* Route i of the route table (tests/test_auth.c builds its matrix from
+/* Route i of the route table (tests/system/test_auth.c builds its matrix from
  * it): 1 with *out filled (static strings: 'name' is the path template,
  * "/v1/groups/{group}/claim"), 0 past the last route. */
 struct mic_route_info {

@@ -1,12 +1,12 @@
 /* ui.h - the admin page's files (GET /ui, issue 18), embedded in micd.
  *
- * The page's files (server/ui/index.html, app.js, app.css) are turned into
- * a C header at build time (server/ui/embed.c writes build/ui_files.h)
+ * The page's files (server/http/ui/index.html, app.js, app.css) are turned into
+ * a C header at build time (server/http/ui/embed.c writes build/ui_files.h)
  * and compiled into micd: no file is read at run time, nothing comes from
  * the network.  The files hold no data and no secret: they are served
  * without a key (routes.c gives them the permission MIC_PERM_OPEN, like
  * /healthz), and everything the page shows comes from API calls its
- * script makes with the key the user typed (server/ui/README.md).
+ * script makes with the key the user typed (server/http/ui/README.md).
  *
  * routes.c builds the replies (it is the only file that does); this file
  * says what each path serves and with which headers. */

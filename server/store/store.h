@@ -300,7 +300,7 @@ int mic_store_drop_step(mic_txn *t, uint32_t gid, int budget, int *finished);
  *
  * The functions of this section and of "Ordered groups" and "Per-group
  * figures" below are the raw indexes of the delivery engine: only
- * server/delivery.c calls them (make check fails otherwise), and they keep
+ * server/engine/delivery.c calls them (make check fails otherwise), and they keep
  * no rule of their own -- the engine keeps the invariants between them. */
 
 enum mic_dlv_state {

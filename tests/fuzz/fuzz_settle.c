@@ -1,4 +1,4 @@
-/* fuzz_settle.c - the bodies that settle deliveries (server/claim.c):
+/* fuzz_settle.c - the bodies that settle deliveries (server/engine/claim.c):
  * every input is parsed as the body of ack, nack and extend
  * ({"deliveries":[{"seq","lease_token"}...], nack's error, retry_after_s
  * and dead_letter, extend's lease_ttl_s}) and of the DLQ's requeue and
