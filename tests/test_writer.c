@@ -605,7 +605,7 @@ static void held_written(int file, off_t off, size_t len)
 
 static void visible_before_durable(void **state)
 {
-    static const struct mic_jnl_hooks hooks = {NULL, NULL, held_written, NULL};
+    static const struct mic_jnl_hooks hooks = {.on_written = held_written};
     const char *argv[] = {"micd"};
     char err[256];
     struct fx f;
