@@ -817,6 +817,7 @@ static void backfill_holds_replay_run(void **state)
     fake_now += 5 * SEC;
     assert_int_equal(mic_replay_create_parse(f->store, body, strlen(body), &f->cfg, &o, &e),
                      MIC_OK);
+    assert_int_equal(mic_replay_select(f->store, o), MIC_OK);
     run(f, mic_replay_op_base(o));
     mic_buf_init(&b);
     assert_int_equal(mic_replay_op_result(o, &b, &e), MIC_OK);
