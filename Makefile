@@ -17,6 +17,7 @@
 #   make bench-sink   micd's NATS sink: publish to JetStream events/s, unordered and ordered, vs JetStream alone
 #   make bench-backup  GET /v1/backup's MiB/s alone and under publishes, the publishes' rate and p99
 #                 with and without a backup running, the copy restored
+#   make bench-replay-select  publish and claim p99 while 2M-event replay selections run, vs none
 #   make bench-relay  the outbox: rows/s through 1, 2, 4 mic-relays vs a marking-only poller, relay lag
 #   make fuzz     each libFuzzer target of tests/fuzz/ for FUZZ_SECONDS (default 60); make check
 #                 runs them FUZZ_CHECK_SECONDS (default 8) each
@@ -106,7 +107,7 @@ KIT_HDR := $(wildcard tests/kit/*.h)
 KIT_OBJ := $(patsubst tests/%.c,build/san/%.o,$(wildcard tests/kit/*.c))
 KIT     := build/san/libkit.a
 
-.PHONY: all examples install check-install run test check deps test-deps fault-crash soak-crash fuzz fuzz-seeds bench bench-claims bench-ordered bench-range bench-hostile bench-pages bench-peers bench-smoke bench-workerloop bench-relay bench-sink bench-backup peer-deps ui-deps clean
+.PHONY: all examples install check-install run test check deps test-deps fault-crash soak-crash fuzz fuzz-seeds bench bench-claims bench-ordered bench-range bench-replay-select bench-hostile bench-pages bench-peers bench-smoke bench-workerloop bench-relay bench-sink bench-backup peer-deps ui-deps clean
 all: build/micd build/mic-events-replay build/mic build/mic-relay build/libmic.a build/libmic.so
 
 # $(call apt_install,PACKAGES): apt-get install those not installed yet.
@@ -400,6 +401,10 @@ check: check-install build/san/micd build/san/mic-events-replay build/san/mic bu
 	SMOKE=1 OUT=build/backup-smoke.jsonl bench/backup.sh > build/backup-smoke.log 2>&1 || \
 	    { cat build/backup-smoke.log; echo "backup smoke: FAILED"; exit 1; }
 	@echo "backup smoke: backups alone and under publishes, the copy restored (build/backup-smoke.log)"
+	@# the replay selection bench at 20,000 events, about 5 s (make bench-replay-select)
+	SMOKE=1 OUT=build/replaysel-smoke.jsonl bench/replaysel.sh > build/replaysel-smoke.log 2>&1 || \
+	    { cat build/replaysel-smoke.log; echo "replay selection smoke: FAILED"; exit 1; }
+	@echo "replay selection smoke: publishes and claims beside selections, none, a busy loop (build/replaysel-smoke.log)"
 
 test: deps test-deps peer-deps ui-deps
 	$(MAKE) check
@@ -448,6 +453,11 @@ bench-ordered: deps build/micd build/loadgen build/workers
 
 bench-range: deps build/micd build/loadgen build/rangeread
 	bench/range.sh
+
+# Publish and claim p99 while replay selections of 2M events run back to
+# back, against none (bench/replaysel.sh; SMOKE=1: tiny).
+bench-replay-select: deps build/micd build/loadgen build/workers
+	bench/replaysel.sh
 
 # Pages written and fdatasyncs per commit, W3 and W4 (strace on the writer).
 bench-hostile: deps build/micd build/loadgen build/workers

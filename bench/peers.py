@@ -717,7 +717,7 @@ def write(results, systems, problems, workloads, scale_rows=()):
     kept = ""
     if os.path.exists(OUT):
         old = open(OUT).read()
-        for name in ("hostile", "workerloop", "relay", "fuzz", "sink"):
+        for name in ("hostile", "workerloop", "relay", "fuzz", "sink", "replaysel"):
             a, b = old.find("<!-- %s -->" % name), old.find("<!-- /%s -->" % name)
             if a >= 0 and b > a:
                 kept += "\n" + old[a:b + len("<!-- /%s -->" % name)] + "\n"

@@ -338,16 +338,17 @@ void mic_range_close(mic_range *r)
 
 /* ---- Replay runs ----
  *
- * POST /v1/replays fixes the selection once, in the handler thread: the
- * topic's events with created_at in [from, to] and seq at most the last seq
- * committed at that moment (seq_max).  It counts them and computes the
- * digest (DESIGN section 12) walking the time index SELECT_CHUNK entries
- * per read transaction (range_step, as the NDJSON stream does), so a
- * selection of any size holds no snapshot and keeps no map growth waiting
- * for longer than one chunk.  seq_max, not the end of a transaction, fixes
- * its end: an event published into the range meanwhile has a larger seq
- * and is passed over wherever it falls; one retention removes before its
- * chunk is read is not selected (one it removes later is 'lost', below).
+ * POST /v1/replays fixes the selection once: the topic's events with
+ * created_at in [from, to] and seq at most the last seq committed when the
+ * request is parsed (seq_max, read in the handler thread).  The selector's
+ * thread (below) counts them and computes the digest (DESIGN section 12)
+ * walking the time index SELECT_CHUNK entries per read transaction
+ * (range_step, as the NDJSON stream does), so a selection of any size
+ * holds no HTTP thread, no snapshot, and keeps no map growth waiting for
+ * longer than one chunk.  seq_max, not the end of a transaction, fixes its
+ * end: an event published into the range meanwhile has a larger seq and is
+ * passed over wherever it falls; one retention removes before its chunk is
+ * read is not selected (one it removes later is 'lost', below).
  * The writer then records the run and creates its group `replay.<run_id>`
  * (ordered, lease 30 s, 10 attempts, dlq_policy release), which takes no
  * live events; the deliveries are added RUN_CHUNK events per writer
@@ -521,6 +522,7 @@ struct mic_replay_op {
     struct mic_error err;
     /* POST: what mic_replay_create_parse found, for mic_replay_select */
     struct range q;
+    uint64_t seq_max;   /* the last seq committed when it was parsed */
     char *topic, *tpv_txt;
     int effect, allow;
     /* in a selector's queue */
@@ -569,19 +571,14 @@ static int select_one(void *arg, mic_txn *t, int64_t at, const char *id, size_t 
 }
 
 /* Select range 'q' (a copy is walked; 'q' is left as it is) into 'sel'
- * (its digest begun): seq_max is the last seq committed now, then the
- * time index is walked select_chunk entries per read transaction.
- * Returns MIC_OK or the store's error. */
+ * (its digest begun, its seq_max set): the time index is walked
+ * select_chunk entries per read transaction.  Returns MIC_OK, the store's
+ * error, or MIC_ENOTREADY once *sel->cancel is set. */
 static int select_range(mic_store *s, const struct range *q, struct selection *sel)
 {
     struct range walk = *q;
-    mic_txn *t;
-    int rc, done = 0;
+    int rc = MIC_OK, done = 0;
 
-    if ((rc = mic_txn_begin(s, 0, &t)))
-        return rc;
-    rc = mic_store_last_seq(t, &sel->seq_max);
-    mic_txn_abort(t);
     while (!rc) {
         if (sel->cancel && atomic_load(sel->cancel))
             return MIC_ENOTREADY;
@@ -702,6 +699,21 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
         rc = BADREQ("to", "to is before from");
         goto fail;
     }
+    /* The selection's end: what is stored now (selected later). */
+    {
+        mic_txn *t;
+
+        if ((rc = mic_txn_begin(s, 0, &t))) {
+            rc = mic_error_internal(err, rc);
+            goto fail;
+        }
+        rc = mic_store_last_seq(t, &o->seq_max);
+        mic_txn_abort(t);
+        if (rc) {
+            rc = mic_error_internal(err, rc);
+            goto fail;
+        }
+    }
     json_decref(j);
     *out = o;
     return MIC_OK;
@@ -715,7 +727,7 @@ fail:
  * NULL) is nonzero: MIC_ENOTREADY. */
 static int select_op(mic_store *s, mic_replay_op *o, atomic_int *cancel)
 {
-    struct selection sel = {NULL, cancel, 0, 0};
+    struct selection sel = {NULL, cancel, o->seq_max, 0};
     unsigned char md[32];
     char digest[65], tbuf[MIC_TIME_LEN + 1];
     struct mic_buf info, gj;

@@ -60,8 +60,9 @@ void mic_range_close(mic_range *r);
 
 /* ---- Replay runs ---- */
 
-/* POST /v1/replays, first part (any thread): validate the body and find
- * the topic, preparing the op; its selection is not made yet.  MIC_OK
+/* POST /v1/replays, first part (any thread): validate the body, find the
+ * topic and note the last seq committed now (the selection's end),
+ * preparing the op; its selection is not made yet.  MIC_OK
  * with *out (the caller's: mic_replay_op_free); else 'err' filled:
  * MIC_EPARSE, MIC_EINVAL (a field, with its name; an effect run without
  * effects allow), MIC_ENOTFOUND (no such topic), MIC_ENOMEM, MIC_EIO. */
@@ -70,8 +71,8 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
                             struct mic_error *err);
 /* Second part (any thread but the writer; micd: the selector's): select
  * the events of 'o' once -- count and digest of those with created_at in
- * its range and seq at most the last one committed when the selection
- * begins, read in chunks, each in a short read transaction of its own --
+ * its range and seq at most the one _parse noted, read in chunks, each in
+ * a short read transaction of its own --
  * and finish the op, which is then ready for the writer
  * (mic_replay_op_base).  Returns MIC_OK, or MIC_ENOMEM, MIC_EIO, ... with
  * the error also what mic_replay_op_result answers. */

@@ -2235,6 +2235,7 @@ void mic_http_stop(mic_http *h)
     mic_backups_shutdown();
     mic_selector_stop(h->selector);
     h->selector = NULL;
+    mic_http_drain(h, 200); /* the 503s of the selections it ended go out */
     mic_loops_stop(h->loops);
     free_http(h);
 }

@@ -478,7 +478,7 @@ static void grow_between_chunks(void *arg)
 /* A selection in chunks: a map growth between two of them goes through
  * (the publishes that need it are answered while the selection runs), the
  * events they add to its range are not selected, and count and digest
- * are those of the events stored when it began. */
+ * are those of the events stored when it was asked for. */
 static void selection_lets_the_map_grow(void **state)
 {
     static const char *const argv[] = {"micd", "--map-size", "1M", "--map-max", "1G", NULL};
@@ -541,7 +541,7 @@ static void selection_lets_the_map_grow(void **state)
     assert_true(g.answered > 0);
     assert_true(g.map_after > g.map_before);
 
-    /* The answer: the events stored when the selection began, no other. */
+    /* The answer: the events stored when the run was asked for, no other. */
     {
         mic_op *op = mic_replay_op_base(o);
 
