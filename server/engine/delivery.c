@@ -52,6 +52,8 @@
 #define _DEFAULT_SOURCE
 #include "delivery.h"
 
+#include "eventlog.h"
+
 #include "core/clock.h"
 #include "core/err.h"
 #include "group.h"
@@ -1031,7 +1033,7 @@ int mic_delivery_version_stored(struct mic_wctx *w, mic_groups *g,
     if (h == ag.contig)
         return MIC_OK;
     ag.contig = h;
-    if ((rc = mic_store_agg_put(w->txn, akey, &ag)))
+    if ((rc = mic_eventlog_watermark(w->txn, akey, &ag)))
         return rc;
     for (struct mic_group *gr = mic_groups_first(g); gr; gr = mic_groups_next(gr)) {
         struct agg s;

@@ -311,11 +311,11 @@ static int cfg_parse(json_t *o, const char *name, struct mic_group_cfg *c,
     int rc;
 
     memset(c, 0, sizeof *c);
-    c->max_attempts = 10;
-    c->backoff_initial_ms = 1000;
-    c->backoff_max_ms = 300000;
-    c->backoff_multiplier = 2;
-    c->lease_ttl_s = 30;
+    c->max_attempts = MIC_GROUP_MAX_ATTEMPTS;
+    c->backoff_initial_ms = MIC_GROUP_BACKOFF_INITIAL_MS;
+    c->backoff_max_ms = MIC_GROUP_BACKOFF_MAX_MS;
+    c->backoff_multiplier = MIC_GROUP_BACKOFF_MULTIPLIER;
+    c->lease_ttl_s = MIC_GROUP_LEASE_TTL_S;
     c->alert_s = -1;
     if (!json_is_object(o))
         return BADREQ(NULL, "the body must be a JSON object");

@@ -25,6 +25,15 @@ struct mic_error;
 enum mic_start { MIC_START_ALL, MIC_START_NEW, MIC_START_TIME };
 
 /* A group's configuration. */
+/* A group's defaults (DESIGN section 2), the one place they are written:
+ * cfg_parse fills them in for absent fields, and replay.c's run groups
+ * take them too. */
+#define MIC_GROUP_MAX_ATTEMPTS 10
+#define MIC_GROUP_BACKOFF_INITIAL_MS 1000
+#define MIC_GROUP_BACKOFF_MAX_MS 300000
+#define MIC_GROUP_BACKOFF_MULTIPLIER 2
+#define MIC_GROUP_LEASE_TTL_S 30
+
 struct mic_group_cfg {
     char **topics;          /* exact names, or prefixes ending in '*' */
     int ntopics;

@@ -16,6 +16,7 @@
 #include "core/config.h"
 #include "core/err.h"
 #include "event.h"
+#include "eventlog.h"
 #include "group.h"
 #include "delivery.h"
 #include "views.h"
@@ -350,47 +351,6 @@ static int check_item(mic_publish *p, struct mic_wctx *w, int i)
     return MIC_OK;
 }
 
-/* Index the event under its aggregate and update the aggregate's record
- * (read again here: earlier events of this batch may have changed it).
- * The record holds no count and, while the versions are contiguous, no
- * last version (mic_store_agg_get derives it from the index): an
- * unversioned event, or the next version of a contiguous aggregate,
- * leaves it as it is, and so does a version that fills a gap (the sweep of
- * the watermark, mic_delivery_version_stored, moves it). */
-static int update_aggregate(struct mic_wctx *w, const struct mic_event *ev,
-                            struct mic_rec *r)
-{
-    struct mic_agg_rec a;
-    int rc = mic_store_agg_get(w->txn, ev->akey, &a);
-
-    if (rc == MIC_ENOTFOUND) {
-        memset(&a, 0, sizeof a);
-        if ((rc = mic_store_next_ordinal(w->txn, &a.ordinal)))
-            return rc;
-        a.versioned = ev->has_version;
-        a.baseline = a.contig = ev->version;
-        memcpy(a.type, ev->atype, ev->atlen);
-        memcpy(a.id, ev->aid, ev->ailen);
-        a.tlen = (uint16_t)ev->atlen;
-        a.ilen = (uint16_t)ev->ailen;
-    } else if (rc) {
-        return rc;
-    } else if (!(a.versioned && ev->has_version && a.contig_stored == 0 &&
-                 ev->version > a.max_version + 1)) {
-        /* Nothing in the record changes; only a version past a gap that
-         * opens here makes the watermark explicit (below). */
-        r->ordinal = a.ordinal;
-        rc = mic_store_aggidx_put(w->txn, r);
-        return rc == MIC_ECONFLICT ? MIC_EIO : rc;
-    }
-    if (ev->version > a.max_version)
-        a.max_version = ev->version;
-    r->ordinal = a.ordinal;
-    if ((rc = mic_store_aggidx_put(w->txn, r)))
-        return rc == MIC_ECONFLICT ? MIC_EIO : rc;
-    return mic_store_agg_put(w->txn, ev->akey, &a);
-}
-
 static int write_item(mic_publish *p, struct mic_wctx *w, struct item *it)
 {
     struct mic_event *ev = &it->ev;
@@ -430,13 +390,10 @@ static int write_item(mic_publish *p, struct mic_wctx *w, struct item *it)
     memcpy(r.akey, ev->akey, MIC_AKEY_LEN);
     r.json = p->scratch;
     r.json_len = ev->json_len + (size_t)n + 2;
-    if ((rc = mic_store_log_put(w->txn, &r)) ||
-        (rc = mic_store_id_put(w->txn, ev->id, ev->idlen, it->seq, ev->digest)) ||
-        (rc = mic_store_time_put(w->txn, tr.id, ev->created_at_us, ev->id,
-                                 ev->idlen, it->seq)) ||
+    if ((rc = mic_eventlog_append(w->txn, &r, ev->id, ev->idlen, ev->digest)) ||
         (rc = mic_retention_stored(w, &r, &tr)))
         return rc;
-    if (ev->has_agg && (rc = update_aggregate(w, ev, &r)))
+    if (ev->has_agg && (rc = mic_eventlog_aggregate(w->txn, ev, &r)))
         return rc;
     if (w->groups && (rc = mic_delivery_fanout(w, ev->topic, ev->topiclen, &r)))
         return rc;

@@ -785,13 +785,17 @@ static int select_op(mic_store *s, mic_replay_op *o, atomic_int *cancel)
     /* The run's group. */
     mic_buf_printf(&gj, "{\"name\":\"replay.%s\",\"topics\":[", o->run_id);
     mic_buf_json_str(&gj, o->topic, strlen(o->topic));
-    mic_buf_printf(&gj, "],\"kind\":\"%s\",\"ordered\":true,\"max_attempts\":10,"
-                        "\"backoff\":{\"initial_ms\":1000,\"max_ms\":300000,\"multiplier\":2},"
-                        "\"lease_ttl_s\":30,\"start\":\"all\",\"alert_oldest_unhandled_s\":null,"
+    /* The group's defaults (group.h), written out: the run's group is
+     * stored as the resource it is. */
+    mic_buf_printf(&gj, "],\"kind\":\"%s\",\"ordered\":true,\"max_attempts\":%d,"
+                        "\"backoff\":{\"initial_ms\":%d,\"max_ms\":%d,\"multiplier\":%d},"
+                        "\"lease_ttl_s\":%d,\"start\":\"all\",\"alert_oldest_unhandled_s\":null,"
                         "\"dlq_policy\":\"release\",\"replay_run\":\"%s\","
                         "\"replay\":{\"batch_id\":\"%s\",\"effects\":\"%s\","
                         "\"target_projection_version\":%s}}",
-                   kind, o->run_id, o->run_id, effects, o->tpv_txt);
+                   kind, MIC_GROUP_MAX_ATTEMPTS, MIC_GROUP_BACKOFF_INITIAL_MS,
+                   MIC_GROUP_BACKOFF_MAX_MS, MIC_GROUP_BACKOFF_MULTIPLIER, MIC_GROUP_LEASE_TTL_S,
+                   o->run_id, o->run_id, effects, o->tpv_txt);
     if (gj.oom) {
         rc = MIC_ENOMEM;
         goto fail;

@@ -29,6 +29,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "retention.h"
 
+#include "eventlog.h"
+
 #include "core/config.h"
 #include "delivery.h"
 #include "core/err.h"
@@ -83,7 +85,7 @@ static int write_counts(struct mic_wctx *w, mic_retention *rt)
 
     for (int i = 0; i < rt->ncount; i++)
         if (rt->count[i].delta &&
-            (rc = mic_store_topic_events_add(w->txn, rt->count[i].topic_id, rt->count[i].delta)))
+            (rc = mic_eventlog_count(w->txn, rt->count[i].topic_id, rt->count[i].delta)))
             return rc;
     rt->ncount = 0;
     return MIC_OK;
@@ -107,7 +109,7 @@ static int count(struct mic_wctx *w, uint32_t topic_id, int64_t delta)
     int rc;
 
     if (!rt)
-        return mic_store_topic_events_add(w->txn, topic_id, delta);
+        return mic_eventlog_count(w->txn, topic_id, delta);
     for (int i = 0; i < rt->ncount; i++)
         if (rt->count[i].topic_id == topic_id) {
             rt->count[i].delta += delta;
@@ -321,8 +323,7 @@ static int remove_event(struct mic_wctx *w, mic_groups *g, int64_t due, const st
     for (int i = 0; (gr = holder(&h, gr, i)); i++)
         if ((rc = mic_replay_removing(w, gr, seq)) || (rc = mic_delivery_remove(w, gr, seq)))
             return rc;
-    if ((rc = mic_store_time_del(w->txn, topic_id, created_at_us, id, idlen)) ||
-        (rc = mic_store_log_del(w->txn, seq)) ||
+    if ((rc = mic_eventlog_remove(w->txn, seq, topic_id, created_at_us, id, idlen)) ||
         (rc = count(w, topic_id, -1)))
         return rc;
     return mic_store_expiry_put(w->txn, due + (int64_t)dedupe_s * 1000000, seq,
@@ -429,7 +430,7 @@ int mic_retention_sweep(struct mic_wctx *w, mic_groups *g, int *more)
             if (e.kind == MIC_EXPIRE_EVENT)
                 rc = remove_seq(w, g, e.due, e.seq, e.id, e.idlen, &arch);
             else
-                rc = mic_store_id_del(w->txn, e.id, e.idlen);
+                rc = mic_eventlog_forget_id(w->txn, e.id, e.idlen);
         }
         if (rc)
             break;
