@@ -39,6 +39,8 @@
 #include "engine/schedule.h"
 #include "relay/sink.h"
 #include "store/store.h"
+#include "store/log.h"
+#include "store/verify.h"
 #include "engine/writer.h"
 
 #include <errno.h>

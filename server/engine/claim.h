@@ -11,6 +11,7 @@
 
 #include "group.h"
 #include "writer.h"
+#include "store/dlv.h"
 
 struct mic_buf;
 struct mic_config;

@@ -57,6 +57,7 @@
 #include "core/clock.h"
 #include "core/err.h"
 #include "group.h"
+#include "store/catalog.h"
 
 #include <math.h>
 #include <openssl/rand.h>

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "store/store.h"
+#include "store/dlv.h"
 #include "writer.h"
 
 struct mic_group;

@@ -13,6 +13,8 @@
 #include "eventlog.h"
 
 #include "core/err.h"
+#include "store/dlv.h"
+#include "store/log.h"
 
 #include <string.h>
 

@@ -31,6 +31,9 @@
 #include "core/err.h"
 #include "event.h"
 #include "core/json.h"
+#include "store/catalog.h"
+#include "store/dlv.h"
+#include "store/log.h"
 
 #include <math.h>
 #include <stdio.h>

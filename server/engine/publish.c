@@ -23,6 +23,7 @@
 #include "retention.h"
 
 #include "core/jdoc.h"
+#include "store/catalog.h"
 
 #include <jansson.h>
 

@@ -19,6 +19,7 @@
 #include "core/err.h"
 #include "event.h"
 #include "core/json.h"
+#include "store/catalog.h"
 
 #include <openssl/evp.h>
 #include <openssl/rand.h>

@@ -27,6 +27,7 @@
 #include "replay.h"
 #include "retention.h"
 #include "store/store.h"
+#include "store/log.h"
 
 #include <stdlib.h>
 

@@ -12,6 +12,8 @@
 #include "event.h"
 #include "group.h"
 #include "core/json.h"
+#include "store/catalog.h"
+#include "store/log.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -13,6 +13,7 @@
 #include "core/err.h"
 #include "group.h"
 #include "core/json.h"
+#include "store/catalog.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -22,6 +22,7 @@
 #include "engine/delivery.h"
 #include "core/err.h"
 #include "core/logger.h"
+#include "store/catalog.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -12,6 +12,7 @@
 #include "engine/delivery.h"
 #include "core/err.h"
 #include "store/journal.h"
+#include "store/catalog.h"
 
 #include <jansson.h>
 #include <pthread.h>

@@ -51,6 +51,7 @@
 #include "engine/group.h"
 #include "core/logger.h"
 #include "http/metrics.h"
+#include "store/catalog.h"
 
 #include <jansson.h>
 #include <nats/nats.h>

@@ -36,6 +36,9 @@
 #include "claimkit.h"
 #include "procfx.h"
 #include "store/store.h"
+#include "store/log.h"
+#include "store/dlv.h"
+#include "store/verify.h"
 #include "storedir.h"
 
 #include <fcntl.h>

@@ -80,6 +80,8 @@
 #include "engine/publish.h"
 #include "engine/schedule.h"
 #include "store/store.h"
+#include "store/log.h"
+#include "store/dlv.h"
 #include "procfx.h"
 #include "engine/writer.h"
 #include "storedir.h"

@@ -30,6 +30,9 @@
 #include "engine/replay.h"
 #include "engine/schedule.h"
 #include "store/store.h"
+#include "store/log.h"
+#include "store/catalog.h"
+#include "store/dlv.h"
 #include "engine/topic.h"
 #include "engine/writer.h"
 

@@ -40,6 +40,8 @@
 #include "store/journal.h"
 #include "procfx.h"
 #include "store/store.h"
+#include "store/log.h"
+#include "store/verify.h"
 #include "storedir.h"
 
 #define KiB 1024ull

@@ -20,6 +20,9 @@
 #include "core/err.h"
 #include "procfx.h"
 #include "store/store.h"
+#include "store/log.h"
+#include "store/catalog.h"
+#include "store/verify.h"
 #include "storedir.h"
 
 #define KiB 1024ull
