@@ -22,6 +22,8 @@
 #   8. Only store/ calls LMDB (mdb_*); only relay/sink.c calls libnats.
 #   9. Every mic_* name a header comment mentions exists
 #      (tests/check-names.sh, when present).
+#  10. DESIGN.md's tree (section 8) names every server/*.c and *_int.h file,
+#      and none that does not exist.
 # Each rule fails on a planted breach: see the closing note of issue 30.
 cd "$(dirname "$0")/.." || exit 2
 command -v python3 > /dev/null || { echo "check-layers: needs python3"; exit 2; }
@@ -174,11 +176,31 @@ if os.path.exists("tests/check-names.sh"):
     if r.returncode:
         bad.append("tests/check-names.sh: " + (r.stdout + r.stderr).strip() + " (rule 9)")
 
+# 10. DESIGN.md's tree names every server file, and only those
+tree, folder = set(), None
+for line in open("DESIGN.md").read().splitlines():
+    m = re.match(r'^    (server/(?:[a-z]+/)?)(\S*)\s', line + " ")
+    if m:
+        folder = m.group(1)
+        if m.group(2):
+            tree.add(m.group(1) + m.group(2))
+        continue
+    m = re.match(r'^      ([a-z_0-9]+\.[ch])\s', line)
+    if m and folder:
+        tree.add(folder + m.group(1))
+    elif not line.startswith("      "):
+        folder = None
+actual = {f for f in glob.glob("server/*.c") + glob.glob("server/*/*.c")} | set(glob.glob("server/*/*_int.h"))
+for f in sorted(actual - tree):
+    bad.append(f"{f} is missing from DESIGN.md's tree (rule 10)")
+for f in sorted(tree - actual):
+    bad.append(f"DESIGN.md's tree names {f}, which does not exist (rule 10)")
+
 for b in bad:
     print("check-layers: " + b)
 if bad:
     sys.exit(1)
 print(f"check-layers: ok ({len(files)} files in {len(LAYERS)} layers: includes and symbols go down, "
       f"no include cycle, one writer, delivery indexes in delivery.c, the event log in eventlog.c, "
-      f"LMDB in store/, libnats in relay/sink.c)")
+      f"LMDB in store/, libnats in relay/sink.c, DESIGN.md's tree true)")
 EOF
