@@ -132,6 +132,30 @@ void procfx_run(struct procfx *f, mic_op *op)
     assert_int_equal(procfx_run_rc(f, op), MIC_OK);
 }
 
+struct exec_op {
+    mic_op op; /* first */
+    int (*fn)(struct mic_wctx *w, void *arg);
+    void *arg;
+};
+
+static int exec_apply(mic_op *op, struct mic_wctx *w)
+{
+    struct exec_op *x = (struct exec_op *)op;
+
+    return x->fn ? x->fn(w, x->arg) : MIC_OK;
+}
+
+int procfx_exec(struct procfx *f, int (*fn)(struct mic_wctx *w, void *arg), void *arg)
+{
+    struct exec_op x;
+
+    memset(&x, 0, sizeof x);
+    x.op.apply = exec_apply;
+    x.fn = fn;
+    x.arg = arg;
+    return procfx_run_rc(f, &x.op);
+}
+
 void procfx_topic(struct procfx *f, const char *name, const char *body)
 {
     struct mic_error e;

@@ -54,6 +54,17 @@ int procfx_start(struct procfx *f);
 int procfx_run_rc(struct procfx *f, mic_op *op);
 void procfx_run(struct procfx *f, mic_op *op);
 
+/* Run fn(w, arg) in the writer thread, inside one batch's transaction
+ * (as an op's apply: after the schedule's before hook, before the commit),
+ * and wait until that batch is committed and synced: returns fn's result
+ * (MIC_OK, or the error that failed the batch).  fn may run twice if the
+ * batch is applied again (after MIC_ENOSPC), so it resets what it records.
+ * It runs in another thread: it must not call cmocka's asserts (their
+ * longjmp belongs to the test's thread); it records what it saw in 'arg'
+ * and the test asserts afterwards.  fn NULL: an inert batch, which fires
+ * the deadlines due at procfx_now and runs one chunk of background work. */
+int procfx_exec(struct procfx *f, int (*fn)(struct mic_wctx *w, void *arg), void *arg);
+
 /* PUT a topic or a group (asserts it is stored). */
 void procfx_topic(struct procfx *f, const char *name, const char *body);
 void procfx_group(struct procfx *f, const char *name, const char *body);

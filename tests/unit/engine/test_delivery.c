@@ -1,6 +1,10 @@
-/* test_model.c - a model-based randomized test of ordered consumer groups.
+/* test_delivery.c - the delivery engine (server/engine/delivery.[ch]):
+ * its verbs called directly (the tests after the seeds: grant, ack,
+ * extend, nack, the DLQ's requeue and skip, and the words of their
+ * statuses), then a model-based randomized test of ordered consumer
+ * groups through the claim requests.
  *
- * Each test runs one fixed seed (1 to 32): a few thousand random steps
+ * Each seeded test runs one fixed seed (1 to 32): a few thousand random steps
  * against ONE ordered group (max_attempts 3, lease 10 s, backoff up to 2 s,
  * dlq_policy release or hold) over six aggregates (three versioned, three
  * not) and events without an aggregate, through the real store, writer and
@@ -1746,6 +1750,277 @@ static void hold_requeued_head_is_next_after_a_publish(void **state)
     requeued_held_head(*state, 1);
 }
 
+/* ---- The verbs, called directly ----
+ * Each test below calls the engine's writer-thread verbs itself, inside a
+ * batch of a procfx (procfx_exec), and checks what each answers and what
+ * it leaves in the store: the seeds above reach them only through the
+ * claim requests. */
+
+#define VMAX 4
+
+/* One batch's calls and what they answered (filled in the writer thread). */
+struct verbs {
+    const char *group;
+    int step;               /* which script to run */
+    int rc;
+    /* grant */
+    int max, n;
+    int64_t ttl_us;
+    uint64_t seqs[VMAX];
+    uint32_t attempts[VMAX];
+    uint8_t tokens[VMAX][MIC_TOKEN_LEN];
+    /* settle: per call, the status and time answered */
+    int st[8];
+    int64_t t[8];
+    uint64_t nreq;
+    const char *error;
+    size_t elen;
+};
+
+/* Each call runs only while the ones before it succeeded. */
+#define CALL(x) (void)(rc || (rc = (x)))
+
+static int verbs_batch(struct mic_wctx *w, void *arg)
+{
+    struct verbs *v = arg;
+    struct mic_group *gr = mic_groups_find(w->groups, v->group, strlen(v->group));
+    uint8_t wrong[MIC_TOKEN_LEN];
+    int rc = MIC_OK;
+
+    v->rc = MIC_ENOTFOUND;
+    if (!gr)
+        return MIC_OK;
+    memset(v->st, 0, sizeof v->st);
+    memset(v->t, 0, sizeof v->t);
+    switch (v->step) {
+    case 0: /* grant */
+        CALL(mic_delivery_grant(w, gr, v->max, v->ttl_us, "w1", 2, v->seqs, v->attempts,
+                                v->tokens, &v->n));
+        break;
+    case 1: /* ack and extend: wrong token, unknown seq, no token, then right */
+        memcpy(wrong, v->tokens[0], MIC_TOKEN_LEN);
+        wrong[0] ^= 1;
+        CALL(mic_delivery_ack(w, gr, v->seqs[0], wrong, &v->st[0]));
+        CALL(mic_delivery_ack(w, gr, 99, v->tokens[0], &v->st[1]));
+        CALL(mic_delivery_ack(w, gr, v->seqs[0], NULL, &v->st[2]));
+        CALL(mic_delivery_extend(w, gr, v->seqs[1], v->tokens[1], 60 * SEC, &v->st[3],
+                                 &v->t[3]));
+        CALL(mic_delivery_ack(w, gr, v->seqs[0], v->tokens[0], &v->st[4]));
+        CALL(mic_delivery_ack(w, gr, v->seqs[0], v->tokens[0], &v->st[5]));
+        CALL(mic_delivery_extend(w, gr, v->seqs[0], v->tokens[0], 60 * SEC, &v->st[6],
+                                 &v->t[6]));
+        break;
+    case 2: /* nack with a retry time, then the same token again */
+        CALL(mic_delivery_nack(w, gr, v->seqs[0], v->tokens[0], v->error, v->elen, 7 * SEC, 0,
+                               &v->st[0], &v->t[0]));
+        CALL(mic_delivery_ack(w, gr, v->seqs[0], v->tokens[0], &v->st[1]));
+        CALL(mic_delivery_nack(w, gr, v->seqs[0], v->tokens[0], "x", 1, 0, 0, &v->st[2],
+                               &v->t[2]));
+        CALL(mic_delivery_extend(w, gr, v->seqs[0], v->tokens[0], SEC, &v->st[3], &v->t[3]));
+        break;
+    case 3: /* nack at the last attempt (the group's backoff); dead_letter */
+        CALL(mic_delivery_nack(w, gr, v->seqs[0], v->tokens[0], v->error, v->elen, -1, 0,
+                               &v->st[0], &v->t[0]));
+        CALL(mic_delivery_nack(w, gr, v->seqs[1], v->tokens[1], "poison", 6, -1, 1, &v->st[1],
+                               &v->t[1]));
+        break;
+    case 4: /* the admin verbs */
+        CALL(mic_delivery_requeue(w, gr, v->seqs[0], &v->st[0]));
+        CALL(mic_delivery_requeue(w, gr, v->seqs[0], &v->st[1]));
+        CALL(mic_delivery_requeue(w, gr, 99, &v->st[2]));
+        CALL(mic_delivery_skip(w, gr, v->seqs[1], &v->st[3]));
+        CALL(mic_delivery_skip(w, gr, v->seqs[1], &v->st[4]));
+        CALL(mic_delivery_requeue_all(w, gr, &v->nreq));
+        break;
+    }
+    v->rc = rc;
+    return rc;
+}
+
+static void verbs_run(struct procfx *f, struct verbs *v, int step)
+{
+    v->step = step;
+    assert_int_equal(procfx_exec(f, verbs_batch, v), MIC_OK);
+    assert_int_equal(v->rc, MIC_OK);
+}
+
+static struct mic_dlv verbs_dlv(struct procfx *f, const char *group, uint64_t seq,
+                                uint64_t fig[MIC_GSTAT_N])
+{
+    struct mic_dlv d;
+    uint32_t gid;
+    mic_txn *t;
+
+    assert_int_equal(mic_txn_begin(f->store, 0, &t), MIC_OK);
+    assert_int_equal(mic_group_gid(t, group, &gid), MIC_OK);
+    assert_int_equal(mic_delivery_get(t, gid, seq, &d), MIC_OK);
+    if (fig)
+        assert_int_equal(mic_delivery_figures(t, gid, fig), MIC_OK);
+    mic_txn_abort(t);
+    return d;
+}
+
+/* grant leases the ready deliveries by priority, then seq, each with a
+ * fresh token; ack settles only under that token (a wrong one: LOST, an
+ * unknown seq or no token: NOTFOUND), and again answers ACKED; extend
+ * moves the lease's end, and after an ack answers LOST. */
+static void verbs_grant_ack_extend(void **state)
+{
+    struct procfx *f = *state;
+    struct verbs v;
+    struct mic_dlv d;
+    uint64_t fig[MIC_GSTAT_N];
+
+    procfx_group(f, "g", "{\"topics\":[\"t\"]}");
+    assert_int_equal(procfx_publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}", NULL, NULL), MIC_OK);
+    assert_int_equal(procfx_publish(f, "{\"event_id\":\"e2\",\"topic\":\"t\"}", NULL, NULL), MIC_OK);
+    assert_int_equal(procfx_publish(f, "{\"event_id\":\"e3\",\"topic\":\"t\",\"priority\":5}",
+                                    NULL, NULL),
+                     MIC_OK);
+    memset(&v, 0, sizeof v);
+    v.group = "g";
+    v.max = 2;
+    v.ttl_us = 5 * SEC;
+    verbs_run(f, &v, 0);
+    assert_int_equal(v.n, 2);
+    assert_int_equal(v.seqs[0], 3); /* priority 5 first */
+    assert_int_equal(v.seqs[1], 1);
+    assert_int_equal(v.attempts[0], 1);
+    assert_int_equal(v.attempts[1], 1);
+    assert_memory_not_equal(v.tokens[0], v.tokens[1], MIC_TOKEN_LEN);
+    d = verbs_dlv(f, "g", 3, fig);
+    assert_int_equal(d.state, MIC_DLV_PROCESSING);
+    assert_int_equal(d.lease_expires, PROCFX_T0 + 5 * SEC);
+    assert_int_equal(d.attempts, 1);
+    assert_memory_equal(d.token, v.tokens[0], MIC_TOKEN_LEN);
+    assert_string_equal(d.worker, "w1");
+    assert_int_equal(fig[MIC_GSTAT_PROCESSING], 2);
+    assert_int_equal(fig[MIC_GSTAT_PENDING], 1);
+
+    procfx_now += SEC;
+    verbs_run(f, &v, 1);
+    assert_int_equal(v.st[0], MIC_DS_LOST);
+    assert_int_equal(v.st[1], MIC_DS_NOTFOUND);
+    assert_int_equal(v.st[2], MIC_DS_NOTFOUND);
+    assert_int_equal(v.st[3], MIC_DS_EXTENDED);
+    assert_int_equal(v.t[3], procfx_now + 60 * SEC);
+    assert_int_equal(v.st[4], MIC_DS_ACKED);
+    assert_int_equal(v.st[5], MIC_DS_ACKED);
+    assert_int_equal(v.st[6], MIC_DS_LOST);
+    assert_int_equal(verbs_dlv(f, "g", 3, NULL).state, MIC_DLV_DISPATCHED);
+    d = verbs_dlv(f, "g", 1, fig);
+    assert_int_equal(d.state, MIC_DLV_PROCESSING);
+    assert_int_equal(d.lease_expires, procfx_now + 60 * SEC);
+    assert_int_equal(fig[MIC_GSTAT_PROCESSING], 1);
+    assert_int_equal(fig[MIC_GSTAT_PENDING], 1);
+    assert_int_equal(fig[MIC_GSTAT_DISPATCHED], 1);
+}
+
+/* nack with a retry time: RETRYING at now + that time, the error kept (cut
+ * to MIC_ERROR_MAX bytes on a UTF-8 boundary), and the lease ended: the
+ * token answers LOST to ack, nack and extend.  At the last attempt a nack
+ * dead-letters (the group's backoff asked: no retry), and so does one with
+ * dead_letter set at any attempt.  requeue brings a dead letter back
+ * (attempts 0), skip ends one; each answers NOT_IN_DLQ or NOTFOUND for
+ * others; requeue_all counts what it requeued. */
+static void verbs_nack_dead_letter_requeue(void **state)
+{
+    struct procfx *f = *state;
+    struct verbs v;
+    struct mic_dlv d;
+    uint64_t fig[MIC_GSTAT_N];
+    char err[MIC_ERROR_MAX + 2];
+
+    procfx_group(f, "g", "{\"topics\":[\"t\"],\"max_attempts\":2,"
+                       "\"backoff\":{\"initial_ms\":0,\"max_ms\":0}}");
+    for (int i = 0; i < 3; i++) {
+        char body[64];
+        snprintf(body, sizeof body, "{\"event_id\":\"e%d\",\"topic\":\"t\"}", i + 1);
+        assert_int_equal(procfx_publish(f, body, NULL, NULL), MIC_OK);
+    }
+    memset(&v, 0, sizeof v);
+    v.group = "g";
+    v.max = 1;
+    v.ttl_us = 30 * SEC;
+    verbs_run(f, &v, 0);
+    assert_int_equal(v.seqs[0], 1);
+    /* 1023 bytes of 'a', then a 2-byte character across the limit: cut
+     * before it. */
+    memset(err, 'a', MIC_ERROR_MAX - 1);
+    memcpy(err + MIC_ERROR_MAX - 1, "\xc3\xa9", 2);
+    v.error = err;
+    v.elen = MIC_ERROR_MAX + 1;
+    verbs_run(f, &v, 2);
+    assert_int_equal(v.st[0], MIC_DS_RETRYING);
+    assert_int_equal(v.t[0], PROCFX_T0 + 7 * SEC);
+    assert_int_equal(v.st[1], MIC_DS_LOST);
+    assert_int_equal(v.st[2], MIC_DS_LOST);
+    assert_int_equal(v.st[3], MIC_DS_LOST);
+    d = verbs_dlv(f, "g", 1, fig);
+    assert_int_equal(d.state, MIC_DLV_PENDING);
+    assert_int_equal(d.not_before, PROCFX_T0 + 7 * SEC);
+    assert_int_equal(d.error_len, MIC_ERROR_MAX - 1);
+    assert_int_equal(strlen(d.last_error), MIC_ERROR_MAX - 1);
+    assert_int_equal(fig[MIC_GSTAT_PENDING], 3);
+
+    procfx_now = PROCFX_T0 + 7 * SEC; /* its retry: claimable again, with the others */
+    v.max = 2;
+    verbs_run(f, &v, 0);
+    assert_int_equal(v.n, 2);
+    assert_int_equal(v.seqs[0], 1);
+    assert_int_equal(v.attempts[0], 2);
+    assert_int_equal(v.seqs[1], 2);
+    assert_int_equal(v.attempts[1], 1);
+    /* 1022 bytes of 'a', a 2-byte character that ends at the limit, one
+     * more byte: the character is kept. */
+    memset(err, 'a', MIC_ERROR_MAX - 2);
+    memcpy(err + MIC_ERROR_MAX - 2, "\xc3\xa9" "b", 3);
+    v.elen = MIC_ERROR_MAX + 1;
+    verbs_run(f, &v, 3);
+    assert_int_equal(v.st[0], MIC_DS_DEAD); /* attempt 2 of 2 */
+    assert_int_equal(v.st[1], MIC_DS_DEAD); /* dead_letter at attempt 1 */
+    d = verbs_dlv(f, "g", 1, NULL);
+    assert_int_equal(d.error_len, MIC_ERROR_MAX);
+    assert_memory_equal(d.last_error + MIC_ERROR_MAX - 2, "\xc3\xa9", 3); /* and its NUL */
+    d = verbs_dlv(f, "g", 2, fig);
+    assert_int_equal(d.state, MIC_DLV_DLQ);
+    assert_string_equal(d.last_error, "poison");
+    assert_int_equal(d.terminal_at, procfx_now);
+    assert_int_equal(fig[MIC_GSTAT_DLQ], 2);
+    assert_int_equal(fig[MIC_GSTAT_PENDING], 1);
+
+    v.seqs[0] = 1;
+    v.seqs[1] = 2;
+    verbs_run(f, &v, 4);
+    assert_int_equal(v.st[0], MIC_DS_REQUEUED);
+    assert_int_equal(v.st[1], MIC_DS_NOT_IN_DLQ);
+    assert_int_equal(v.st[2], MIC_DS_NOTFOUND);
+    assert_int_equal(v.st[3], MIC_DS_SKIPPED);
+    assert_int_equal(v.st[4], MIC_DS_NOT_IN_DLQ);
+    assert_int_equal(v.nreq, 0); /* nothing left in the DLQ */
+    d = verbs_dlv(f, "g", 1, fig);
+    assert_int_equal(d.state, MIC_DLV_PENDING);
+    assert_int_equal(d.attempts, 0);
+    assert_int_equal(verbs_dlv(f, "g", 2, NULL).state, MIC_DLV_SKIPPED);
+    assert_int_equal(fig[MIC_GSTAT_DLQ], 0);
+    assert_int_equal(fig[MIC_GSTAT_PENDING], 2);
+    assert_int_equal(fig[MIC_GSTAT_SKIPPED], 1);
+}
+
+/* The API's words for what a verb did (DESIGN section 4). */
+static void verbs_status_words(void **state)
+{
+    static const char *const words[] = {"", "acked", "retrying", "dead_lettered", "extended",
+                                        "lease_lost", "not_found", "requeued", "skipped",
+                                        "not_in_dlq"};
+
+    (void)state;
+    for (int s = MIC_DS_NONE; s <= MIC_DS_NOT_IN_DLQ; s++)
+        assert_string_equal(mic_delivery_status_name(s), words[s]);
+    assert_string_equal(mic_delivery_status_name(MIC_DS_NOT_IN_DLQ + 1), "");
+    assert_string_equal(mic_delivery_status_name(-1), "");
+}
+
 #define SEED_TEST(n)                            \
     static void model_seed_##n(void **state)    \
     {                                           \
@@ -1821,6 +2096,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(model_seed_32, setup, teardown),
         cmocka_unit_test_setup_teardown(hold_requeued_head_is_next, setup, teardown),
         cmocka_unit_test_setup_teardown(hold_requeued_head_is_next_after_a_publish, setup, teardown),
+        cmocka_unit_test_setup_teardown(verbs_grant_ack_extend, procfx_setup, procfx_teardown),
+        cmocka_unit_test_setup_teardown(verbs_nack_dead_letter_requeue, procfx_setup,
+                                        procfx_teardown),
+        cmocka_unit_test(verbs_status_words),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
