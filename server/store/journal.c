@@ -45,13 +45,16 @@
 #define REC_MAGIC 0x4d4a5243u
 #define JNL_VERSION 1u
 #define FILE_MAGIC "MICJRNL1"
-/* LMDB 0.9's meta page: page header (16 bytes), then MDB_meta, whose
- * mm_magic is at 0 and mm_txnid at 128 (after mm_version, mm_address,
- * mm_mapsize, two MDB_db of 48 bytes and mm_last_pg). */
+/* LMDB 0.9's meta page (journal.h, invariant 3): page header (16 bytes),
+ * then MDB_meta, whose mm_magic is at 0, mm_last_pg at 120 and mm_txnid
+ * at 128 (after mm_version, mm_address, mm_mapsize, two MDB_db of 48
+ * bytes and mm_last_pg). */
 #define MDB_META_MAGIC 0xBEEFC0DEu
 #define META_MAGIC_OFF 16
+#define META_LAST_PG_OFF 136
 #define META_TXNID_OFF 144
-/* LMDB 0.9's page flags and header size (mdb.c: P_BRANCH ...). */
+/* LMDB 0.9's page flags and header size (mdb.c: P_BRANCH ...; journal.h,
+ * invariant 5). */
 #define MDB_P_BRANCH 0x01u
 #define MDB_P_LEAF 0x02u
 #define MDB_P_OVERFLOW 0x04u
@@ -368,7 +371,8 @@ oom:
 
 /* The unused middle of a branch or leaf page: [*lo, *hi) between its node
  * pointers and its nodes, which LMDB never reads (LMDB 0.9's page header:
- * u64 pgno, u16 pad, u16 flags, u16 lower, u16 upper).  0 when 'pg' is
+ * u64 pgno, u16 pad, u16 flags, u16 lower, u16 upper; journal.h,
+ * invariant 5).  0 when 'pg' is
  * another kind of page (overflow, meta, LEAF2: keys packed past 'lower')
  * or its bounds do not make sense: it is then kept whole. */
 static int page_gap(const unsigned char *pg, unsigned psize, unsigned *lo, unsigned *hi)
@@ -1123,6 +1127,35 @@ void mic_jnl_close(mic_jnl *j)
     jnl_free(j);
 }
 
+/* ---- The LMDB it was written for ---- */
+
+/* The versions of LMDB whose files and calls are as journal.h's
+ * invariants say.  One is added once deps/lmdb/README.md's review holds
+ * for it ("When Debian's LMDB changes") and test_journal and make
+ * fault-power pass with it. */
+static const int lmdb_versions[][3] = {
+    {0, 9, 24}, /* Debian 12's liblmdb-dev 0.9.24-1 */
+};
+
+int mic_jnl_lmdb_check(int major, int minor, int patch)
+{
+    char have[48], want[128];
+    size_t n = 0, nv = sizeof lmdb_versions / sizeof lmdb_versions[0];
+
+    want[0] = 0;
+    for (size_t i = 0; i < nv; i++) {
+        const int *v = lmdb_versions[i];
+        if (v[0] == major && v[1] == minor && v[2] == patch)
+            return MIC_OK;
+        if (n < sizeof want)
+            n += (size_t)snprintf(want + n, sizeof want - n, "%s%d.%d.%d", i ? ", " : "", v[0], v[1], v[2]);
+    }
+    snprintf(have, sizeof have, "%d.%d.%d", major, minor, patch);
+    mic_logger_write(MIC_LEVEL_ERROR, NULL, "LMDB is not a version the store journal was written for "
+            "(refusing to open the store)", "lmdb", have, "supported", want, NULL);
+    return MIC_ELMDB;
+}
+
 /* ---- Recovery ---- */
 
 struct scan {
@@ -1187,12 +1220,12 @@ static int rec_check(const unsigned char *b, uint64_t len, unsigned psize)
                 goto bad;
             if (pass == 0 && soff < meta_end) {
                 /* LMDB 0.9 writes a meta page from mm_mapsize on: the
-                 * segment holds mm_last_pg (META_TXNID_OFF - 8). */
+                 * segment holds mm_last_pg (journal.h, invariant 3). */
                 uint64_t pg = soff / psize * psize;
                 if (soff + slen > pg + psize)
                     goto bad;
-                if (soff <= pg + META_TXNID_OFF - 8 && soff + slen >= pg + META_TXNID_OFF)
-                    end = (get64(b + p + SEG_HDR + (pg + META_TXNID_OFF - 8 - soff)) + 1) * psize;
+                if (soff <= pg + META_LAST_PG_OFF && soff + slen >= pg + META_TXNID_OFF)
+                    end = (get64(b + p + SEG_HDR + (pg + META_LAST_PG_OFF - soff)) + 1) * psize;
             } else if (pass == 1 && soff >= meta_end && soff + slen > end) {
                 goto bad;
             }
@@ -1482,7 +1515,7 @@ static int recover_replay(struct recovery *r, uint64_t *replayed, uint64_t *last
 }
 
 /* Check data.mdb's meta pages after the replay: the one of txnid 'last'
- * (LMDB picks it by its parity, journal.h invariant 5) holds it, and the
+ * (LMDB picks it by its parity, journal.h invariant 4) holds it, and the
  * other none newer.  MIC_OK, MIC_ENOMEM, or MIC_EIO (logged). */
 static int recover_check_meta(struct recovery *r, uint64_t last)
 {
