@@ -52,8 +52,9 @@ SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-fram
 PKGCFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 # LMDB is linked from a copy of Debian's liblmdb.a whose pwrite, writev and
 # lseek calls go to the store journal's capture functions (server/store/journal.h):
-# everything LMDB writes to data.mdb is also copied into the journal.
-LMDB_A    := build/liblmdb-journal.a
+# everything LMDB writes to data.mdb is also copied into the journal.  The
+# copy, $(LMDB_A), is made by deps/lmdb/lmdb.mk (included below) and its
+# README.md says why.
 PKGLIBS   = $(LMDB_A) $(shell pkg-config --libs $(filter-out lmdb,$(PKGS)) 2>/dev/null) -lpthread -lm
 TCFLAGS   = $(shell pkg-config --cflags $(TPKGS) 2>/dev/null)
 TLIBS     = $(shell pkg-config --libs $(TPKGS) 2>/dev/null)
@@ -132,10 +133,7 @@ build/san/%.o: server/%.c $(SRV_HDR) | build/san
 	$(CC) $(WARN) -O1 $(SAN) $(PKGCFLAGS) -Iserver -c $< -o $@
 build/rel build/san:
 	mkdir -p $@
-$(LMDB_A): Makefile | build/rel
-	objcopy --redefine-sym pwrite=mic_jnl_pwrite --redefine-sym writev=mic_jnl_writev \
-	    --redefine-sym lseek=mic_jnl_lseek \
-	    $$(pkg-config --variable=libdir lmdb)/liblmdb.a $@
+include deps/lmdb/lmdb.mk
 
 build/micd: build/rel/main.o $(REL_ARCH) $(LMDB_A)
 	$(CC) $(WARN) -O2 build/rel/main.o $(REL_ARCH) -o $@ $(PKGLIBS)
@@ -364,6 +362,7 @@ check: check-install build/san/micd build/san/mic-events-replay build/san/mic bu
        build/micd build/loadgen build/workers build/rangeread $(PEER_DRIVERS) \
        build/mic-relay build/outbox_poller build/san/crashloop $(FUZZ_BINS) build/sink_watch build/mic
 	tests/check-layers.sh
+	deps/lmdb/check.sh $(LMDB_A)
 	tests/check-links.sh
 	tests/check-exports.sh build/libmic.so client/mic.h $(LIBMIC_SRC:client/%.c=build/rel/lib/%.o)
 	MICD=build/san/micd MIC_REPLAY=build/san/mic-events-replay MIC_CLI=build/san/mic \

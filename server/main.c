@@ -8,8 +8,10 @@
  * the keys in force, and the reason is logged.
  * A start-up failure logs and exits with its own code:
  *   2 bad settings (a bad keys file, TLS files that do not go together, a
- *     non-loopback address without --keys), 3 store cannot open, 4 unknown
- *     store format, 5 writer cannot start, 6 cannot listen.
+ *     non-loopback address without --keys) or an LMDB library the store
+ *     journal was not written for (journal.h, mic_jnl_lmdb_check), 3 store
+ *     cannot open, 4 unknown store format, 5 writer cannot start, 6 cannot
+ *     listen.
  *
  * Testing only: when the environment variable MIC_TEST_CLOCK_US is set (a
  * decimal count of µs since the epoch), the wall clock starts at that value
@@ -266,6 +268,8 @@ int main(int argc, char **argv)
         mic_keys_free(keys);
     if (rc == MIC_EVERSION)
         return 4;
+    if (rc == MIC_ELMDB)
+        return 2;
     if (rc)
         return 3;
     clock_from_store(store);

@@ -69,6 +69,7 @@ const char *mic_strerror(int err)
     case MIC_EAUTH: return "unauthorized";
     case MIC_EFORBIDDEN: return "forbidden";
     case MIC_ECORRUPT: return "stored record corrupt (checksum mismatch)";
+    case MIC_ELMDB: return "LMDB version not supported by the journal";
     }
     return "unknown error";
 }

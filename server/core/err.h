@@ -27,6 +27,8 @@ enum mic_err {
     MIC_EFORBIDDEN = -15, /* 403: the key's role or scopes do not allow it */
     MIC_ECORRUPT = -16,  /* 500 "store_corrupt": a stored log record fails its
                           * checksum or does not decode (never served) */
+    MIC_ELMDB = -17,     /* the LMDB linked is not a version the store
+                          * journal was written for (journal.h; micd exits 2) */
 };
 
 /* A client-facing error: 'code' is a static wire string, 'message' and

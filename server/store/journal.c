@@ -45,13 +45,16 @@
 #define REC_MAGIC 0x4d4a5243u
 #define JNL_VERSION 1u
 #define FILE_MAGIC "MICJRNL1"
-/* LMDB 0.9's meta page: page header (16 bytes), then MDB_meta, whose
- * mm_magic is at 0 and mm_txnid at 128 (after mm_version, mm_address,
- * mm_mapsize, two MDB_db of 48 bytes and mm_last_pg). */
+/* LMDB 0.9's meta page (journal.h, invariant 3): page header (16 bytes),
+ * then MDB_meta, whose mm_magic is at 0, mm_last_pg at 120 and mm_txnid
+ * at 128 (after mm_version, mm_address, mm_mapsize, two MDB_db of 48
+ * bytes and mm_last_pg). */
 #define MDB_META_MAGIC 0xBEEFC0DEu
 #define META_MAGIC_OFF 16
+#define META_LAST_PG_OFF 136
 #define META_TXNID_OFF 144
-/* LMDB 0.9's page flags and header size (mdb.c: P_BRANCH ...). */
+/* LMDB 0.9's page flags and header size (mdb.c: P_BRANCH ...; journal.h,
+ * invariant 5). */
 #define MDB_P_BRANCH 0x01u
 #define MDB_P_LEAF 0x02u
 #define MDB_P_OVERFLOW 0x04u
@@ -368,7 +371,8 @@ oom:
 
 /* The unused middle of a branch or leaf page: [*lo, *hi) between its node
  * pointers and its nodes, which LMDB never reads (LMDB 0.9's page header:
- * u64 pgno, u16 pad, u16 flags, u16 lower, u16 upper).  0 when 'pg' is
+ * u64 pgno, u16 pad, u16 flags, u16 lower, u16 upper; journal.h,
+ * invariant 5).  0 when 'pg' is
  * another kind of page (overflow, meta, LEAF2: keys packed past 'lower')
  * or its bounds do not make sense: it is then kept whole. */
 static int page_gap(const unsigned char *pg, unsigned psize, unsigned *lo, unsigned *hi)
@@ -1123,6 +1127,35 @@ void mic_jnl_close(mic_jnl *j)
     jnl_free(j);
 }
 
+/* ---- The LMDB it was written for ---- */
+
+/* The versions of LMDB whose files and calls are as journal.h's
+ * invariants say.  One is added once deps/lmdb/README.md's review holds
+ * for it ("When Debian's LMDB changes") and test_journal and make
+ * fault-power pass with it. */
+static const int lmdb_versions[][3] = {
+    {0, 9, 24}, /* Debian 12's liblmdb-dev 0.9.24-1 */
+};
+
+int mic_jnl_lmdb_check(int major, int minor, int patch)
+{
+    char have[48], want[128];
+    size_t n = 0, nv = sizeof lmdb_versions / sizeof lmdb_versions[0];
+
+    want[0] = 0;
+    for (size_t i = 0; i < nv; i++) {
+        const int *v = lmdb_versions[i];
+        if (v[0] == major && v[1] == minor && v[2] == patch)
+            return MIC_OK;
+        if (n < sizeof want)
+            n += (size_t)snprintf(want + n, sizeof want - n, "%s%d.%d.%d", i ? ", " : "", v[0], v[1], v[2]);
+    }
+    snprintf(have, sizeof have, "%d.%d.%d", major, minor, patch);
+    mic_logger_write(MIC_LEVEL_ERROR, NULL, "LMDB is not a version the store journal was written for "
+            "(refusing to open the store)", "lmdb", have, "supported", want, NULL);
+    return MIC_ELMDB;
+}
+
 /* ---- Recovery ---- */
 
 struct scan {
@@ -1187,12 +1220,12 @@ static int rec_check(const unsigned char *b, uint64_t len, unsigned psize)
                 goto bad;
             if (pass == 0 && soff < meta_end) {
                 /* LMDB 0.9 writes a meta page from mm_mapsize on: the
-                 * segment holds mm_last_pg (META_TXNID_OFF - 8). */
+                 * segment holds mm_last_pg (journal.h, invariant 3). */
                 uint64_t pg = soff / psize * psize;
                 if (soff + slen > pg + psize)
                     goto bad;
-                if (soff <= pg + META_TXNID_OFF - 8 && soff + slen >= pg + META_TXNID_OFF)
-                    end = (get64(b + p + SEG_HDR + (pg + META_TXNID_OFF - 8 - soff)) + 1) * psize;
+                if (soff <= pg + META_LAST_PG_OFF && soff + slen >= pg + META_TXNID_OFF)
+                    end = (get64(b + p + SEG_HDR + (pg + META_LAST_PG_OFF - soff)) + 1) * psize;
             } else if (pass == 1 && soff >= meta_end && soff + slen > end) {
                 goto bad;
             }
@@ -1318,165 +1351,245 @@ static int stray_follows(const struct scan *s, int i, int newest)
            s[i].psize == s[newest].psize && s[i].stray == next;
 }
 
-int mic_jnl_recover(const char *dir, int *lock_fd, uint64_t *next_seq, uint64_t *replayed)
+/* What recovery holds while it runs: the journal files (fd[0] is the
+ * locked journal-0), the scan of each and of a stray run (see
+ * stray_follows), the file replayed last ('newest', -1: none holds a
+ * chain), the file of the stray run replayed after it ('strayf', -1:
+ * none), the highest sequence number seen ('top') and data.mdb. */
+struct recovery {
+    const char *dir;
+    int fd[2], data_fd, newest, strayf;
+    struct scan s[2], run;
+    uint64_t top;
+    unsigned char *buf;         /* a record read (rec_read), 'cap' bytes */
+    size_t cap;
+};
+
+/* A read, write or sync of recovery failed (errno): logged. */
+static int recover_io(const struct recovery *r)
+{
+    mic_logger_write(MIC_LEVEL_ERROR, NULL, "journal recovery failed", "dir", r->dir,
+            "error", strerror(errno), NULL);
+    return MIC_EIO;
+}
+
+/* Open dir/journal-0 (created if missing) and take the store's lock, an
+ * exclusive flock of it.  MIC_OK, MIC_EBUSY (another process holds it) or
+ * MIC_EIO; logged. */
+static int recover_lock(struct recovery *r)
+{
+    if ((r->fd[0] = open_file(r->dir, 0)) < 0)
+        return recover_io(r);
+    if (flock(r->fd[0], LOCK_EX | LOCK_NB)) {
+        if (errno != EWOULDBLOCK)
+            return recover_io(r);
+        mic_logger_write(MIC_LEVEL_ERROR, NULL, "another process has the store open", "dir", r->dir, NULL);
+        return MIC_EBUSY;
+    }
+    return MIC_OK;
+}
+
+/* Scan both files without writing anything: their headers and chains, the
+ * highest sequence number any of them uses, the file whose chain starts
+ * last.  MIC_OK or MIC_EIO (logged). */
+static int recover_scan(struct recovery *r)
 {
     char path[PATH_MAX];
-    struct scan s[2], run;
-    unsigned char *buf = NULL, *meta = NULL;
-    size_t cap = 0;
-    int fd[2] = {-1, -1}, data_fd = -1, rc = MIC_EIO, newest = -1, older = -1, strayf = -1;
-    uint64_t top = 0, L, t;
-    unsigned psize;
 
-    memset(s, 0, sizeof s);
-    *lock_fd = -1;
-    *next_seq = 1;
-    *replayed = 0;
-    if ((fd[0] = open_file(dir, 0)) < 0)
-        goto io;
-    if (flock(fd[0], LOCK_EX | LOCK_NB)) {
-        if (errno != EWOULDBLOCK)
-            goto io;
-        mic_logger_write(MIC_LEVEL_ERROR, NULL, "another process has the store open", "dir", dir, NULL);
-        rc = MIC_EBUSY;
-        goto out;
-    }
     for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof path, "%s/journal-%d", dir, i);
-        if (i == 1 && (fd[i] = open(path, O_RDONLY | O_CLOEXEC)) < 0 && errno != ENOENT)
-            goto io;
-        if (fd[i] >= 0 && scan_file(fd[i], &s[i], -1, &buf, &cap))
-            goto io;
-        if (s[i].valid) {
-            if (s[i].first_seq > top)
-                top = s[i].first_seq;
-            if (s[i].floor > top + 1)
-                top = s[i].floor - 1;
-            if (s[i].nrec && s[i].last_seq > top)
-                top = s[i].last_seq;
-            if (s[i].first_seq && (newest < 0 || s[i].first_seq > s[newest].first_seq))
-                newest = i;
-        }
-    }
-    /* Records past a file's chain: a run that goes on from the newest
-     * chain is replayed after it (a switch whose header write never became
-     * durable, or, before issue 29's fix, was never made); any other would
-     * be dropped silently by the replay, and may hold acknowledged
-     * commits, so the store is refused. */
-    memset(&run, 0, sizeof run);
-    for (int i = 0; i < 2; i++) {
-        char n[32];
-        if (!s[i].stray)
+        struct scan *s = &r->s[i];
+        snprintf(path, sizeof path, "%s/journal-%d", r->dir, i);
+        if (i == 1 && (r->fd[i] = open(path, O_RDONLY | O_CLOEXEC)) < 0 && errno != ENOENT)
+            return recover_io(r);
+        if (r->fd[i] >= 0 && scan_file(r->fd[i], s, -1, &r->buf, &r->cap))
+            return recover_io(r);
+        if (!s->valid)
             continue;
-        if (newest >= 0 && stray_follows(s, i, newest) && strayf < 0) {
-            strayf = i;
-            run.size = s[i].size;
-            run.psize = s[i].psize;
-            if (scan_chain(fd[i], &run, s[i].stray_off, s[i].stray, -1, &buf, &cap))
-                goto io;
-            if (run.last_seq > top)
-                top = run.last_seq;
+        if (s->first_seq > r->top)
+            r->top = s->first_seq;
+        if (s->floor > r->top + 1)
+            r->top = s->floor - 1;
+        if (s->nrec && s->last_seq > r->top)
+            r->top = s->last_seq;
+        if (s->first_seq && (r->newest < 0 || s->first_seq > r->s[r->newest].first_seq))
+            r->newest = i;
+    }
+    return MIC_OK;
+}
+
+/* Records past a file's chain: a run that goes on from the newest chain is
+ * replayed after it (a switch whose header write never became durable,
+ * or, before issue 29's fix, was never made): it is scanned here and
+ * becomes r->strayf.  Any other would be dropped silently by the replay,
+ * and may hold acknowledged commits, so the store is refused.  MIC_OK or
+ * MIC_EIO (logged). */
+static int recover_strays(struct recovery *r)
+{
+    char path[PATH_MAX], n[32];
+
+    for (int i = 0; i < 2; i++) {
+        const struct scan *s = &r->s[i];
+        if (!s->stray)
+            continue;
+        if (r->newest >= 0 && stray_follows(r->s, i, r->newest) && r->strayf < 0) {
+            r->strayf = i;
+            r->run.size = s->size;
+            r->run.psize = s->psize;
+            if (scan_chain(r->fd[i], &r->run, s->stray_off, s->stray, -1, &r->buf, &r->cap))
+                return recover_io(r);
+            if (r->run.last_seq > r->top)
+                r->top = r->run.last_seq;
             continue;
         }
-        snprintf(n, sizeof n, "%llu", (unsigned long long)s[i].stray);
+        snprintf(n, sizeof n, "%llu", (unsigned long long)s->stray);
         snprintf(path, sizeof path, "journal-%d", i);
         mic_logger_write(MIC_LEVEL_ERROR, NULL, "journal: a file holds records that follow no chain "
-                "(refusing to open the store)", "dir", dir, "file", path, "seq", n, NULL);
-        goto out;
+                "(refusing to open the store)", "dir", r->dir, "file", path, "seq", n, NULL);
+        return MIC_EIO;
     }
-    *next_seq = top + 1;
-    if (newest < 0) {
-        rc = MIC_OK;
-        goto out;
-    }
-    snprintf(path, sizeof path, "%s/data.mdb", dir);
-    if ((data_fd = open(path, O_RDWR | O_CLOEXEC)) < 0) {
-        if (errno == ENOENT) {
-            mic_logger_write(MIC_LEVEL_WARN, NULL, "journal without data.mdb: ignored", "dir", dir, NULL);
-            rc = MIC_OK;
-            goto out;
-        }
-        goto io;
-    }
-    older = !newest;
-    if (!(s[older].valid && s[older].first_seq && s[older].nrec &&
-          s[older].last_seq + 1 == s[newest].first_seq && s[older].psize == s[newest].psize))
-        older = -1;
-    /* Replay: the older file when it leads into the newer, then the newer. */
+    return MIC_OK;
+}
+
+/* Open data.mdb for the replay.  MIC_OK with r->data_fd -1 when there is
+ * none (a journal alone is ignored, with a warning), or MIC_EIO (logged). */
+static int recover_open_data(struct recovery *r)
+{
+    char path[PATH_MAX];
+
+    snprintf(path, sizeof path, "%s/data.mdb", r->dir);
+    if ((r->data_fd = open(path, O_RDWR | O_CLOEXEC)) >= 0)
+        return MIC_OK;
+    if (errno != ENOENT)
+        return recover_io(r);
+    mic_logger_write(MIC_LEVEL_WARN, NULL, "journal without data.mdb: ignored", "dir", r->dir, NULL);
+    return MIC_OK;
+}
+
+/* Nonzero if file 'older' holds a chain that ends just before the chain of
+ * file 'newest' starts, at the same page size: it is replayed first. */
+static int leads_into(const struct scan *s, int older, int newest)
+{
+    return s[older].valid && s[older].first_seq && s[older].nrec &&
+           s[older].last_seq + 1 == s[newest].first_seq && s[older].psize == s[newest].psize;
+}
+
+/* Rewrite into data.mdb, in commit order, the base meta pages and records
+ * of the older file when it leads into the newest, then the newest's,
+ * then the stray run that goes on from it; adds the records rewritten to
+ * *replayed and sets *last_txnid to the txnid of the last commit
+ * replayed.  MIC_OK or MIC_EIO (logged). */
+static int recover_replay(struct recovery *r, uint64_t *replayed, uint64_t *last_txnid)
+{
+    const struct scan *nw = &r->s[r->newest];
+    int older = leads_into(r->s, !r->newest, r->newest) ? !r->newest : -1;
+
     for (int pass = 0; pass < 2; pass++) {
-        int i = pass == 0 ? older : newest;
+        int i = pass == 0 ? older : r->newest;
         if (i < 0)
             continue;
-        free(s[i].base);
-        if (scan_file(fd[i], &s[i], data_fd, &buf, &cap))
-            goto io;
-        *replayed += s[i].nrec;
+        free(r->s[i].base);
+        if (scan_file(r->fd[i], &r->s[i], r->data_fd, &r->buf, &r->cap))
+            return recover_io(r);
+        *replayed += r->s[i].nrec;
     }
-    psize = s[newest].psize;
-    L = s[newest].nrec ? s[newest].last_txnid : s[newest].base_txnid;
-    if (strayf >= 0) {
-        char n[32];
-        uint64_t found = run.nrec;
-        run.nrec = 0;
-        if (scan_chain(fd[strayf], &run, s[strayf].stray_off, s[strayf].stray, data_fd, &buf, &cap))
-            goto io;
-        if (run.nrec != found) {
+    *last_txnid = nw->nrec ? nw->last_txnid : nw->base_txnid;
+    if (r->strayf >= 0) {
+        char path[PATH_MAX], n[32];
+        const struct scan *s = &r->s[r->strayf];
+        uint64_t found = r->run.nrec;
+        r->run.nrec = 0;
+        if (scan_chain(r->fd[r->strayf], &r->run, s->stray_off, s->stray, r->data_fd, &r->buf, &r->cap))
+            return recover_io(r);
+        if (r->run.nrec != found) {
             errno = EIO; /* the file changed under recovery */
-            goto io;
+            return recover_io(r);
         }
-        *replayed += run.nrec;
-        L = run.last_txnid;
-        snprintf(n, sizeof n, "%llu", (unsigned long long)run.nrec);
-        snprintf(path, sizeof path, "journal-%d", strayf);
+        *replayed += r->run.nrec;
+        *last_txnid = r->run.last_txnid;
+        snprintf(n, sizeof n, "%llu", (unsigned long long)r->run.nrec);
+        snprintf(path, sizeof path, "journal-%d", r->strayf);
         mic_logger_write(MIC_LEVEL_WARN, NULL, "journal: replayed records written after a header that "
                 "does not lead to them", "file", path, "records", n, NULL);
     }
-    if (!(meta = malloc(2 * (size_t)psize))) {
-        rc = MIC_ENOMEM;
+    return MIC_OK;
+}
+
+/* Check data.mdb's meta pages after the replay: the one of txnid 'last'
+ * (LMDB picks it by its parity, journal.h invariant 4) holds it, and the
+ * other none newer.  MIC_OK, MIC_ENOMEM, or MIC_EIO (logged). */
+static int recover_check_meta(struct recovery *r, uint64_t last)
+{
+    unsigned psize = r->s[r->newest].psize;
+    unsigned char *meta = malloc(2 * (size_t)psize);
+    uint64_t t;
+    int rc = MIC_EIO;
+
+    if (!meta)
+        return MIC_ENOMEM;
+    if (pread_full(r->data_fd, meta, 2 * (size_t)psize, 0)) {
+        rc = recover_io(r);
         goto out;
     }
-    if (pread_full(data_fd, meta, 2 * (size_t)psize, 0))
-        goto io;
-    if (meta_txnid(meta + (L & 1) * psize, &t) || t != L) {
+    if (meta_txnid(meta + (last & 1) * psize, &t) || t != last) {
         mic_logger_write(MIC_LEVEL_ERROR, NULL, "journal: the replayed store does not end at the "
-                "journal's last commit (refusing to open it)", "dir", dir, NULL);
+                "journal's last commit (refusing to open it)", "dir", r->dir, NULL);
         goto out;
     }
     /* The base pages put both meta pages back to the file's first commit
      * and every record after it rewrote its own: a meta page newer than
      * the last durable commit (one that never reached the journal) cannot
      * be left.  Checked all the same, since LMDB would open it. */
-    if (meta_txnid(meta + (!(L & 1)) * psize, &t) || t > L) {
+    if (meta_txnid(meta + (!(last & 1)) * psize, &t) || t > last) {
         mic_logger_write(MIC_LEVEL_ERROR, NULL, "journal: a meta page of data.mdb is newer than the "
-                "journal's last commit (refusing to open it)", "dir", dir, NULL);
+                "journal's last commit (refusing to open it)", "dir", r->dir, NULL);
         goto out;
     }
-    if (fdatasync(data_fd))
-        goto io;
+    rc = MIC_OK;
+out:
+    free(meta);
+    return rc;
+}
+
+int mic_jnl_recover(const char *dir, int *lock_fd, uint64_t *next_seq, uint64_t *replayed)
+{
+    struct recovery r = {.dir = dir, .fd = {-1, -1}, .data_fd = -1, .newest = -1, .strayf = -1};
+    uint64_t last;
+    int rc;
+
+    *lock_fd = -1;
+    *next_seq = 1;
+    *replayed = 0;
+    if ((rc = recover_lock(&r)) || (rc = recover_scan(&r)) || (rc = recover_strays(&r)))
+        goto out;
+    *next_seq = r.top + 1;
+    if (r.newest < 0)
+        goto out; /* no chain: nothing to replay */
+    if ((rc = recover_open_data(&r)) || r.data_fd < 0)
+        goto out;
+    if ((rc = recover_replay(&r, replayed, &last)) || (rc = recover_check_meta(&r, last)))
+        goto out;
+    if (fdatasync(r.data_fd)) {
+        rc = recover_io(&r);
+        goto out;
+    }
     if (*replayed) {
         char n[32];
         snprintf(n, sizeof n, "%llu", (unsigned long long)*replayed);
         mic_logger_write(MIC_LEVEL_INFO, NULL, "journal replayed", "records", n, NULL);
     }
-    rc = MIC_OK;
-    goto out;
-io:
-    mic_logger_write(MIC_LEVEL_ERROR, NULL, "journal recovery failed", "dir", dir,
-            "error", strerror(errno), NULL);
 out:
     if (rc == MIC_OK) {
-        *lock_fd = fd[0];
-        fd[0] = -1;
+        *lock_fd = r.fd[0];
+        r.fd[0] = -1;
     }
     for (int i = 0; i < 2; i++) {
-        free(s[i].base);
-        if (fd[i] >= 0)
-            close(fd[i]);
+        free(r.s[i].base);
+        if (r.fd[i] >= 0)
+            close(r.fd[i]);
     }
-    if (data_fd >= 0)
-        close(data_fd);
-    free(buf);
-    free(meta);
+    if (r.data_fd >= 0)
+        close(r.data_fd);
+    free(r.buf);
     return rc;
 }
 

@@ -2,25 +2,85 @@
  * fdatasync make a commit durable.
  *
  * LMDB runs with MDB_NOSYNC.  Its commits write their pages and meta page
- * into the OS cache through the functions below (the Makefile renames
+ * into the OS cache through the functions below (deps/lmdb/ renames
  * LMDB's own pwrite, writev and lseek calls to them in a copy of
- * liblmdb.a), which
- * also copy every byte written to data.mdb into the commit's journal
- * record.  mic_jnl_flush appends the sealed records to the active journal
- * file in one write and fdatasyncs that file alone: the commit is then on
- * disk, whatever of data.mdb the kernel has or has not written back.  A
- * checkpoint (one fdatasync of data.mdb, in a thread of its own) frees a
- * journal file; the two files take turns.  After a crash or a power loss
- * mic_jnl_recover rewrites, before LMDB opens data.mdb, every page the
- * journal holds, in commit order, and discards a meta page newer than the
- * last durable commit.  The file format is in proto/store-format.md
- * ("Journal").
+ * liblmdb.a), which also copy every byte written to data.mdb into the
+ * commit's journal record.  mic_jnl_flush appends the sealed records to
+ * the active journal file in one write and fdatasyncs that file alone:
+ * the commit is then on disk, whatever of data.mdb the kernel has or has
+ * not written back.  A checkpoint (one fdatasync of data.mdb, in a thread
+ * of its own) frees a journal file; the two files take turns.  After a
+ * crash or a power loss mic_jnl_recover rewrites, before LMDB opens
+ * data.mdb, every page the journal holds, in commit order, and discards a
+ * meta page newer than the last durable commit.  The file format is in
+ * proto/store-format.md ("Journal").
  *
- * Why this is safe with LMDB's page reuse: a commit only overwrites pages
- * that the last two commits before it no longer use, so the writer may run
- * one commit ahead of the last durable one (mic_jnl_begin enforces it) and
- * a commit that never reached the journal only wrote pages the durable
- * state does not use.
+ * What the journal assumes of LMDB.  None of this is LMDB's API: it holds
+ * for the versions mic_jnl_lmdb_check accepts (0.9.24, Debian 12's), and
+ * a store is not opened with another (lmdb_version_is_checked).  After
+ * each item, the tests that fail when it stops holding (in
+ * tests/unit/store/test_journal.c unless named otherwise; make fault-power
+ * runs tests/fault/powercut.c and ioerr.c, make fault-full fullcut.c).
+ *
+ * (1) LMDB writes data.mdb only with pwrite, and with lseek(SEEK_SET) then
+ *     writev, on the descriptor mdb_env_get_fd gives: a commit's pages and
+ *     a spilling transaction's (mdb_page_flush), a commit's meta page.
+ *     Those are the three calls renamed; deps/lmdb/README.md says why
+ *     LMDB's other calls (write, ftruncate, msync, fdatasync ...) write
+ *     nothing the journal must hold.  A commit that moved LMDB's txnid
+ *     with nothing captured fails the journal (mic_jnl_seal).
+ *     Tests: deps/lmdb/check.sh (a call left unrenamed, a new import);
+ *     uncaptured_commit_fails_the_journal.
+ * (2) The environment is opened with MDB_NOSYNC and without MDB_WRITEMAP
+ *     (store.c).  MDB_NOSYNC: a commit does not fdatasync data.mdb (the
+ *     journal's fdatasync makes it durable), and LMDB writes the meta page
+ *     through the descriptor of (1), not through me_mfd, its O_DSYNC
+ *     second descriptor of data.mdb.  No MDB_WRITEMAP: data.mdb is mapped
+ *     read-only and nothing reaches it through the map or msync.
+ *     Tests: without MDB_NOSYNC every seal finds no meta page, with
+ *     MDB_WRITEMAP nothing captured, so every journaled commit answers
+ *     MIC_EIO: files_switch_and_stay_bounded, pages_go_without_their_gap
+ *     and every test here that commits.
+ * (3) The meta pages are pages 0 and 1.  After LMDB 0.9's 16-byte page
+ *     header each holds an MDB_meta: mm_magic 0xBEEFC0DE at byte 16,
+ *     mm_last_pg at 136, mm_txnid at 144 (journal.c: META_MAGIC_OFF,
+ *     META_LAST_PG_OFF, META_TXNID_OFF).  A commit writes its meta page
+ *     from mm_mapsize (byte 32) to the end of MDB_meta, in one segment
+ *     that holds mm_last_pg and mm_txnid; recovery bounds a record's other
+ *     segments by that mm_last_pg (rec_check).
+ *     Tests: every open (mic_jnl_open reads both txnids); the power_loss_*
+ *     tests and make fault-power (recovery checks the replayed meta page);
+ *     recovery_bounds_segments (a segment past mm_last_pg is refused).
+ * (4) A commit of txnid T writes meta page T & 1, and LMDB opens the state
+ *     of the meta page with the higher txnid.  Recovery checks that page
+ *     T & 1 of the last commit replayed holds T and the other page no
+ *     higher txnid (recover_check_meta).
+ *     Tests: power_loss_after_commit, power_loss_in_journal_write,
+ *     power_loss_with_commits_ahead, recovery_replays_records_past_the_header.
+ * (5) A branch or leaf page starts with LMDB 0.9's header: u64 pgno, u16
+ *     pad, u16 flags at byte 10 (P_BRANCH 0x01, P_LEAF 0x02, P_OVERFLOW
+ *     0x04, P_META 0x08, P_LEAF2 0x20, P_SUBP 0x40), u16 lower at 12, u16
+ *     upper at 14, 16 bytes in all; LMDB never reads the bytes between
+ *     lower and upper, which the record leaves out (page_gap).
+ *     Tests: pages_go_without_their_gap (the gap is found); the
+ *     power_loss_* tests (a replay over torn pages that dropped bytes LMDB
+ *     reads would not give a committed state).
+ * (6) Commit T writes only pages that the states of commits T-1 and T-2
+ *     do not use: LMDB reuses a page freed by commit F only when F is
+ *     below the oldest snapshot in use, T-1 when no reader holds an older
+ *     one (mdb_find_oldest).  So the writer may run one commit ahead of
+ *     the last durable one (mic_jnl_begin lets it go no further), and a
+ *     commit that never reached the journal only wrote pages that the
+ *     durable state does not use.
+ *     Tests: power_loss_with_commits_ahead; make fault-power (its cuts
+ *     leave commits that were written but not synced).
+ * (7) A page write LMDB sees fail (-1, or short) fails its commit before
+ *     the meta page is written, so the commit changes nothing LMDB reads:
+ *     the capture functions fail LMDB's write with ENOSPC when the journal
+ *     has no room for it (capture_room, mic_jnl_begin).
+ *     Tests: refused_commit_is_never_stored,
+ *     switch_on_full_disk_keeps_acknowledged; make fault-power (ioerr's
+ *     failed data.mdb writes) and make fault-full.
  *
  * Threads: the capture functions and mic_jnl_begin/seal/discard run in the
  * thread that holds LMDB's write transaction; mic_jnl_flush in any thread
@@ -45,6 +105,12 @@ ssize_t mic_jnl_writev(int fd, const struct iovec *iov, int cnt);
  * SEEK_SET only records the position, where the next mic_jnl_writev
  * writes (with pwritev: the descriptor's offset does not move). */
 off_t mic_jnl_lseek(int fd, off_t off, int whence);
+
+/* Before LMDB opens a store: accept the LMDB version mdb_version() gives
+ * only if the journal was written for it (the invariants above).  Returns
+ * MIC_OK, or MIC_ELMDB (logged, one line naming the version and those
+ * supported). */
+int mic_jnl_lmdb_check(int major, int minor, int patch);
 
 /* Before LMDB opens 'dir': take the store's lock (an exclusive flock of
  * dir/journal-0, created if missing) and replay the journal files of 'dir'
@@ -75,10 +141,10 @@ int mic_jnl_open(mic_jnl **out, const char *dir, int lock_fd, int data_fd,
 int mic_jnl_disable(const char *dir, int lock_fd);
 
 /* Before a write transaction begins: make sure no more than one sealed
- * record is not yet durable, flushing in this thread if needed, and that
- * the journal has room for the records not yet durable and 1 MiB more
- * (written ahead after the active file's end, or after the other file's
- * header).  Returns MIC_OK, MIC_ENOSPC (the filesystem is full: nothing
+ * record is not yet durable (LMDB's reuse lag, invariant 6), flushing in
+ * this thread if needed, and that the journal has room for the records
+ * not yet durable and 1 MiB more (written ahead after the active file's
+ * end, or after the other file's header).  Returns MIC_OK, MIC_ENOSPC (the filesystem is full: nothing
  * may be written now, nothing failed; a later call may succeed once room
  * is made) or MIC_EIO (the journal failed; nothing may be written).
  *

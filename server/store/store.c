@@ -323,12 +323,16 @@ fail:
 int mic_store_open(mic_store **out, const char *dir, uint64_t map_size,
                    uint64_t map_max, int nosync)
 {
-    mic_store *s = calloc(1, sizeof *s);
+    mic_store *s;
     pthread_rwlockattr_t attr;
     uint64_t next_seq, replayed;
-    int rc = 0, mic_rc = MIC_OK, jlock = -1; /* rc: LMDB's; mic_rc: ours */
+    int rc = 0, mic_rc = MIC_OK, jlock = -1, v[3]; /* rc: LMDB's; mic_rc: ours */
 
-    if (!s)
+    /* The journal knows LMDB's files: only an LMDB it was written for. */
+    mdb_version(&v[0], &v[1], &v[2]);
+    if ((mic_rc = mic_jnl_lmdb_check(v[0], v[1], v[2])))
+        return mic_rc;
+    if (!(s = calloc(1, sizeof *s)))
         return MIC_ENOMEM;
     if (mkdirs(dir)) {
         mic_logger_write(MIC_LEVEL_ERROR, NULL, "cannot create data dir", "dir", dir,

@@ -27,6 +27,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <lmdb.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1088,6 +1089,24 @@ static void recovery_bounds_segments(void **state)
     }
 }
 
+/* Issue 30, point 4: the journal accepts the LMDB it was written for,
+ * the one linked here, and refuses any other release (micd then exits 2:
+ * server/main.c).  A store cannot be opened here with another LMDB, which
+ * is linked in: the check itself is what is tested. */
+static void lmdb_version_is_checked(void **state)
+{
+    int major, minor, patch;
+
+    (void)state;
+    mdb_version(&major, &minor, &patch);
+    assert_int_equal(mic_jnl_lmdb_check(major, minor, patch), MIC_OK);
+    assert_int_equal(mic_jnl_lmdb_check(major, minor, patch + 1), MIC_ELMDB);
+    assert_int_equal(mic_jnl_lmdb_check(major, minor, patch - 1), MIC_ELMDB);
+    assert_int_equal(mic_jnl_lmdb_check(major, minor + 1, patch), MIC_ELMDB);
+    assert_int_equal(mic_jnl_lmdb_check(major + 1, minor, patch), MIC_ELMDB);
+    assert_int_equal(mic_jnl_lmdb_check(1, 0, 0), MIC_ELMDB);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1104,6 +1123,7 @@ int main(void)
         cmocka_unit_test(uncaptured_commit_fails_the_journal),
         cmocka_unit_test(recovery_replays_records_past_the_header),
         cmocka_unit_test(recovery_bounds_segments),
+        cmocka_unit_test(lmdb_version_is_checked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
