@@ -479,7 +479,7 @@ void mic_worker_join(mic_worker *w, struct mic_worker_stats *st);
 /* ---- Consumer toolkit ----
  * A consumer keeps, in its own LMDB environment: per aggregate the last
  * version applied (the checkpoint), per event id the marker that it was
- * processed.  mic_consumer_handle applies a delivery and records both in
+ * processed.  mic_consumer_process applies a delivery and records both in
  * the same LMDB transaction as the projection's own writes, so a crash
  * leaves all three or none. */
 

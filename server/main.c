@@ -10,8 +10,9 @@
  *   2 bad settings (a bad keys file, TLS files that do not go together, a
  *     non-loopback address without --keys) or an LMDB library the store
  *     journal was not written for (journal.h, mic_jnl_lmdb_check), 3 store
- *     cannot open, 4 unknown store format, 5 writer cannot start, 6 cannot
- *     listen.
+ *     cannot open, 4 unknown store format, 5 the writer (or the sink relay)
+ *     cannot start, 6 cannot listen; 74 later, when the storage fails
+ *     (on_fatal).
  *
  * Testing only: when the environment variable MIC_TEST_CLOCK_US is set (a
  * decimal count of µs since the epoch), the wall clock starts at that value
@@ -191,22 +192,150 @@ static int verify(const char *dir)
     return rep.bad_records || rep.dangling ? 1 : 0;
 }
 
+/* ---- Start and stop ---- */
+
+/* Exit codes of a start that fails (the header above lists them). */
+#define EXIT_BAD_SETTINGS 2
+#define EXIT_STORE 3
+#define EXIT_STORE_FORMAT 4
+#define EXIT_WRITER 5
+#define EXIT_LISTEN 6
+#define START (-1) /* settings: go on and start */
+
+/* Load and check the settings (flags, --keys, TLS files, test clock):
+ * START with *keys (NULL without --keys), or the exit code (0 after --help). */
+static int settings(int argc, char **argv, struct mic_config *cfg, mic_keys **keys)
+{
+    char err[600];
+    int rc = mic_config_load(cfg, argc, argv, err, sizeof err);
+
+    *keys = NULL;
+    if (rc == MIC_OK && cfg->help) {
+        printf("\n  micd --verify DIR      check the store in DIR (every record's checksum, every\n"
+               "                         index entry) and exit: 0 clean, 1 bad, 2 cannot open\n");
+        return 0;
+    }
+    if (rc) {
+        fprintf(stderr, "micd: %s\n", err);
+        return EXIT_BAD_SETTINGS;
+    }
+    mic_logger_set_level(cfg->log_level);
+    if (load_keys(cfg, keys))
+        return EXIT_BAD_SETTINGS;
+    if (!*keys && mic_http_listen_is_loopback(cfg->listen) == 0) {
+        fprintf(stderr, "micd: refusing to listen on %s without --keys: only a loopback "
+                "address may go unprotected\n", cfg->listen);
+        return EXIT_BAD_SETTINGS;
+    }
+    if (!cfg->tls_cert[0] != !cfg->tls_key[0] ||
+        (cfg->tls_cert[0] && mic_http_tls_check(cfg->tls_cert, cfg->tls_key, err, sizeof err))) {
+        fprintf(stderr, "micd: %s\n", cfg->tls_cert[0] && cfg->tls_key[0] ? err
+                : "--tls-cert and --tls-key go together");
+        goto fail_keys;
+    }
+    if (test_clock_init()) {
+        fprintf(stderr, "micd: MIC_TEST_CLOCK_US must be a decimal count of "
+                "microseconds since the epoch\n");
+        goto fail_keys;
+    }
+    return START;
+fail_keys:
+    mic_keys_free(*keys);
+    *keys = NULL;
+    return EXIT_BAD_SETTINGS;
+}
+
+/* Ignore SIGPIPE; block SIGTERM, SIGINT and SIGHUP (the mask before in *old). */
+static void block_signals(sigset_t *old)
+{
+    sigset_t mask;
+
+    signal(SIGPIPE, SIG_IGN);
+    /* Every thread started from here on blocks SIGTERM and SIGINT, so
+     * they reach the main thread, which waits for them in sigsuspend. */
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &mask, old);
+}
+
+/* Start the admin page's chart and hand it to 'http': NULL if it failed. */
+static mic_history *history_start(mic_store *store, mic_http *http)
+{
+    mic_history *history = NULL;
+
+    /* The admin page's chart (history.h): optional, so a failure to
+     * start it is logged and micd serves without it (503 on its route). */
+    if (mic_history_new(&history, store) || mic_history_start(history, MIC_HISTORY_INTERVAL_MS)) {
+        mic_logger_write(MIC_LEVEL_WARN, NULL, "cannot start the stats history: GET /v1/stats/history "
+                "answers 503", NULL);
+        mic_history_free(history);
+        history = NULL;
+    }
+    mic_http_set_history(http, history);
+    return history;
+}
+
+/* Catch the signals, say where micd listens, write --port-file. */
+static void announce(const struct mic_config *cfg, int port)
+{
+    struct sigaction sa;
+    char portstr[16];
+
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    snprintf(portstr, sizeof portstr, "%d", port);
+    mic_logger_write(MIC_LEVEL_INFO, NULL, "listening", "listen", cfg->listen, "port",
+            portstr, "data", cfg->data_dir, "durability",
+            cfg->durability == MIC_DURABILITY_NONE ? "none" : "fsync", NULL);
+    if (cfg->port_file[0] && write_port_file(cfg->port_file, port))
+        mic_logger_write(MIC_LEVEL_WARN, NULL, "cannot write port file", "path",
+                cfg->port_file, NULL);
+}
+
+/* Wait for SIGTERM or SIGINT, reloading the keys on each SIGHUP. */
+static void serve(const struct mic_config *cfg, mic_http *http, const sigset_t *old)
+{
+    mic_keys *keys;
+
+    while (!stop_signal) {
+        sigsuspend(old);
+        if (reload_signal) {
+            reload_signal = 0;
+            if (!cfg->keys[0])
+                mic_logger_write(MIC_LEVEL_WARN, NULL, "SIGHUP without --keys: nothing to reload", NULL);
+            else if (load_keys(cfg, &keys))
+                mic_logger_write(MIC_LEVEL_ERROR, NULL, "keys not reloaded: the keys in force stay",
+                        "path", cfg->keys, NULL);
+            else
+                mic_http_set_keys(http, keys);
+        }
+    }
+    mic_logger_write(MIC_LEVEL_INFO, NULL, "stopping", "signal",
+            stop_signal == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
+}
+
+/* Start in order (store, groups, schedule and writer, sink relay, HTTP),
+ * serve until a signal, and stop through one ladder: a step that fails
+ * jumps to the label that undoes the steps before it, in reverse. */
 int main(int argc, char **argv)
 {
     struct mic_config cfg;
     struct mic_writer_hooks hooks;
-    struct sigaction sa;
     mic_groups *groups;
-    mic_sched *sched;
+    mic_sched *sched = NULL;
     mic_store *store;
     mic_writer *writer;
-    mic_http *http;
+    mic_http *http = NULL;
     mic_history *history = NULL;
     mic_sink *sink;
     mic_keys *keys;
-    char err[600], portstr[16];
-    sigset_t mask, old;
-    int rc, port;
+    sigset_t old;
+    int rc, port, code;
 
     /* Request-sized blocks (a 100-event publish holds about 150 KiB of
      * parsed events) come from the heap and are reused, instead of an
@@ -217,153 +346,77 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "--verify") == 0) {
         if (argc != 3) {
             fprintf(stderr, "micd: usage: micd --verify DIR\n");
-            return 2;
+            return EXIT_BAD_SETTINGS;
         }
         return verify(argv[2]);
     }
-    rc = mic_config_load(&cfg, argc, argv, err, sizeof err);
-    if (rc == MIC_OK && cfg.help) {
-        printf("\n  micd --verify DIR      check the store in DIR (every record's checksum, every\n"
-               "                         index entry) and exit: 0 clean, 1 bad, 2 cannot open\n");
-        return 0;
-    }
-    if (rc) {
-        fprintf(stderr, "micd: %s\n", err);
-        return 2;
-    }
-    mic_logger_set_level(cfg.log_level);
-    if (load_keys(&cfg, &keys))
-        return 2;
-    if (!keys && mic_http_listen_is_loopback(cfg.listen) == 0) {
-        fprintf(stderr, "micd: refusing to listen on %s without --keys: only a loopback "
-                "address may go unprotected\n", cfg.listen);
-        return 2;
-    }
-    if (!cfg.tls_cert[0] != !cfg.tls_key[0] ||
-        (cfg.tls_cert[0] && mic_http_tls_check(cfg.tls_cert, cfg.tls_key, err, sizeof err))) {
-        fprintf(stderr, "micd: %s\n", cfg.tls_cert[0] && cfg.tls_key[0] ? err
-                : "--tls-cert and --tls-key go together");
-        mic_keys_free(keys);
-        return 2;
-    }
-    if (test_clock_init()) {
-        fprintf(stderr, "micd: MIC_TEST_CLOCK_US must be a decimal count of "
-                "microseconds since the epoch\n");
-        return 2;
-    }
-    signal(SIGPIPE, SIG_IGN);
-    /* Every thread started from here on blocks SIGTERM and SIGINT, so
-     * they reach the main thread, which waits for them in sigsuspend. */
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGTERM);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &mask, &old);
+    if ((code = settings(argc, argv, &cfg, &keys)) != START)
+        return code;
+    block_signals(&old);
 
     mic_store_set_journal_size(cfg.journal_size);
     mic_store_on_fatal(on_fatal);
-    rc = mic_store_open(&store, cfg.data_dir, cfg.map_size, cfg.map_max,
-                        cfg.durability == MIC_DURABILITY_NONE);
-    if (rc)
-        mic_keys_free(keys);
-    if (rc == MIC_EVERSION)
-        return 4;
-    if (rc == MIC_ELMDB)
-        return 2;
-    if (rc)
-        return 3;
+    if ((rc = mic_store_open(&store, cfg.data_dir, cfg.map_size, cfg.map_max,
+                             cfg.durability == MIC_DURABILITY_NONE))) {
+        code = rc == MIC_EVERSION ? EXIT_STORE_FORMAT
+             : rc == MIC_ELMDB    ? EXIT_BAD_SETTINGS
+                                  : EXIT_STORE;
+        goto fail_store;
+    }
     clock_from_store(store);
     if (mic_groups_new(&groups, store)) {
         mic_logger_write(MIC_LEVEL_ERROR, NULL, "cannot load the groups", NULL);
-        mic_store_close(store);
-        mic_keys_free(keys);
-        return 3;
+        code = EXIT_STORE;
+        goto fail_groups;
     }
     memset(&hooks, 0, sizeof hooks);
     if (mic_sched_new(&sched, groups) == MIC_OK)
         mic_sched_hooks(sched, &hooks);
     if (!hooks.sched || mic_writer_start(&writer, store, &cfg, &hooks)) {
         mic_logger_write(MIC_LEVEL_ERROR, NULL, "cannot start the writer", NULL);
-        mic_sched_free(hooks.sched);
-        mic_groups_free(groups);
-        mic_store_close(store);
-        mic_keys_free(keys);
-        return 5;
+        code = EXIT_WRITER;
+        goto fail_writer;
     }
     /* The relay of sink groups (its own threads; before the HTTP server,
      * whose GET /v1/groups and /metrics show its figures). */
     if (mic_sink_start(&sink, store, writer, &cfg)) {
         mic_logger_write(MIC_LEVEL_ERROR, NULL, "cannot start the sink relay", NULL);
-        mic_writer_stop(writer);
-        mic_writer_free(writer);
-        mic_sched_free(sched);
-        mic_groups_free(groups);
-        mic_store_close(store);
-        mic_keys_free(keys);
-        return 5;
+        code = EXIT_WRITER;
+        goto fail_sink;
     }
-    if (mic_http_start(&http, &cfg, store, writer, keys, &port)) {
-        mic_sink_stop(sink);
-        mic_writer_stop(writer);
-        mic_sink_free(sink);
-        mic_writer_free(writer);
-        mic_sched_free(sched);
-        mic_groups_free(groups);
-        mic_store_close(store);
-        return 6;
+    /* 'keys' becomes the server's, also when it does not start. */
+    rc = mic_http_start(&http, &cfg, store, writer, keys, &port);
+    keys = NULL;
+    if (rc) {
+        code = EXIT_LISTEN;
+        goto fail_http;
     }
-    /* The admin page's chart (history.h): optional, so a failure to
-     * start it is logged and micd serves without it (503 on its route). */
-    if (mic_history_new(&history, store) || mic_history_start(history, MIC_HISTORY_INTERVAL_MS)) {
-        mic_logger_write(MIC_LEVEL_WARN, NULL, "cannot start the stats history: GET /v1/stats/history "
-                "answers 503", NULL);
-        mic_history_free(history);
-        history = NULL;
-    }
-    mic_http_set_history(http, history);
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    snprintf(portstr, sizeof portstr, "%d", port);
-    mic_logger_write(MIC_LEVEL_INFO, NULL, "listening", "listen", cfg.listen, "port",
-            portstr, "data", cfg.data_dir, "durability",
-            cfg.durability == MIC_DURABILITY_NONE ? "none" : "fsync", NULL);
-    if (cfg.port_file[0] && write_port_file(cfg.port_file, port))
-        mic_logger_write(MIC_LEVEL_WARN, NULL, "cannot write port file", "path",
-                cfg.port_file, NULL);
+    history = history_start(store, http);
+    announce(&cfg, port);
 
-    while (!stop_signal) {
-        sigsuspend(&old);
-        if (reload_signal) {
-            reload_signal = 0;
-            if (!cfg.keys[0])
-                mic_logger_write(MIC_LEVEL_WARN, NULL, "SIGHUP without --keys: nothing to reload", NULL);
-            else if (load_keys(&cfg, &keys))
-                mic_logger_write(MIC_LEVEL_ERROR, NULL, "keys not reloaded: the keys in force stay",
-                        "path", cfg.keys, NULL);
-            else
-                mic_http_set_keys(http, keys);
-        }
-    }
-
-    mic_logger_write(MIC_LEVEL_INFO, NULL, "stopping", "signal",
-            stop_signal == SIGTERM ? "SIGTERM" : "SIGINT", NULL);
+    serve(&cfg, http, &old);
     mic_http_quiesce(http);
     mic_http_drain(http, 2000);
+    code = 0;
+fail_http:
     /* The relay stops claiming and settles what JetStream acknowledged
      * (at most about 2 s) while the writer still runs. */
     mic_sink_stop(sink);
     mic_writer_stop(writer);
-    mic_http_drain(http, 1000);
+    mic_http_drain(http, 1000); /* http NULL: returns at once */
     mic_http_stop(http);
     mic_history_free(history); /* after the server that renders it */
     mic_sink_free(sink);
+fail_sink:
     mic_writer_free(writer);
+fail_writer:
     mic_sched_free(sched);
     mic_groups_free(groups);
+fail_groups:
     mic_store_close(store);
-    mic_logger_write(MIC_LEVEL_INFO, NULL, "stopped", NULL);
-    return 0;
+fail_store:
+    mic_keys_free(keys);
+    if (code == 0)
+        mic_logger_write(MIC_LEVEL_INFO, NULL, "stopped", NULL);
+    return code;
 }

@@ -4,7 +4,7 @@
  * results back through out-parameters.  A failure that a client caused also
  * fills a struct mic_error with the wire code ("invalid_event"), a message
  * and the offending field; routes.c turns the enum into an HTTP status, in
- * one place (mic_err_http_status). */
+ * one place (its status_of). */
 #ifndef MIC_ERR_H
 #define MIC_ERR_H
 

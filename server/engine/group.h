@@ -113,7 +113,7 @@ int mic_groups_subscribers(mic_groups *g, const char *topic, size_t tlen,
  * the live groups subscribed to it, then the replay groups whose run is
  * over it.  Stores in *out an array of *n groups, borrowed from the
  * registry and valid until the next call of this function or of
- * mic_groups_fanout, or a change of the registry.  Returns MIC_OK or
+ * mic_groups_subscribers, or a change of the registry.  Returns MIC_OK or
  * MIC_ENOMEM. */
 int mic_groups_holders(mic_groups *g, const char *topic, size_t tlen,
                        struct mic_group *const **out, int *n);

@@ -2219,6 +2219,8 @@ void mic_http_drain(mic_http *h, int ms)
     struct timespec ts = {0, 5 * 1000000};
     int64_t end = mic_mono_ms() + ms;
 
+    if (!h)
+        return;
     while (atomic_load(&h->inflight) > 0 && mic_mono_ms() < end)
         nanosleep(&ts, NULL);
     /* Give the polling threads a moment to write the replies just resumed. */

@@ -68,7 +68,8 @@ void mic_http_loop_ops(struct mic_loop_ops *ops, void *(*make)(void *arg, int i,
 /* Stop accepting new connections; requests in flight continue. */
 void mic_http_quiesce(mic_http *h);
 
-/* Wait up to 'ms' for the requests in flight to be answered. */
+/* Wait up to 'ms' for the requests in flight to be answered ('h' NULL:
+ * returns at once, as mic_http_stop does, for main's cleanup ladder). */
 void mic_http_drain(mic_http *h, int ms);
 
 /* Close every connection and free the server.  Every suspended connection
