@@ -75,6 +75,10 @@
  *   extras: commits, ops (the deltas), threads, payload_bytes, aggregates,
  *   target_events, proto_errors, timed_out (stopped by --max-seconds or a
  *   signal), runid.
+ * --lat-log FILE also writes every final response's "START_NS LATENCY_US"
+ * line to FILE (START_NS: CLOCK_MONOTONIC when its first byte was written),
+ * so that a script can take the latencies of a moment (bench/replaysel.sh:
+ * those of the requests that began while a selection ran).
  * Exit 0 when events == --events and errors == 0, 1 otherwise, 2 on a bad
  * argument.
  */
@@ -534,6 +538,7 @@ struct options {
     uint64_t agg_offset;
     const char *key;        /* API key (--key, else $MIC_KEY), or NULL */
     const char *cacert;     /* --cacert: PEM CA file for an https:// URL */
+    const char *lat_log;    /* --lat-log: "START_NS LATENCY_US" lines, or NULL */
 };
 
 /* Read-only once the workers start, except the atomics and the done trio. */
@@ -591,6 +596,7 @@ struct worker {
     struct conn *conns;
     unsigned nconns, active, waiting;
     uint32_t *lat;           /* microseconds, one per final response */
+    uint64_t *lat_at;        /* --lat-log: each one's start (ns), else NULL */
     size_t nlat, lat_cap;
     struct tally t;
     _Atomic uint64_t progress;  /* t.events_ok, for the main thread */
@@ -878,7 +884,7 @@ static void conn_send(struct conn *c)
     c->state = C_RECEIVING;
 }
 
-static void lat_add(struct worker *w, uint64_t ns)
+static void lat_add(struct worker *w, uint64_t at, uint64_t ns)
 {
     uint64_t us = (ns + 500) / 1000;
 
@@ -889,8 +895,17 @@ static void lat_add(struct worker *w, uint64_t ns)
         if (!nl)
             return;  /* a lost sample beats a crash */
         w->lat = nl;
+        if (w->lat_at) {
+            uint64_t *na = realloc(w->lat_at, nc * sizeof *na);
+
+            if (!na)
+                return; /* the same: lat keeps its room, lat_cap its value */
+            w->lat_at = na;
+        }
         w->lat_cap = nc;
     }
+    if (w->lat_at)
+        w->lat_at[w->nlat] = at;
     w->lat[w->nlat++] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
 }
 
@@ -912,7 +927,7 @@ static void conn_on_response(struct conn *c)
                                                : RETRY_429_MS);
         return;
     }
-    lat_add(w, now - c->t_start);
+    lat_add(w, c->t_start, now - c->t_start);
     w->t.requests++;
     w->t.status[st]++;
     if (st == 200 || st == 201) {
@@ -1157,6 +1172,10 @@ static int worker_init(struct worker *w, struct run *r, unsigned nconns, size_t 
     w->lat_cap = lat_hint;
     if (!(w->lat = malloc(w->lat_cap * sizeof *w->lat)))
         goto fail_conns;
+    if (r->opt.lat_log && !(w->lat_at = malloc(w->lat_cap * sizeof *w->lat_at))) {
+        free(w->lat);
+        goto fail_conns;
+    }
     return 0;
 fail_conns:
     while (i-- > 0) {
@@ -1181,6 +1200,7 @@ static void worker_fini(struct worker *w)
     }
     free(w->conns);
     free(w->lat);
+    free(w->lat_at);
     close(w->epfd);
 }
 
@@ -1310,6 +1330,8 @@ static void usage(FILE *f)
             "  --key SECRET         API key sent as Authorization: Bearer (default $MIC_KEY)\n"
             "  --cacert FILE        PEM CA certificate(s) for an https:// URL (default: the\n"
             "                       system's)\n"
+            "  --lat-log FILE       write \"START_NS LATENCY_US\" of every final response to\n"
+            "                       FILE (START_NS: CLOCK_MONOTONIC at its first byte)\n"
             "\n"
             "Prints one JSON line on stdout. Exit 0 when every event was published\n"
             "without error, 1 otherwise, 2 on a bad argument.\n");
@@ -1348,7 +1370,7 @@ static bool topic_valid(const char *t)
 
 enum { OPT_URL = 256, OPT_CONNS, OPT_EVENTS, OPT_BATCH, OPT_TOPIC, OPT_PAYLOAD,
        OPT_THREADS, OPT_MAXSEC, OPT_AGGS, OPT_VERSIONS, OPT_AGGOFF, OPT_KEY, OPT_CACERT,
-       OPT_HELP };
+       OPT_LATLOG, OPT_HELP };
 
 /* Fill *o from argv. Returns 0, 1 for --help, or -1 after saying why. */
 static int options_parse(struct options *o, int argc, char **argv)
@@ -1367,6 +1389,7 @@ static int options_parse(struct options *o, int argc, char **argv)
         { "agg-offset", required_argument, NULL, OPT_AGGOFF },
         { "key", required_argument, NULL, OPT_KEY },
         { "cacert", required_argument, NULL, OPT_CACERT },
+        { "lat-log", required_argument, NULL, OPT_LATLOG },
         { "help", no_argument, NULL, OPT_HELP },
         { NULL, 0, NULL, 0 },
     };
@@ -1446,6 +1469,9 @@ static int options_parse(struct options *o, int argc, char **argv)
             break;
         case OPT_CACERT:
             o->cacert = optarg;
+            break;
+        case OPT_LATLOG:
+            o->lat_log = optarg;
             break;
         case OPT_HELP:
             return 1;
@@ -1597,6 +1623,21 @@ static double pct_ms(const uint32_t *v, size_t n, double p)
 }
 
 /* ,"key":v with 'prec' decimals, or ,"key":null when !have. */
+/* --lat-log: every worker's "START_NS LATENCY_US" lines into 'path'. */
+static int lat_log_write(const char *path, const struct worker *ws, unsigned k)
+{
+    FILE *f = fopen(path, "w");
+    int bad;
+
+    if (!f)
+        return -1;
+    for (unsigned i = 0; i < k; i++)
+        for (size_t j = 0; j < ws[i].nlat; j++)
+            fprintf(f, "%" PRIu64 " %" PRIu32 "\n", ws[i].lat_at[j], ws[i].lat[j]);
+    bad = ferror(f);
+    return fclose(f) || bad ? -1 : 0;
+}
+
 static void put_num(const char *key, bool have, double v, int prec)
 {
     if (have)
@@ -1752,6 +1793,12 @@ static int load_run(struct run *r, struct result *res)
         if (ws[i].nlat)
             memcpy(res->lat + res->nlat, ws[i].lat, ws[i].nlat * sizeof *res->lat);
         res->nlat += ws[i].nlat;
+    }
+    if (r->opt.lat_log && lat_log_write(r->opt.lat_log, ws, k)) {
+        say("cannot write %s", r->opt.lat_log);
+        free(res->lat);
+        res->lat = NULL;
+        goto fail_workers;
     }
     if (res->nlat)
         qsort(res->lat, res->nlat, sizeof *res->lat, u32_cmp);

@@ -48,7 +48,9 @@
  * Prints one JSON line: {"driver","workers","max","acked","claims",
  * "empty_claims","seconds","events_per_s","claim_p50_ms","claim_p99_ms",
  * "duplicates","missing","order_violations"}.  Exit 1 when fewer than
- * --expect were acked, or on a duplicate or an order violation. */
+ * --expect were acked, or on a duplicate or an order violation.  --lat-log
+ * FILE also writes each claim's "START_NS LATENCY_US" line to FILE
+ * (START_NS: CLOCK_MONOTONIC when it was sent; not with --driver loop). */
 #define _GNU_SOURCE
 #include "mic.h"
 
@@ -76,6 +78,7 @@ static char host[64] = "127.0.0.1", group[201];
 static int port, nworkers = 8, maxc = 32, rounds;
 static const char *key;       /* --key, else $MIC_KEY */
 static const char *cacert;    /* --cacert */
+static const char *lat_log;   /* --lat-log */
 static int https;
 static long expect;
 static double max_seconds = 300;
@@ -106,16 +109,18 @@ static int cmp_d(const void *a, const void *b)
 
 struct worker {
     int id;
-    double *lat;
+    double *lat, *at;       /* ms; when each was sent (s, CLOCK_MONOTONIC) */
     int nlat, cap;
 };
 
-static void lat_add(struct worker *w, double ms)
+static void lat_add(struct worker *w, double at, double ms)
 {
     if (w->nlat == w->cap) {
         w->cap = w->cap ? w->cap * 2 : 4096;
         w->lat = realloc(w->lat, (size_t)w->cap * sizeof *w->lat);
+        w->at = realloc(w->at, (size_t)w->cap * sizeof *w->at);
     }
+    w->at[w->nlat] = at;
     w->lat[w->nlat++] = ms;
 }
 
@@ -286,7 +291,7 @@ static void *raw_work(void *arg)
             fprintf(stderr, "claim: status %d\n", st);
             break;
         }
-        lat_add(w, (now_s() - a) * 1000);
+        lat_add(w, a, (now_s() - a) * 1000);
         atomic_fetch_add(&claims, 1);
         len = (size_t)sprintf(ack, "{\"deliveries\":[");
         for (p = c.buf; (p = strstr(p, "{\"seq\":")); ) {
@@ -367,7 +372,7 @@ static void *libmic_work(void *arg)
                     mic_failure_text(mic_client_failure(c), why, sizeof why));
             break;
         }
-        lat_add(w, (now_s() - a) * 1000);
+        lat_add(w, a, (now_s() - a) * 1000);
         atomic_fetch_add(&claims, 1);
         if (cl.n > (size_t)maxc) {
             fprintf(stderr, "claim: %zu deliveries for max %d\n", cl.n, maxc);
@@ -478,7 +483,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: workers --url URL --group G [--driver libmic|loop|raw] [--workers N] [--max M]\n"
             "               [--expect N [--first-seq S]] [--rounds R] [--max-seconds S] [--verify-order 1]\n"
-            "               [--key SECRET (default $MIC_KEY)] [--cacert FILE]\n");
+            "               [--key SECRET (default $MIC_KEY)] [--cacert FILE] [--lat-log FILE]\n");
 }
 
 static int options(int argc, char **argv, uint64_t *first)
@@ -501,6 +506,8 @@ static int options(int argc, char **argv, uint64_t *first)
                 return 2;
         } else if (!strcmp(argv[i], "--cacert")) {
             cacert = argv[i + 1];
+        } else if (!strcmp(argv[i], "--lat-log")) {
+            lat_log = argv[i + 1];
         } else if (!strcmp(argv[i], "--group"))
             snprintf(group, sizeof group, "%s", argv[i + 1]);
         else if (!strcmp(argv[i], "--workers"))
@@ -604,10 +611,22 @@ int main(int argc, char **argv)
         nall += ws[i].nlat;
     all = malloc((size_t)(nall ? nall : 1) * sizeof *all);
     nall = 0;
+    if (lat_log) {
+        FILE *f = fopen(lat_log, "w");
+
+        for (int i = 0; f && i < nworkers; i++)
+            for (int j = 0; j < ws[i].nlat; j++)
+                fprintf(f, "%.0f %.0f\n", ws[i].at[j] * 1e9, ws[i].lat[j] * 1000);
+        if (!f || ferror(f) | fclose(f)) {
+            fprintf(stderr, "workers: cannot write %s\n", lat_log);
+            failed = 1;
+        }
+    }
     for (int i = 0; i < nworkers; i++) {
         memcpy(all + nall, ws[i].lat, (size_t)ws[i].nlat * sizeof *all);
         nall += ws[i].nlat;
         free(ws[i].lat);
+        free(ws[i].at);
     }
     qsort(all, (size_t)nall, sizeof *all, cmp_d);
     if (nall) {

@@ -30,7 +30,7 @@ MICD=${MIC_MICD:-/usr/local/bin/micd}
 FLAGS="listen data port-file archive-dir keys tls-cert tls-key audit-log map-size map-max
 journal-size durability max-body max-batch max-depth max-connections per-ip-connections
 idle-timeout head-timeout http-threads writer-queue writer-batch backup-rate backup-stall-timeout
-no-auto-topics log-level"
+replay-select-share no-auto-topics log-level"
 
 say() {
     printf 'mic-entrypoint: %s\n' "$*" >&2

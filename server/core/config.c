@@ -88,6 +88,9 @@ static const struct setting settings[] = {
      "most operations committed in one transaction"},
     {"writer-delay-ms", C_INT, "0", 0, 10000, F(writer_delay_ms),
      "testing only: pause this long before each batch (makes 429 reproducible)"},
+    {"replay-select-share", C_INT, "25", 1, 100, F(replay_select_share),
+     "POST /v1/replays: percent of one core a selection uses at most (it pauses after each "
+     "chunk of the time index in proportion to the chunk's CPU time); 100: no pauses"},
     {"backup-rate", C_SIZE, "0", 0, 64 * GiB, F(backup_rate),
      "GET /v1/backup: bytes a second at most (K, M, G suffixes), 0 for no limit"},
     {"backup-stall-timeout", C_INT, "60", 1, 86400, F(backup_stall_timeout_s),

@@ -35,6 +35,7 @@ struct mic_config {
     int writer_queue;       /* queued operations before 429 */
     int writer_batch;       /* operations per transaction at most */
     int writer_delay_ms;    /* test hook: pause before each batch */
+    int replay_select_share; /* POST /v1/replays: percent of a core a selection uses at most */
     int no_auto_topics;
     int log_level;          /* enum mic_level */
     int help;               /* --help was given (the usage is printed) */

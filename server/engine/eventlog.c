@@ -14,7 +14,7 @@
 
 #include "core/err.h"
 #include "store/dlv.h"
-#include "store/log.h"
+#include "core/logger.h"
 
 #include <string.h>
 

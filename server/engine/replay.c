@@ -31,6 +31,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 struct range {
@@ -535,11 +536,15 @@ struct mic_replay_op {
 /* ---- The selection (handler thread) ---- */
 
 #define SELECT_CHUNK 4096
+#define SELECT_PAUSE_MAX_NS 100000000ull /* one pause at most (a chunk's CPU is far less) */
 
 struct selection {
     EVP_MD_CTX *md;
     atomic_int *cancel;     /* nonzero: stop at the next chunk (may be NULL) */
     uint64_t seq_max, n;
+    int share;              /* percent of a core at most (100: no pauses) */
+    size_t len;             /* digest lines in 'lines', not hashed yet */
+    char lines[8192];
 };
 
 static int select_chunk = SELECT_CHUNK;
@@ -553,38 +558,89 @@ void mic_replay_set_select_hook(int chunk, void (*fn)(void *arg), void *arg)
     select_hook_arg = arg;
 }
 
+uint64_t mic_replay_select_pause_ns(uint64_t chunk_ns, int share)
+{
+    uint64_t pause;
+
+    if (share >= 100)
+        return 0;
+    if (share < 1)
+        share = 1;
+    if (chunk_ns > SELECT_PAUSE_MAX_NS) /* no overflow below */
+        chunk_ns = SELECT_PAUSE_MAX_NS;
+    pause = chunk_ns * (uint64_t)(100 - share) / (uint64_t)share;
+    return pause < SELECT_PAUSE_MAX_NS ? pause : SELECT_PAUSE_MAX_NS;
+}
+
+/* The digest lines gathered so far into the digest: one call for many
+ * lines (a call per 53-byte line cost a tenth of the selection). */
+static void select_flush(struct selection *s)
+{
+    if (s->len)
+        EVP_DigestUpdate(s->md, s->lines, s->len);
+    s->len = 0;
+}
+
 static int select_one(void *arg, mic_txn *t, int64_t at, const char *id, size_t idlen,
                       uint64_t seq)
 {
     struct selection *s = arg;
-    char line[MIC_TIME_LEN + 2 + MIC_EVENT_ID_MAX + 1];
+    char *line;
 
     (void)t;
     if (seq > s->seq_max)
         return STEP_TAKE; /* stored after the selection began: passed over */
+    if (sizeof s->lines - s->len < MIC_TIME_LEN + 2 + MIC_EVENT_ID_MAX + 1)
+        select_flush(s);
+    line = s->lines + s->len;
     mic_time_format(at, line);
     line[MIC_TIME_LEN] = '\t';
     memcpy(line + MIC_TIME_LEN + 1, id, idlen);
     line[MIC_TIME_LEN + 1 + idlen] = '\n';
-    EVP_DigestUpdate(s->md, line, MIC_TIME_LEN + 2 + idlen);
+    s->len += MIC_TIME_LEN + 2 + idlen;
     s->n++;
     return STEP_TAKE;
 }
 
+/* This thread's CPU time in ns (0 if it cannot be read: no pauses). */
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts))
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Sleep 'ns' (a signal cuts it short: the next chunk comes sooner). */
+static void pause_ns(uint64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+
+    (void)nanosleep(&ts, NULL);
+}
+
 /* Select range 'q' (a copy is walked; 'q' is left as it is) into 'sel'
- * (its digest begun, its seq_max set): the time index is walked
- * select_chunk entries per read transaction.  Returns MIC_OK, the store's
- * error, or MIC_ENOTREADY once *sel->cancel is set. */
+ * (its digest begun, its seq_max and share set; the lines not hashed yet
+ * are left in sel->lines): the time index is walked select_chunk entries
+ * per read transaction, and after each chunk the thread sleeps
+ * mic_replay_select_pause_ns(the chunk's CPU time, sel->share).  Returns
+ * MIC_OK, the store's error, or MIC_ENOTREADY once *sel->cancel is set. */
 static int select_range(mic_store *s, const struct range *q, struct selection *sel)
 {
     struct range walk = *q;
     int rc = MIC_OK, done = 0;
 
     while (!rc) {
+        uint64_t t0 = sel->share < 100 ? thread_cpu_ns() : 0, pause;
+
         if (sel->cancel && atomic_load(sel->cancel))
             return MIC_ENOTREADY;
         if ((rc = range_step(s, &walk, select_chunk, select_one, sel, &done)) || done)
             break;
+        if (sel->share < 100 && t0 &&
+            (pause = mic_replay_select_pause_ns(thread_cpu_ns() - t0, sel->share)))
+            pause_ns(pause);
         if (select_hook)
             select_hook(select_hook_arg);
     }
@@ -726,9 +782,9 @@ fail:
 
 /* mic_replay_select, stopped between two chunks once *cancel (may be
  * NULL) is nonzero: MIC_ENOTREADY. */
-static int select_op(mic_store *s, mic_replay_op *o, atomic_int *cancel)
+static int select_op(mic_store *s, mic_replay_op *o, atomic_int *cancel, int share)
 {
-    struct selection sel = {NULL, cancel, o->seq_max, 0};
+    struct selection *sel = calloc(1, sizeof *sel);
     unsigned char md[32];
     char digest[65], tbuf[MIC_TIME_LEN + 1];
     struct mic_buf info, gj;
@@ -739,13 +795,18 @@ static int select_op(mic_store *s, mic_replay_op *o, atomic_int *cancel)
     mic_buf_init(&info);
     mic_buf_init(&gj);
     /* The selection, once (in chunks: see "Replay runs" above). */
-    if (!(sel.md = EVP_MD_CTX_new()) || !EVP_DigestInit_ex(sel.md, EVP_sha256(), NULL)) {
+    if (!sel || !(sel->md = EVP_MD_CTX_new()) ||
+        !EVP_DigestInit_ex(sel->md, EVP_sha256(), NULL)) {
         rc = MIC_ENOMEM;
         goto fail;
     }
-    if ((rc = select_range(s, &o->q, &sel)))
+    sel->cancel = cancel;
+    sel->seq_max = o->seq_max;
+    sel->share = share;
+    if ((rc = select_range(s, &o->q, sel)))
         goto fail;
-    EVP_DigestFinal_ex(sel.md, md, NULL);
+    select_flush(sel);
+    EVP_DigestFinal_ex(sel->md, md, NULL);
     for (int i = 0; i < 32; i++)
         snprintf(digest + 2 * i, 3, "%02x", md[i]);
     /* The run's description. */
@@ -759,7 +820,7 @@ static int select_op(mic_store *s, mic_replay_op *o, atomic_int *cancel)
     mic_buf_printf(&info, ",\"to\":\"%s\",\"kind\":\"%s\",\"effects\":\"%s\","
                           "\"target_projection_version\":%s,\"group\":\"replay.%s\","
                           "\"selected\":%llu,\"digest\":\"%s\"",
-                   tbuf, kind, effects, o->tpv_txt, o->run_id, (unsigned long long)sel.n,
+                   tbuf, kind, effects, o->tpv_txt, o->run_id, (unsigned long long)sel->n,
                    digest);
     /* The record: header, then the description (without its closing brace). */
     if (info.oom) {
@@ -775,8 +836,8 @@ static int select_op(mic_store *s, mic_replay_op *o, atomic_int *cancel)
         r.topic_id = o->q.topic_id;
         r.from_us = r.cur_us = o->q.from_us;
         r.to_us = o->q.to_us;
-        r.seq_max = sel.seq_max;
-        r.selected = sel.n;
+        r.seq_max = sel->seq_max;
+        r.selected = sel->n;
         r.desc = info.p;
         r.desc_len = info.len;
         if ((rc = run_encode(&r, &p, &o->rec_len)))
@@ -804,16 +865,19 @@ static int select_op(mic_store *s, mic_replay_op *o, atomic_int *cancel)
     o->group_json = mic_buf_steal(&gj, &o->group_len);
     mic_buf_printf(&o->answer, "{\"run_id\":\"%s\",\"group\":\"replay.%s\",\"selected\":%llu,"
                                "\"digest\":\"%s\",\"state\":\"running\"}",
-                   o->run_id, o->run_id, (unsigned long long)sel.n, digest);
+                   o->run_id, o->run_id, (unsigned long long)sel->n, digest);
     if (o->answer.oom) {
         rc = MIC_ENOMEM;
         goto fail;
     }
-    EVP_MD_CTX_free(sel.md);
+    EVP_MD_CTX_free(sel->md);
+    free(sel);
     mic_buf_fini(&info);
     return MIC_OK;
 fail:
-    EVP_MD_CTX_free(sel.md);
+    if (sel)
+        EVP_MD_CTX_free(sel->md);
+    free(sel);
     mic_buf_fini(&info);
     mic_buf_fini(&gj);
     if (rc == MIC_ENOTREADY)
@@ -825,7 +889,7 @@ fail:
 
 int mic_replay_select(mic_store *s, mic_replay_op *o)
 {
-    return select_op(s, o, NULL);
+    return select_op(s, o, NULL, 100);
 }
 
 /* ---- The selector ----
@@ -834,6 +898,10 @@ int mic_replay_select(mic_store *s, mic_replay_op *o)
  * none ties up an HTTP thread (and every connection it serves) for its
  * length.  It runs at nice +10 against micd's other threads: on a busy
  * machine the publishes and claims go first and a selection takes longer.
+ * It paces each selection to 'share' percent of one core at most
+ * (select_range): a lower priority alone does not keep a CPU-bound thread
+ * from costing the other threads' tails on a small machine (bench/
+ * replaysel.sh), a CPU it leaves idle most of the time does.
  * 'lock' guards the queue (head, tail); 'stop' is set once, and read
  * between two chunks of the running selection; 'wake' is signalled when
  * an op is queued or 'stop' is set. */
@@ -844,6 +912,7 @@ struct mic_selector {
     pthread_cond_t wake;
     mic_replay_op *head, *tail;
     atomic_int stop;
+    int share;              /* --replay-select-share */
 };
 
 static void *selector_main(void *arg)
@@ -867,7 +936,7 @@ static void *selector_main(void *arg)
         if (!(sl->head = o->next))
             sl->tail = NULL;
         pthread_mutex_unlock(&sl->lock);
-        rc = select_op(sl->s, o, &sl->stop);
+        rc = select_op(sl->s, o, &sl->stop, sl->share);
         o->selected(o, rc, o->selected_arg); /* 'o' may be gone after it */
         pthread_mutex_lock(&sl->lock);
     }
@@ -875,13 +944,14 @@ static void *selector_main(void *arg)
     return NULL;
 }
 
-int mic_selector_start(mic_selector **out, mic_store *s)
+int mic_selector_start(mic_selector **out, mic_store *s, int share)
 {
     mic_selector *sl = calloc(1, sizeof *sl);
 
     if (!sl)
         return MIC_ENOMEM;
     sl->s = s;
+    sl->share = share;
     atomic_init(&sl->stop, 0);
     pthread_mutex_init(&sl->lock, NULL);
     pthread_cond_init(&sl->wake, NULL);

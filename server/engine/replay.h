@@ -82,9 +82,17 @@ int mic_replay_select(mic_store *s, mic_replay_op *o);
  * calls fn(arg) (NULL: nothing) between two chunks, with no transaction
  * open.  Set it while no selection runs. */
 void mic_replay_set_select_hook(int chunk, void (*fn)(void *arg), void *arg);
+/* The pause after a chunk of a selection that took 'chunk_ns' of CPU, so
+ * that the selection uses 'share' percent of one core at most:
+ * chunk_ns * (100 - share) / share ns, 0 for a share of 100 or more (a
+ * share below 1 counts as 1), and at most 100 ms. */
+uint64_t mic_replay_select_pause_ns(uint64_t chunk_ns, int share);
 /* The selector: one thread of its own, at a lower CPU priority, makes
  * the selections (mic_replay_select) in turn, so that none holds an HTTP
- * thread.  _submit queues 'o' (from mic_replay_create_parse; the caller's
+ * thread, each paced to 'share' percent of one core at most (1..100,
+ * micd's --replay-select-share; 100: no pauses) by a pause after each
+ * chunk (mic_replay_select_pause_ns; mic_replay_select itself does not
+ * pause).  _submit queues 'o' (from mic_replay_create_parse; the caller's
  * still, untouched until done): done(o, rc, arg) is then called once, in
  * the selector's thread, with mic_replay_select's result.  It returns
  * MIC_OK, or MIC_ENOTREADY once stopping (done is not called).  _stop
@@ -92,7 +100,7 @@ void mic_replay_set_select_hook(int chunk, void (*fn)(void *arg), void *arg);
  * they begin, each done() with MIC_ENOTREADY (answered as 503
  * not_ready), then joins the thread and frees 'sl' (NULL: nothing). */
 typedef struct mic_selector mic_selector;
-int mic_selector_start(mic_selector **out, mic_store *s);
+int mic_selector_start(mic_selector **out, mic_store *s, int share);
 int mic_selector_submit(mic_selector *sl, mic_replay_op *o,
                         void (*done)(mic_replay_op *o, int rc, void *arg), void *arg);
 void mic_selector_stop(mic_selector *sl);

@@ -2175,7 +2175,7 @@ int mic_http_start(mic_http **out, const struct mic_config *cfg,
     h->cfg = cfg;
     h->store = s;
     h->writer = w;
-    if (mic_selector_start(&h->selector, s)) {
+    if (mic_selector_start(&h->selector, s, cfg->replay_select_share)) {
         mic_logger_write(MIC_LEVEL_ERROR, NULL, "cannot start the replay selector", NULL);
         goto fail;
     }

@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 #include "store.h"
-#include "log.h"
+#include "core/logger.h"
 
 /* ---- Deliveries ----
  *

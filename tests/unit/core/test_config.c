@@ -131,6 +131,7 @@ static void defaults(void **state)
     assert_int_equal(f->c.writer_batch, 4096);
     assert_int_equal(f->c.no_auto_topics, 0);
     assert_int_equal(f->c.log_level, MIC_LEVEL_INFO);
+    assert_int_equal(f->c.replay_select_share, 25);
 
     /* argc 0 is the same */
     load_ok(f, 0, argv);
@@ -238,6 +239,7 @@ static void out_of_range(void **state)
         {"idle-timeout", "0"}, {"idle-timeout", "86401"},
         {"http-threads", "65"}, {"writer-queue", "0"}, {"writer-batch", "0"},
         {"max-batch", "4294967297"}, /* would wrap to 1 as an int */
+        {"replay-select-share", "0"}, {"replay-select-share", "101"},
     };
 
     (void)state;
@@ -252,6 +254,10 @@ static void out_of_range(void **state)
     assert_int_equal(f->c.max_batch, 100000);
     load_one(f, "max-depth", "2", 1, 1);
     assert_int_equal(f->c.max_depth, 2);
+    load_one(f, "replay-select-share", "1", 0, 1);
+    assert_int_equal(f->c.replay_select_share, 1);
+    load_one(f, "replay-select-share", "100", 1, 1);
+    assert_int_equal(f->c.replay_select_share, 100);
 }
 
 static void long_string_rejected(void **state)
@@ -512,6 +518,7 @@ static void usage_lists_every_flag(void **state)
         "--max-connections", "--per-ip-connections", "--idle-timeout",
         "--http-threads", "--writer-queue", "--writer-batch",
         "--no-auto-topics", "--log-level", "--config", "--backup-stall-timeout",
+        "--replay-select-share",
     };
     char *text = NULL;
     size_t len = 0;

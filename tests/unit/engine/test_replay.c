@@ -30,7 +30,7 @@
 #include "engine/replay.h"
 #include "engine/schedule.h"
 #include "store/store.h"
-#include "store/log.h"
+#include "core/logger.h"
 #include "store/catalog.h"
 #include "store/dlv.h"
 #include "engine/topic.h"
@@ -567,6 +567,45 @@ static void selection_lets_the_map_grow(void **state)
 
 /* ---- The selector ---- */
 
+/* The pause after a chunk keeps a selection at 'share' percent of a core:
+ * chunk / (chunk + pause) is the share, for every share and a few chunk
+ * times (no clock: the pause is computed, not slept). */
+static void select_pause_keeps_the_share(void **state)
+{
+    static const uint64_t chunks[] = {1, 1000, 270000, 1000000, 7000000};
+
+    (void)state;
+    for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+        uint64_t ns = chunks[c];
+
+        assert_int_equal(mic_replay_select_pause_ns(ns, 100), 0);
+        assert_int_equal(mic_replay_select_pause_ns(ns, 250), 0);
+        for (int share = 1; share < 100; share++) {
+            uint64_t p = mic_replay_select_pause_ns(ns, share);
+
+            if (ns * (uint64_t)(100 - share) >= 100000000ull * (uint64_t)share) {
+                assert_int_equal(p, 100000000); /* bounded: 100 ms */
+                continue;
+            }
+            /* p = ns (100 - share) / share, rounded down: the share is
+             * met from above, by less than one ns of pause */
+            assert_true(ns * 100 < (ns + p + 1) * (uint64_t)share);
+            assert_true(ns * 100 >= (ns + p) * (uint64_t)share);
+            /* a lower share pauses longer */
+            assert_true(p >= mic_replay_select_pause_ns(ns, share + 1));
+        }
+        /* below 1: as 1 */
+        assert_int_equal(mic_replay_select_pause_ns(ns, 0), mic_replay_select_pause_ns(ns, 1));
+        assert_int_equal(mic_replay_select_pause_ns(ns, -5), mic_replay_select_pause_ns(ns, 1));
+    }
+    assert_int_equal(mic_replay_select_pause_ns(0, 25), 0);
+    assert_int_equal(mic_replay_select_pause_ns(1000000, 25), 3000000);
+    /* bounded: 100 ms at most, whatever the chunk took */
+    assert_int_equal(mic_replay_select_pause_ns(1000000, 1), 99000000);
+    assert_int_equal(mic_replay_select_pause_ns(2000000, 1), 100000000);
+    assert_int_equal(mic_replay_select_pause_ns(UINT64_MAX, 50), 100000000);
+}
+
 /* A selection's done(): its result, once. */
 struct picked {
     atomic_int calls, rc;
@@ -667,7 +706,7 @@ static void selector_selects_and_stops(void **state)
     assert_false(b.oom);
     publish(f, b.p);
     mic_buf_fini(&b);
-    assert_int_equal(mic_selector_start(&sl, f->store), MIC_OK);
+    assert_int_equal(mic_selector_start(&sl, f->store, f->cfg.replay_select_share), MIC_OK);
 
     memset(&first, 0, sizeof first);
     assert_int_equal(mic_replay_create_parse(f->store, body, strlen(body), &f->cfg, &o, &e), MIC_OK);
@@ -726,6 +765,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(no_runs_list, procfx_setup, procfx_teardown),
         cmocka_unit_test_setup_teardown(selection_lets_the_map_grow, procfx_setup, procfx_teardown),
         cmocka_unit_test_setup_teardown(selector_selects_and_stops, procfx_setup, procfx_teardown),
+        cmocka_unit_test(select_pause_keeps_the_share),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
