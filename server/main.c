@@ -42,7 +42,7 @@
 #include "engine/schedule.h"
 #include "relay/sink.h"
 #include "store/store.h"
-#include "core/logger.h"
+#include "store/log.h"
 #include "store/verify.h"
 #include "engine/writer.h"
 

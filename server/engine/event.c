@@ -15,7 +15,7 @@
 #include "core/clock.h"
 #include "core/digest.h"
 #include "core/err.h"
-#include "core/logger.h"
+#include "store/log.h"
 
 #include <openssl/rand.h>
 #include <stdio.h>

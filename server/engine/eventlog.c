@@ -14,7 +14,7 @@
 
 #include "core/err.h"
 #include "store/dlv.h"
-#include "core/logger.h"
+#include "store/log.h"
 
 #include <string.h>
 

@@ -33,7 +33,7 @@
 #include "core/json.h"
 #include "store/catalog.h"
 #include "store/dlv.h"
-#include "core/logger.h"
+#include "store/log.h"
 
 #include <math.h>
 #include <stdio.h>

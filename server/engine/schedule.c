@@ -27,7 +27,7 @@
 #include "replay.h"
 #include "retention.h"
 #include "store/store.h"
-#include "core/logger.h"
+#include "store/log.h"
 
 #include <stdlib.h>
 

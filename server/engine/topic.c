@@ -13,7 +13,7 @@
 #include "group.h"
 #include "core/json.h"
 #include "store/catalog.h"
-#include "core/logger.h"
+#include "store/log.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 #include "store.h"
-#include "core/logger.h"
+#include "log.h"
 
 /* ---- Deliveries ----
  *

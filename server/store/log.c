@@ -11,7 +11,7 @@
 #include "core/err.h"
 #include "journal.h"
 #include "core/logger.h"
-#include "core/logger.h"
+#include "log.h"
 
 #include <errno.h>
 #include <fcntl.h>

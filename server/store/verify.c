@@ -9,7 +9,7 @@
 #include "core/err.h"
 #include "journal.h"
 #include "core/logger.h"
-#include "core/logger.h"
+#include "log.h"
 #include "verify.h"
 #include "dlv.h"
 

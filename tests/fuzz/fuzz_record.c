@@ -13,7 +13,7 @@
 #include "core/err.h"
 #include "engine/event.h"
 #include "store/store.h"
-#include "core/logger.h"
+#include "store/log.h"
 
 #include <string.h>
 

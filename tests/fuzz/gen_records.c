@@ -21,7 +21,7 @@
 #include "engine/event.h"
 #include "core/jdoc.h"
 #include "store/store.h"
-#include "core/logger.h"
+#include "store/log.h"
 
 #include <dirent.h>
 #include <lmdb.h>

@@ -36,7 +36,7 @@
 #include "claimkit.h"
 #include "procfx.h"
 #include "store/store.h"
-#include "core/logger.h"
+#include "store/log.h"
 #include "store/dlv.h"
 #include "store/verify.h"
 #include "storedir.h"

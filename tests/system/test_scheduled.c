@@ -24,7 +24,7 @@
 #include "engine/publish.h"
 #include "engine/schedule.h"
 #include "store/store.h"
-#include "core/logger.h"
+#include "store/log.h"
 #include "engine/views.h"
 #include "engine/writer.h"
 

@@ -21,7 +21,7 @@
 #include "engine/publish.h"
 #include "engine/schedule.h"
 #include "store/store.h"
-#include "core/logger.h"
+#include "store/log.h"
 #include "store/dlv.h"
 #include "engine/writer.h"
 

@@ -19,7 +19,7 @@
 #include "engine/event.h"
 #include "core/jdoc.h"
 #include "store/store.h"
-#include "core/logger.h"
+#include "store/log.h"
 
 #define SEC 1000000LL
 /* 2026-09-29T08:00:00Z */

@@ -14,7 +14,7 @@
 #include "core/err.h"
 #include "engine/publish.h"
 #include "store/store.h"
-#include "core/logger.h"
+#include "store/log.h"
 #include "engine/topic.h"
 #include "procfx.h"
 #include "engine/writer.h"

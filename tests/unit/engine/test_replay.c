@@ -30,7 +30,7 @@
 #include "engine/replay.h"
 #include "engine/schedule.h"
 #include "store/store.h"
-#include "core/logger.h"
+#include "store/log.h"
 #include "store/catalog.h"
 #include "store/dlv.h"
 #include "engine/topic.h"

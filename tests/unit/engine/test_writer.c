@@ -17,7 +17,7 @@
 #include "core/err.h"
 #include "store/journal.h"
 #include "store/store.h"
-#include "core/logger.h"
+#include "store/log.h"
 #include "procfx.h"
 #include "engine/writer.h"
 #include "storedir.h"

@@ -49,7 +49,7 @@
 #include "engine/publish.h"
 #include "engine/replay.h"
 #include "store/store.h"
-#include "core/logger.h"
+#include "store/log.h"
 
 #include <errno.h>
 #include <jansson.h>

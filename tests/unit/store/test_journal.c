@@ -41,7 +41,7 @@
 #include "store/journal.h"
 #include "procfx.h"
 #include "store/store.h"
-#include "core/logger.h"
+#include "store/log.h"
 #include "store/verify.h"
 #include "storedir.h"
 

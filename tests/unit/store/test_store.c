@@ -20,7 +20,7 @@
 #include "core/err.h"
 #include "procfx.h"
 #include "store/store.h"
-#include "core/logger.h"
+#include "store/log.h"
 #include "store/catalog.h"
 #include "store/verify.h"
 #include "storedir.h"
