@@ -9,8 +9,8 @@
  * lost); the writer's done() marks the request finished and resumes the
  * connection, and MHD calls handler() again, where the reply is built.
  *
- * This file is the only one that builds HTTP replies; status_of() is the
- * only place where an enum mic_err becomes an HTTP status.
+ * This file is the only one that builds HTTP replies; mic_err_http_status()
+ * is the only place where an enum mic_err becomes an HTTP status.
  *
  * Every answer goes through queue_reply(), which also writes the request's
  * log line (log_request: method, path, status, duration in us, the error
@@ -142,7 +142,7 @@ struct req {
 
 /* ---- Replies ---- */
 
-static unsigned status_of(int err)
+unsigned mic_err_http_status(int err)
 {
     switch (err) {
     case MIC_OK: return MHD_HTTP_OK;
@@ -313,7 +313,7 @@ static enum MHD_Result send_buf(struct req *r, unsigned status,
 static enum MHD_Result send_error(struct req *r, const struct mic_error *e)
 {
     struct mic_buf b;
-    unsigned status = status_of(e->err);
+    unsigned status = mic_err_http_status(e->err);
 
     mic_buf_init(&b);
     mic_buf_puts(&b, "{\"error\":{\"code\":");

@@ -50,6 +50,13 @@ struct mic_route_info {
 };
 int mic_http_route(int i, struct mic_route_info *out);
 
+/* The HTTP status of enum mic_err value 'err' (DESIGN section 4's table):
+ * 200 for MIC_OK, 500 for the errors a client did not cause (MIC_ENOMEM,
+ * MIC_EIO, MIC_EVERSION, MIC_ECORRUPT) and for a value that is not one.
+ * The one place where an error becomes a status (tests/unit/http/test_routes.c
+ * checks every value). */
+unsigned mic_err_http_status(int err);
+
 /* 1 if HOST:PORT 'listen' names a loopback address (127.0.0.0/8, ::1),
  * 0 for another one (the wildcard included), -1 if it does not parse. */
 int mic_http_listen_is_loopback(const char *listen);

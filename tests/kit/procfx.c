@@ -12,6 +12,7 @@
 #include "engine/claim.h"
 #include "core/clock.h"
 #include "core/err.h"
+#include "engine/delivery.h"
 #include "engine/publish.h"
 #include "engine/topic.h"
 #include "storedir.h"
@@ -184,6 +185,45 @@ void procfx_group(struct procfx *f, const char *name, const char *body)
     assert_int_equal(mic_group_op_result(o, &b, &created, &e), MIC_OK);
     mic_buf_fini(&b);
     mic_group_op_free(o);
+}
+
+void procfx_group_del(struct procfx *f, const char *name)
+{
+    struct mic_error e;
+    struct mic_buf b;
+    mic_group_op *o;
+    int created;
+
+    assert_int_equal(mic_group_del_parse(name, &o, &e), MIC_OK);
+    procfx_run(f, mic_group_op_base(o));
+    mic_buf_init(&b);
+    assert_int_equal(mic_group_op_result(o, &b, &created, &e), MIC_OK);
+    mic_buf_fini(&b);
+    mic_group_op_free(o);
+}
+
+struct mic_dlv procfx_dlv(mic_store *s, const char *group, uint64_t seq)
+{
+    struct mic_dlv d;
+    uint32_t gid;
+    mic_txn *t;
+
+    assert_int_equal(mic_txn_begin(s, 0, &t), MIC_OK);
+    assert_int_equal(mic_group_gid(t, group, &gid), MIC_OK);
+    assert_int_equal(mic_delivery_get(t, gid, seq, &d), MIC_OK);
+    mic_txn_abort(t);
+    return d;
+}
+
+void procfx_figures(mic_store *s, const char *group, uint64_t out[MIC_GSTAT_N])
+{
+    uint32_t gid;
+    mic_txn *t;
+
+    assert_int_equal(mic_txn_begin(s, 0, &t), MIC_OK);
+    assert_int_equal(mic_group_gid(t, group, &gid), MIC_OK);
+    assert_int_equal(mic_delivery_figures(t, gid, out), MIC_OK);
+    mic_txn_abort(t);
 }
 
 int procfx_publish(struct procfx *f, const char *body, const char **code, int *dup)

@@ -11,6 +11,7 @@
 #include <semaphore.h>
 
 #include "core/config.h"
+#include "engine/delivery.h"
 #include "engine/group.h"
 #include "engine/schedule.h"
 #include "store/store.h"
@@ -68,6 +69,13 @@ int procfx_exec(struct procfx *f, int (*fn)(struct mic_wctx *w, void *arg), void
 /* PUT a topic or a group (asserts it is stored). */
 void procfx_topic(struct procfx *f, const char *name, const char *body);
 void procfx_group(struct procfx *f, const char *name, const char *body);
+/* DELETE a group (asserts it is deleted). */
+void procfx_group_del(struct procfx *f, const char *name);
+/* Delivery 'seq' of group 'group' in 's' (asserts it exists), and the
+ * group's committed figures (MIC_GSTAT_*), each read in a read
+ * transaction of its own.  For any store, not only a procfx's. */
+struct mic_dlv procfx_dlv(mic_store *s, const char *group, uint64_t seq);
+void procfx_figures(mic_store *s, const char *group, uint64_t out[MIC_GSTAT_N]);
 /* Publish 'body': returns the result's code (MIC_OK when stored or a
  * duplicate); *code (may be NULL) receives the error's code word, "" if
  * none (a static buffer, valid until the next call); *dup (may be NULL)

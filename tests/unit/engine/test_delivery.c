@@ -1847,17 +1847,9 @@ static void verbs_run(struct procfx *f, struct verbs *v, int step)
 static struct mic_dlv verbs_dlv(struct procfx *f, const char *group, uint64_t seq,
                                 uint64_t fig[MIC_GSTAT_N])
 {
-    struct mic_dlv d;
-    uint32_t gid;
-    mic_txn *t;
-
-    assert_int_equal(mic_txn_begin(f->store, 0, &t), MIC_OK);
-    assert_int_equal(mic_group_gid(t, group, &gid), MIC_OK);
-    assert_int_equal(mic_delivery_get(t, gid, seq, &d), MIC_OK);
     if (fig)
-        assert_int_equal(mic_delivery_figures(t, gid, fig), MIC_OK);
-    mic_txn_abort(t);
-    return d;
+        procfx_figures(f->store, group, fig);
+    return procfx_dlv(f->store, group, seq);
 }
 
 /* grant leases the ready deliveries by priority, then seq, each with a

@@ -74,21 +74,6 @@ static int put(struct procfx *f, const char *name, const char *body, char **json
     return rc;
 }
 
-static void del(struct procfx *f, const char *name)
-{
-    struct mic_error e;
-    struct mic_buf b;
-    mic_group_op *o;
-    int created;
-
-    assert_int_equal(mic_group_del_parse(name, &o, &e), MIC_OK);
-    procfx_run(f, mic_group_op_base(o));
-    mic_buf_init(&b);
-    assert_int_equal(mic_group_op_result(o, &b, &created, &e), MIC_OK);
-    mic_buf_fini(&b);
-    mic_group_op_free(o);
-}
-
 /* GET /v1/groups/{name}: the resource (the caller frees it), or NULL for
  * not_found. */
 static char *get(struct procfx *f, const char *name)
@@ -148,13 +133,8 @@ static void publish_alternating(struct procfx *f, int n)
 static uint64_t pending_of(struct procfx *f, const char *group)
 {
     uint64_t fig[MIC_GSTAT_N];
-    uint32_t gid;
-    mic_txn *t;
 
-    assert_int_equal(mic_txn_begin(f->store, 0, &t), MIC_OK);
-    assert_int_equal(mic_group_gid(t, group, &gid), MIC_OK);
-    assert_int_equal(mic_delivery_figures(t, gid, fig), MIC_OK);
-    mic_txn_abort(t);
+    procfx_figures(f->store, group, fig);
     return fig[MIC_GSTAT_PENDING];
 }
 
@@ -485,7 +465,7 @@ static void topic_patterns_exact_and_prefix(void **state)
     /* The answers above are cached: changes must show. */
     procfx_group(f, "late", "{\"topics\":[\"orders\"]}");
     expect_subscribers(f, topics, created);
-    del(f, "exact");
+    procfx_group_del(f, "exact");
     expect_subscribers(f, topics, after);
     /* Fan-out takes the same groups. */
     publish(f, "{\"event_id\":\"e1\",\"topic\":\"ord\"}");
@@ -595,7 +575,7 @@ static void registry_loads_after_restart(void **state)
     procfx_group(f, "b", "{\"topics\":[\"x*\"],\"kind\":\"effect\",\"lease_ttl_s\":7}");
     procfx_group(f, "c", "{\"topics\":[\"t\"]}");
     c0 = registry_cfg(f, "c");
-    del(f, "c");
+    procfx_group_del(f, "c");
     a0 = registry_cfg(f, "a");
     b0 = registry_cfg(f, "b");
     ja = get(f, "a");
@@ -750,6 +730,20 @@ static int mine_batch(struct mic_wctx *w, void *arg)
     return MIC_OK;
 }
 
+/* A registry of the test's own over f's store, the callbacks' record
+ * cleared (release_heads says done on call 'release_done_after'), and
+ * group 'name' ('json') to create in the next batch. */
+static void mine_open(struct procfx *f, struct mine *m, const char *name, const char *json,
+                      int release_done_after)
+{
+    memset(&seen, 0, sizeof seen);
+    seen.release_done_after = release_done_after;
+    memset(m, 0, sizeof *m);
+    assert_int_equal(mic_groups_new(&m->g, f->store), MIC_OK);
+    m->create_name = name;
+    m->create_json = json;
+}
+
 static void mine_run(struct procfx *f, struct mine *m)
 {
     assert_int_equal(procfx_exec(f, mine_batch, m), MIC_OK);
@@ -772,11 +766,7 @@ static void backfill_walks_the_log_in_chunks(void **state)
     int total = 0;
 
     publish_alternating(f, 4500);
-    memset(&seen, 0, sizeof seen);
-    memset(&m, 0, sizeof m);
-    assert_int_equal(mic_groups_new(&m.g, f->store), MIC_OK);
-    m.create_name = "g";
-    m.create_json = "{\"topics\":[\"t\"]}";
+    mine_open(f, &m, "g", "{\"topics\":[\"t\"]}", 0);
     m.nprobe = 4;
     m.probe[0] = rec_at(1, T0);
     m.probe[1] = rec_at(2001, T0);
@@ -850,12 +840,7 @@ static void backfill_follows_start(void **state)
     publish(f, "{\"event_id\":\"a\",\"topic\":\"t\",\"created_at\":\"2026-09-21T14:13:19.999999Z\"}");
     publish(f, "{\"event_id\":\"b\",\"topic\":\"t\",\"created_at\":\"2026-09-21T14:13:20Z\"}");
     publish(f, "{\"event_id\":\"c\",\"topic\":\"t\",\"created_at\":\"2026-09-21T14:13:21Z\"}");
-    memset(&seen, 0, sizeof seen);
-    memset(&m, 0, sizeof m);
-    assert_int_equal(mic_groups_new(&m.g, f->store), MIC_OK);
-
-    m.create_name = "new";
-    m.create_json = "{\"topics\":[\"t\"],\"start\":\"new\"}";
+    mine_open(f, &m, "new", "{\"topics\":[\"t\"],\"start\":\"new\"}", 0);
     mine_run(f, &m);
     assert_int_equal(m.backfilling, 0);
     assert_int_equal(m.busy, 0);
@@ -900,12 +885,7 @@ static void ordered_backfill_then_release(void **state)
     struct mine m;
 
     publish_alternating(f, 100);
-    memset(&seen, 0, sizeof seen);
-    seen.release_done_after = 3;
-    memset(&m, 0, sizeof m);
-    assert_int_equal(mic_groups_new(&m.g, f->store), MIC_OK);
-    m.create_name = "o";
-    m.create_json = "{\"topics\":[\"t\"],\"ordered\":true}";
+    mine_open(f, &m, "o", "{\"topics\":[\"t\"],\"ordered\":true}", 3);
     mine_run(f, &m);
     m.run_background = 1;
     mine_run(f, &m); /* the whole log in one chunk, then the first release */
@@ -938,12 +918,8 @@ static void selecting_group_waits_for_its_selection(void **state)
     static const char *const t_only[] = {"t", NULL};
 
     publish_alternating(f, 10);
-    memset(&seen, 0, sizeof seen);
-    seen.release_done_after = 1;
-    memset(&m, 0, sizeof m);
-    assert_int_equal(mic_groups_new(&m.g, f->store), MIC_OK);
-    m.create_name = "replay.x";
-    m.create_json = "{\"topics\":[\"t\"],\"ordered\":true,\"replay_run\":\"x\"}";
+    mine_open(f, &m, "replay.x",
+              "{\"topics\":[\"t\"],\"ordered\":true,\"replay_run\":\"x\"}", 1);
     m.selecting = 1;
     m.run_background = 1;
     mine_run(f, &m);
@@ -997,11 +973,7 @@ static void deleted_group_dropped_in_background(void **state)
     struct mine m;
     uint32_t old;
 
-    memset(&seen, 0, sizeof seen);
-    memset(&m, 0, sizeof m);
-    assert_int_equal(mic_groups_new(&m.g, f->store), MIC_OK);
-    m.create_name = "d";
-    m.create_json = "{\"topics\":[\"t\"]}";
+    mine_open(f, &m, "d", "{\"topics\":[\"t\"]}", 0);
     mine_run(f, &m);
     old = mic_group_id(m.created);
     assert_int_equal(m.busy, 0);

@@ -83,25 +83,12 @@ static uint64_t claim_settle(struct procfx *f, const char *group, const char *cl
     return seq;
 }
 
-static struct mic_dlv dlv_of(struct procfx *f, const char *group, uint64_t seq)
-{
-    struct mic_dlv d;
-    mic_txn *t;
-    uint32_t gid;
-
-    assert_int_equal(mic_txn_begin(f->store, 0, &t), MIC_OK);
-    assert_int_equal(mic_group_gid(t, group, &gid), MIC_OK);
-    assert_int_equal(mic_delivery_get(t, gid, seq, &d), MIC_OK);
-    mic_txn_abort(t);
-    return d;
-}
-
 /* Settle delivery 'seq' of 'group' with 'kind' under the token stored
  * for it (its current lease), with the extra members 'extra'. */
 static void settle_stored(struct procfx *f, const char *group, uint64_t seq, int kind,
                           const char *extra)
 {
-    struct mic_dlv d = dlv_of(f, group, seq);
+    struct mic_dlv d = procfx_dlv(f->store, group, seq);
     char tok[2 * MIC_TOKEN_LEN + 1], body[256];
 
     for (int i = 0; i < MIC_TOKEN_LEN; i++)
@@ -186,7 +173,7 @@ static void next_due_is_the_earliest_deadline(void **state)
     procfx_now = T0 + 50 * SEC;
     expect_due(f, T0 + 100 * SEC, "the retry fired");
     s2 = claim_settle(f, "g", "{\"lease_ttl_s\":10}", MIC_ACK, "");
-    assert_int_equal(dlv_of(f, "g", s2).state, MIC_DLV_DISPATCHED);
+    assert_int_equal(procfx_dlv(f->store, "g", s2).state, MIC_DLV_DISPATCHED);
     expect_due(f, T0 + 100 * SEC, "an ack (its lease gone)");
     procfx_now = T0 + 100 * SEC;
     expect_due(f, T0 + 3600 * SEC, "the deliver_at fired: retention is left");
@@ -205,17 +192,17 @@ static void lease_ends_at_its_deadline(void **state)
     procfx_group(f, "g", "{\"topics\":[\"t\"],\"backoff\":{\"initial_ms\":0,\"max_ms\":0}}");
     publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}");
     seq = claim_settle(f, "g", "{\"lease_ttl_s\":10}", -1, "");
-    assert_int_equal(dlv_of(f, "g", seq).lease_expires, T0 + 10 * SEC);
+    assert_int_equal(procfx_dlv(f->store, "g", seq).lease_expires, T0 + 10 * SEC);
     procfx_now = T0 + 10 * SEC - 1;
     p = probe(f);
     assert_int_equal(p.next_due, T0 + 10 * SEC);
-    assert_int_equal(dlv_of(f, "g", seq).state, MIC_DLV_PROCESSING);
+    assert_int_equal(procfx_dlv(f->store, "g", seq).state, MIC_DLV_PROCESSING);
     assert_int_equal(claim_n(f, "g", "{}"), 0);
     procfx_now = T0 + 10 * SEC;
     p = probe(f);
     assert_int_equal(p.next_due, RETAINED); /* no retry timer: backoff 0 */
-    assert_int_equal(dlv_of(f, "g", seq).state, MIC_DLV_PENDING);
-    assert_int_equal(dlv_of(f, "g", seq).attempts, 1);
+    assert_int_equal(procfx_dlv(f->store, "g", seq).state, MIC_DLV_PENDING);
+    assert_int_equal(procfx_dlv(f->store, "g", seq).attempts, 1);
     assert_int_equal(claim_n(f, "g", "{}"), 1);
 }
 
@@ -228,13 +215,13 @@ static void retry_comes_at_its_time(void **state)
     procfx_group(f, "g", "{\"topics\":[\"t\"]}");
     publish(f, "{\"event_id\":\"e1\",\"topic\":\"t\"}");
     seq = claim_settle(f, "g", "{}", MIC_NACK, ",\"retry_after_s\":5");
-    assert_int_equal(dlv_of(f, "g", seq).not_before, T0 + 5 * SEC);
+    assert_int_equal(procfx_dlv(f->store, "g", seq).not_before, T0 + 5 * SEC);
     expect_due(f, T0 + 5 * SEC, "a retry 5 s away");
     procfx_now = T0 + 5 * SEC - 1;
     assert_int_equal(claim_n(f, "g", "{}"), 0);
     procfx_now = T0 + 5 * SEC;
     assert_int_equal(claim_n(f, "g", "{}"), 1);
-    assert_int_equal(dlv_of(f, "g", seq).attempts, 2);
+    assert_int_equal(procfx_dlv(f->store, "g", seq).attempts, 2);
 }
 
 /* An event with deliver_at is handed out from that time on. */
@@ -328,7 +315,7 @@ static void earliest_fire_first_budget_per_batch(void **state)
     p = probe(f);
     assert_int_equal(p.busy, 0);
     assert_int_equal(p.next_due, RETAINED);
-    assert_int_equal(dlv_of(f, "g", 1).state, MIC_DLV_PENDING);
+    assert_int_equal(procfx_dlv(f->store, "g", 1).state, MIC_DLV_PENDING);
 }
 
 /* ---- Restarts ---- */
@@ -346,12 +333,12 @@ static void deadlines_survive_a_restart(void **state)
     procfx_now = T0 + 10 * SEC - 1;
     assert_int_equal(procfx_start(f), 0);
     assert_int_equal(next_due(f), T0 + 10 * SEC);
-    assert_int_equal(dlv_of(f, "g", seq).state, MIC_DLV_PROCESSING);
+    assert_int_equal(procfx_dlv(f->store, "g", seq).state, MIC_DLV_PROCESSING);
     procfx_stop(f);
     procfx_now = T0 + 10 * SEC;
     assert_int_equal(procfx_start(f), 0);
     assert_int_equal(next_due(f), RETAINED); /* the first batch fired it */
-    assert_int_equal(dlv_of(f, "g", seq).state, MIC_DLV_PENDING);
+    assert_int_equal(procfx_dlv(f->store, "g", seq).state, MIC_DLV_PENDING);
 }
 
 /* ---- The stored clock reading ---- */

@@ -77,21 +77,6 @@ static void sample_at(mic_history *h, int64_t t)
     assert_int_equal(mic_history_sample(h), MIC_OK);
 }
 
-static void delete_group(struct procfx *f, const char *name)
-{
-    struct mic_error e;
-    struct mic_buf b;
-    mic_group_op *o;
-    int created;
-
-    assert_int_equal(mic_group_del_parse(name, &o, &e), MIC_OK);
-    procfx_run(f, mic_group_op_base(o));
-    mic_buf_init(&b);
-    assert_int_equal(mic_group_op_result(o, &b, &created, &e), MIC_OK);
-    mic_buf_fini(&b);
-    mic_group_op_free(o);
-}
-
 /* Backlog and age follow claims and acks, at the injected times. */
 static void figures_follow_the_store(void **state)
 {
@@ -189,7 +174,7 @@ static void ring_wraps_and_forgets(void **state)
     assert_int_equal(mic_history_new(&h, f->store), MIC_OK);
     procfx_group(f, "later", "{\"topics\":[\"t\"]}");
     sample_at(h, T0 + 400 * 10 * SEC);
-    delete_group(f, "later");
+    procfx_group_del(f, "later");
     sample_at(h, T0 + 401 * 10 * SEC);
     j = render(h, NULL);
     assert_int_equal(json_integer_value(point(j, "later", "backlog", 0)), 0);
