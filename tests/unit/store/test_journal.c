@@ -690,33 +690,39 @@ static void put_id(mic_store *s, const char *id, uint64_t v, int *commit_rc, int
     *sync_rc = *commit_rc ? *commit_rc : mic_store_sync(s);
 }
 
+/* Put log record 'seq', 8000 bytes of 'b'. */
+static int put_big_log(mic_txn *t, uint64_t seq)
+{
+    static char json[8001];
+    struct mic_rec r;
+
+    memset(json, 'b', sizeof json - 1);
+    memset(&r, 0, sizeof r);
+    r.seq = seq;
+    r.topic_id = 1;
+    r.created_at_us = (int64_t)seq;
+    r.json = json;
+    r.json_len = sizeof json - 1;
+    return mic_store_log_put(t, &r);
+}
+
 /* A commit of 'n' log records of 8000 bytes and the id 'id', synced;
  * with 'full', while the filesystem has no room for the journal to write
  * ahead.  Returns 1 when it was refused (in its commit or its sync). */
 static int commit_logs(mic_store *s, const char *id, int n, int full)
 {
-    static char json[8001];
     struct mic_jnl_hooks h = {.no_room = no_room};
     uint8_t dg[MIC_DIGEST_LEN] = {0};
     mic_txn *t;
     uint64_t seq;
     int rc;
 
-    memset(json, 'b', sizeof json - 1);
     if (full)
         mic_jnl_set_hooks(&h);
     assert_int_equal(mic_txn_begin(s, 1, &t), MIC_OK);
     assert_int_equal(mic_store_last_seq(t, &seq), MIC_OK);
-    for (int i = 0; i < n; i++) {
-        struct mic_rec r;
-        memset(&r, 0, sizeof r);
-        r.seq = ++seq;
-        r.topic_id = 1;
-        r.created_at_us = (int64_t)r.seq;
-        r.json = json;
-        r.json_len = sizeof json - 1;
-        assert_int_equal(mic_store_log_put(t, &r), MIC_OK);
-    }
+    for (int i = 0; i < n; i++)
+        assert_int_equal(put_big_log(t, ++seq), MIC_OK);
     assert_int_equal(mic_store_id_put(t, id, strlen(id), 1, dg), MIC_OK);
     rc = mic_txn_commit(t);
     if (rc == MIC_OK)
@@ -1121,13 +1127,11 @@ static void lmdb_version_is_checked(void **state)
 
 static int lag_commit(mic_store *s, const char *prefix, int n, uint64_t v, int nlogs)
 {
-    static char json[8001];
     uint8_t dg[MIC_DIGEST_LEN];
     mic_txn *t;
     uint64_t seq;
     int rc;
 
-    memset(json, 'b', sizeof json - 1);
     memset(dg, (int)(v & 0xff), sizeof dg);
     if ((rc = mic_txn_begin(s, 1, &t)))
         return rc;
@@ -1138,16 +1142,8 @@ static int lag_commit(mic_store *s, const char *prefix, int n, uint64_t v, int n
     }
     if (rc == MIC_OK)
         rc = mic_store_last_seq(t, &seq);
-    for (int i = 0; i < nlogs && rc == MIC_OK; i++) {
-        struct mic_rec r;
-        memset(&r, 0, sizeof r);
-        r.seq = ++seq;
-        r.topic_id = 1;
-        r.created_at_us = (int64_t)r.seq;
-        r.json = json;
-        r.json_len = sizeof json - 1;
-        rc = mic_store_log_put(t, &r);
-    }
+    for (int i = 0; i < nlogs && rc == MIC_OK; i++)
+        rc = put_big_log(t, ++seq);
     if (rc) {
         mic_txn_abort(t);
         return rc;
