@@ -49,8 +49,10 @@
  *     that holds mm_last_pg and mm_txnid; recovery bounds a record's other
  *     segments by that mm_last_pg (rec_check).
  *     Tests: every open (mic_jnl_open reads both txnids); the power_loss_*
- *     tests and make fault-power (recovery checks the replayed meta page);
- *     recovery_bounds_segments (a segment past mm_last_pg is refused).
+ *     tests, recovery_replays_records_past_the_header and make fault-power
+ *     (recovery checks the replayed meta page; a wrong mm_last_pg refuses
+ *     good records); recovery_bounds_segments (a segment past mm_last_pg
+ *     must be refused).
  * (4) A commit of txnid T writes meta page T & 1, and LMDB opens the state
  *     of the meta page with the higher txnid.  Recovery checks that page
  *     T & 1 of the last commit replayed holds T and the other page no
@@ -72,8 +74,9 @@
  *     the last durable one (mic_jnl_begin lets it go no further), and a
  *     commit that never reached the journal only wrote pages that the
  *     durable state does not use.
- *     Tests: power_loss_with_commits_ahead; make fault-power (its cuts
- *     leave commits that were written but not synced).
+ *     Tests: writer_stays_one_commit_ahead (made so that a writer let two
+ *     commits ahead, or an LMDB reusing pages one commit sooner, leaves
+ *     the durable state with pages a later commit overwrote).
  * (7) A page write LMDB sees fail (-1, or short) fails its commit before
  *     the meta page is written, so the commit changes nothing LMDB reads:
  *     the capture functions fail LMDB's write with ENOSPC when the journal

@@ -692,33 +692,39 @@ static void put_id(mic_store *s, const char *id, uint64_t v, int *commit_rc, int
     *sync_rc = *commit_rc ? *commit_rc : mic_store_sync(s);
 }
 
+/* Put log record 'seq', 8000 bytes of 'b'. */
+static int put_big_log(mic_txn *t, uint64_t seq)
+{
+    static char json[8001];
+    struct mic_rec r;
+
+    memset(json, 'b', sizeof json - 1);
+    memset(&r, 0, sizeof r);
+    r.seq = seq;
+    r.topic_id = 1;
+    r.created_at_us = (int64_t)seq;
+    r.json = json;
+    r.json_len = sizeof json - 1;
+    return mic_store_log_put(t, &r);
+}
+
 /* A commit of 'n' log records of 8000 bytes and the id 'id', synced;
  * with 'full', while the filesystem has no room for the journal to write
  * ahead.  Returns 1 when it was refused (in its commit or its sync). */
 static int commit_logs(mic_store *s, const char *id, int n, int full)
 {
-    static char json[8001];
     struct mic_jnl_hooks h = {.no_room = no_room};
     uint8_t dg[MIC_DIGEST_LEN] = {0};
     mic_txn *t;
     uint64_t seq;
     int rc;
 
-    memset(json, 'b', sizeof json - 1);
     if (full)
         mic_jnl_set_hooks(&h);
     assert_int_equal(mic_txn_begin(s, 1, &t), MIC_OK);
     assert_int_equal(mic_store_last_seq(t, &seq), MIC_OK);
-    for (int i = 0; i < n; i++) {
-        struct mic_rec r;
-        memset(&r, 0, sizeof r);
-        r.seq = ++seq;
-        r.topic_id = 1;
-        r.created_at_us = (int64_t)r.seq;
-        r.json = json;
-        r.json_len = sizeof json - 1;
-        assert_int_equal(mic_store_log_put(t, &r), MIC_OK);
-    }
+    for (int i = 0; i < n; i++)
+        assert_int_equal(put_big_log(t, ++seq), MIC_OK);
     assert_int_equal(mic_store_id_put(t, id, strlen(id), 1, dg), MIC_OK);
     rc = mic_txn_commit(t);
     if (rc == MIC_OK)
@@ -1107,6 +1113,138 @@ static void lmdb_version_is_checked(void **state)
     assert_int_equal(mic_jnl_lmdb_check(1, 0, 0), MIC_ELMDB);
 }
 
+/* journal.h, invariant 6: a commit only overwrites pages that the two
+ * states before it no longer use, so the writer may run one commit ahead
+ * of the last durable one and no further.  A child makes state D durable
+ * (ids lag-* written long before, their journal records checkpointed
+ * away), then, unsynced: D+1 rewrites the lag-* ids (freeing their
+ * pages), D+2 puts many new ids (taking every page freed before D+1) and,
+ * in the second round, D+3 rewrites some (taking the pages D+1 freed: the
+ * lag-* ids' pages of state D).  It dies there, without a flush.  After the
+ * replay the store must be one whole state from D on, with every record
+ * intact: a journal that let D+3 begin before D+2 was durable would have
+ * left state D with pages that D+3 overwrote. */
+#define LAG_IDS 5000
+#define LAG_FILL 20000
+
+static int lag_commit(mic_store *s, const char *prefix, int n, uint64_t v, int nlogs)
+{
+    uint8_t dg[MIC_DIGEST_LEN];
+    mic_txn *t;
+    uint64_t seq;
+    int rc;
+
+    memset(dg, (int)(v & 0xff), sizeof dg);
+    if ((rc = mic_txn_begin(s, 1, &t)))
+        return rc;
+    for (int i = 0; i < n && rc == MIC_OK; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "%s-%d", prefix, i);
+        rc = mic_store_id_put(t, id, strlen(id), v, dg);
+    }
+    if (rc == MIC_OK)
+        rc = mic_store_last_seq(t, &seq);
+    for (int i = 0; i < nlogs && rc == MIC_OK; i++)
+        rc = put_big_log(t, ++seq);
+    if (rc) {
+        mic_txn_abort(t);
+        return rc;
+    }
+    return mic_txn_commit(t);
+}
+
+/* The value every id PREFIX-from .. PREFIX-(to-1) holds (its digest
+ * too), 0 when none is there, -1 when they differ or one does not read
+ * back. */
+static int64_t lag_ids(mic_store *s, const char *prefix, int from, int to)
+{
+    int64_t v = -2;
+    mic_txn *t;
+
+    assert_int_equal(mic_txn_begin(s, 0, &t), MIC_OK);
+    for (int i = from; i < to && v != -1; i++) {
+        char id[32];
+        uint8_t dg[MIC_DIGEST_LEN];
+        uint64_t seq;
+        int rc;
+        snprintf(id, sizeof id, "%s-%d", prefix, i);
+        rc = mic_store_id_get(t, id, strlen(id), &seq, dg);
+        int64_t got = rc == MIC_ENOTFOUND ? 0 : rc == MIC_OK && dg[0] == (seq & 0xff) ? (int64_t)seq : -1;
+        v = v == -2 || v == got ? got : -1;
+    }
+    mic_txn_abort(t);
+    return v;
+}
+
+static void writer_stays_one_commit_ahead(void **state)
+{
+    (void)state;
+    for (int ahead = 2; ahead <= 3; ahead++) {
+        char dir[64];
+        int status, found = -1;
+        int64_t lag, fill, fill10;
+        uint64_t nlog;
+        mic_store *s;
+        mic_txn *t;
+        pid_t pid;
+
+        snprintf(dir, sizeof dir, "/tmp/mic-test-journal-XXXXXX");
+        assert_non_null(mkdtemp(dir));
+        pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            struct mic_jnl_stats st;
+            mic_store_set_journal_size(128 * KiB);
+            if (mic_store_open(&s, dir, 64 * MiB, 64 * MiB, 0))
+                _exit(2);
+            if (lag_commit(s, "lag", LAG_IDS, 1, 0) || mic_store_sync(s))
+                _exit(3);
+            /* Until both files started again since: the lag-* ids' record
+             * is checkpointed out of the journal. */
+            do {
+                if (lag_commit(s, "lag", 0, 0, 20) || mic_store_sync(s) ||
+                    mic_store_journal_stats(s, &st))
+                    _exit(3);
+            } while (st.rotations < 3 && st.records < 2000);
+            if (st.rotations < 3)
+                _exit(4);
+            if (lag_commit(s, "lag", LAG_IDS, 2, 0) || lag_commit(s, "fill", LAG_FILL, 3, 0))
+                _exit(3);
+            if (ahead == 3 && lag_commit(s, "fill", LAG_FILL / 10, 4, 0))
+                _exit(3);
+            _exit(0); /* a crash: the commits after D never flushed here */
+        }
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+        assert_int_equal(mic_store_open(&s, dir, 64 * MiB, 64 * MiB, 0), MIC_OK);
+        lag = lag_ids(s, "lag", 0, LAG_IDS);
+        fill = lag_ids(s, "fill", LAG_FILL / 10, LAG_FILL);
+        fill10 = lag_ids(s, "fill", 0, LAG_FILL / 10);
+        assert_int_equal(mic_txn_begin(s, 0, &t), MIC_OK);
+        assert_int_equal(mic_store_log_count(t, &nlog), MIC_OK);
+        mic_txn_abort(t);
+        /* D, D+1, D+2, or D+3 (whose ids rewrote D+2's first tenth) */
+        if (lag == 1 && fill == 0 && fill10 == 0)
+            found = 0;
+        else if (lag == 2 && fill == 0 && fill10 == 0)
+            found = 1;
+        else if (lag == 2 && fill == 3 && fill10 == 3)
+            found = 2;
+        else if (lag == 2 && fill == 3 && fill10 == 4 && ahead == 3)
+            found = 3;
+        if (found < 0 || nlog == 0 || nlog % 20)
+            fail_msg("%d commits made after D: the store after the crash is no committed state "
+                     "from D on (lag-* ids %lld, fill-* ids %lld and %lld, %llu log records)",
+                     ahead, (long long)lag, (long long)fill10, (long long)fill,
+                     (unsigned long long)nlog);
+        printf("%d commits made after D: the store is at D+%d\n", ahead, found);
+        mic_store_close(s);
+        check_verify(dir);
+        storedir_rm(dir);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1124,6 +1262,7 @@ int main(void)
         cmocka_unit_test(recovery_replays_records_past_the_header),
         cmocka_unit_test(recovery_bounds_segments),
         cmocka_unit_test(lmdb_version_is_checked),
+        cmocka_unit_test(writer_stays_one_commit_ahead),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
