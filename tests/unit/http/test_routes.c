@@ -48,6 +48,7 @@ static const struct {
     {MIC_ETOOBIG, 413},     {MIC_EMEDIA, 415},    {MIC_EBUSY, 429},     {MIC_ENOTREADY, 503},
     {MIC_EMETHOD, 405},     {MIC_EVERSION, 500},  {MIC_EAUTH, 401},     {MIC_EFORBIDDEN, 403},
     {MIC_ECORRUPT, 500},
+    {MIC_ELMDB, 500}, /* at start only (exit 2): never an answer */
 };
 
 static void every_error_has_its_status(void **state)
