@@ -213,3 +213,19 @@ int mic_json_keys_known(json_t *o, const char *const *known, struct mic_error *e
     }
     return MIC_OK;
 }
+
+int mic_json_either(json_t *o, const char *k, const char *off, const char *on, int *out,
+                    const char *why, struct mic_error *err)
+{
+    json_t *v = json_object_get(o, k);
+
+    if (!v)
+        return MIC_OK;
+    if (json_is_string(v) && !strcmp(json_string_value(v), on))
+        *out = 1;
+    else if (json_is_string(v) && !strcmp(json_string_value(v), off))
+        *out = 0;
+    else
+        return mic_error_set(err, MIC_EINVAL, "invalid_request", k, "%s", why);
+    return MIC_OK;
+}

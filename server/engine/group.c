@@ -323,25 +323,18 @@ static int cfg_topics(json_t *o, struct mic_group_cfg *c, struct mic_error *err)
 static int cfg_modes(json_t *o, struct mic_group_cfg *c, struct mic_error *err)
 {
     json_t *v;
+    int rc;
 
-    if ((v = json_object_get(o, "kind"))) {
-        if (json_is_string(v) && !strcmp(json_string_value(v), "effect"))
-            c->effect = 1;
-        else if (!json_is_string(v) || strcmp(json_string_value(v), "projection"))
-            return BADREQ("kind", "kind is projection or effect");
-    }
+    if ((rc = mic_json_either(o, "kind", "projection", "effect", &c->effect,
+                              "kind is projection or effect", err)))
+        return rc;
     if ((v = json_object_get(o, "ordered"))) {
         if (!json_is_boolean(v))
             return BADREQ("ordered", "ordered is true or false");
         c->ordered = json_is_true(v);
     }
-    if ((v = json_object_get(o, "dlq_policy"))) {
-        if (json_is_string(v) && !strcmp(json_string_value(v), "hold"))
-            c->dlq_hold = 1;
-        else if (!json_is_string(v) || strcmp(json_string_value(v), "release"))
-            return BADREQ("dlq_policy", "dlq_policy is release or hold");
-    }
-    return MIC_OK;
+    return mic_json_either(o, "dlq_policy", "release", "hold", &c->dlq_hold,
+                           "dlq_policy is release or hold", err);
 }
 
 /* max_attempts, lease_ttl_s and backoff {initial_ms, max_ms, multiplier}. */

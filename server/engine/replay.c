@@ -620,20 +620,13 @@ static int create_range_fields(json_t *j, const char **topic, const char **from,
 /* kind and effects into o->effect and o->allow (an effect run needs allow). */
 static int create_kind(json_t *j, mic_replay_op *o, struct mic_error *err)
 {
-    json_t *v;
+    int rc;
 
-    if ((v = json_object_get(j, "kind"))) {
-        if (json_is_string(v) && !strcmp(json_string_value(v), "effect"))
-            o->effect = 1;
-        else if (!json_is_string(v) || strcmp(json_string_value(v), "projection"))
-            return BADREQ("kind", "kind is projection or effect");
-    }
-    if ((v = json_object_get(j, "effects"))) {
-        if (json_is_string(v) && !strcmp(json_string_value(v), "allow"))
-            o->allow = 1;
-        else if (!json_is_string(v) || strcmp(json_string_value(v), "forbid"))
-            return BADREQ("effects", "effects is forbid or allow");
-    }
+    if ((rc = mic_json_either(j, "kind", "projection", "effect", &o->effect,
+                              "kind is projection or effect", err)) ||
+        (rc = mic_json_either(j, "effects", "forbid", "allow", &o->allow,
+                              "effects is forbid or allow", err)))
+        return rc;
     if (o->effect && !o->allow)
         return BADREQ("effects", "a replay of kind effect re-runs external effects: "
                                  "it needs \"effects\":\"allow\"");
