@@ -198,3 +198,34 @@ int mic_limit_arg(const char *arg, long dflt, long *out, struct mic_error *err)
     *out = v;
     return MIC_OK;
 }
+
+int mic_json_keys_known(json_t *o, const char *const *known, struct mic_error *err)
+{
+    const char *k;
+    json_t *v;
+
+    json_object_foreach(o, k, v) {
+        int ok = 0;
+        for (int i = 0; known[i] && !ok; i++)
+            ok = !strcmp(k, known[i]);
+        if (!ok)
+            return mic_error_set(err, MIC_EINVAL, "invalid_request", k, "unknown field '%.64s'", k);
+    }
+    return MIC_OK;
+}
+
+int mic_json_either(json_t *o, const char *k, const char *off, const char *on, int *out,
+                    const char *why, struct mic_error *err)
+{
+    json_t *v = json_object_get(o, k);
+
+    if (!v)
+        return MIC_OK;
+    if (json_is_string(v) && !strcmp(json_string_value(v), on))
+        *out = 1;
+    else if (json_is_string(v) && !strcmp(json_string_value(v), off))
+        *out = 0;
+    else
+        return mic_error_set(err, MIC_EINVAL, "invalid_request", k, "%s", why);
+    return MIC_OK;
+}

@@ -46,4 +46,16 @@ int mic_json_content_type_ok(const char *content_type);
  * ("invalid_request", field "limit"). */
 int mic_limit_arg(const char *arg, long dflt, long *out, struct mic_error *err);
 
+/* MIC_OK if every member of object 'o' is named in 'known' (NULL-ended),
+ * else MIC_EINVAL with 'err' filled ("invalid_request", the first unknown
+ * member as the field, "unknown field '...'"). */
+int mic_json_keys_known(json_t *o, const char *const *known, struct mic_error *err);
+
+/* Member 'k' of object 'o', when present, is the string 'off' (*out = 0)
+ * or 'on' (*out = 1): MIC_OK; absent: MIC_OK, *out untouched; anything
+ * else: MIC_EINVAL with 'err' filled ("invalid_request", field 'k', the
+ * message 'why'). */
+int mic_json_either(json_t *o, const char *k, const char *off, const char *on, int *out,
+                    const char *why, struct mic_error *err);
+
 #endif

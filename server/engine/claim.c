@@ -220,21 +220,6 @@ static int get_num(json_t *o, const char *k, double lo, double hi, int integer,
     return MIC_OK;
 }
 
-static int check_keys(json_t *o, const char *const *known, struct mic_error *err)
-{
-    const char *k;
-    json_t *v;
-
-    json_object_foreach(o, k, v) {
-        int ok = 0;
-        for (int i = 0; known[i] && !ok; i++)
-            ok = !strcmp(k, known[i]);
-        if (!ok)
-            return BADREQ(k, "unknown field '%.64s'", k);
-    }
-    return MIC_OK;
-}
-
 static int parse_claim(mic_claim *c, json_t *o, struct mic_error *err)
 {
     static const char *const known[] = {"max", "lease_ttl_s", "wait_s", "worker", NULL};
@@ -242,7 +227,7 @@ static int parse_claim(mic_claim *c, json_t *o, struct mic_error *err)
     json_t *wk;
     int present, rc;
 
-    if ((rc = check_keys(o, known, err)) ||
+    if ((rc = mic_json_keys_known(o, known, err)) ||
         (rc = get_num(o, "max", 1, ITEMS_MAX, 1, &v, &present, err)))
         return rc;
     c->max = present ? (int)v : 1;
@@ -272,8 +257,8 @@ static int parse_settle(mic_claim *c, json_t *o, struct mic_error *err)
     double v;
     int present, rc;
 
-    if ((rc = check_keys(o, c->kind == MIC_ACK ? ack_keys
-                             : c->kind == MIC_NACK ? nack_keys : ext_keys, err)))
+    if ((rc = mic_json_keys_known(o, c->kind == MIC_ACK ? ack_keys
+                                     : c->kind == MIC_NACK ? nack_keys : ext_keys, err)))
         return rc;
     if (!json_is_array(list) || json_array_size(list) == 0 || json_array_size(list) > ITEMS_MAX)
         return BADREQ("deliveries", "deliveries is a list of 1 to %d {\"seq\",\"lease_token\"}",
@@ -348,7 +333,7 @@ static int parse_dlq(mic_claim *c, json_t *o, struct mic_error *err)
     json_t *seqs = json_object_get(o, "seqs"), *all = json_object_get(o, "all");
     int rc;
 
-    if ((rc = check_keys(o, keys, err)))
+    if ((rc = mic_json_keys_known(o, keys, err)))
         return rc;
     if (c->kind == MIC_REQUEUE && all && !seqs) {
         if (!json_is_true(all))

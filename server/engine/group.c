@@ -300,39 +300,11 @@ static int cfg_same_sink(const struct mic_group_cfg *a, const struct mic_group_c
            str_same(a->sink_subject, b->sink_subject);
 }
 
-/* Parse a group's JSON (a PUT body or the stored resource) into 'c'. */
-static int cfg_parse(json_t *o, const char *name, struct mic_group_cfg *c,
-                     struct mic_error *err)
+/* topics: 1 to TOPICS_MAX names or prefixes ending in *, copied into c->topics. */
+static int cfg_topics(json_t *o, struct mic_group_cfg *c, struct mic_error *err)
 {
-    static const char *const known[] = {
-        "name", "topics", "kind", "ordered", "max_attempts", "backoff",
-        "lease_ttl_s", "start", "alert_oldest_unhandled_s", "dlq_policy",
-        "replay_run", "replay", "sink", NULL};
-    json_t *v, *b;
-    const char *k;
-    uint64_t n;
-    int rc;
+    json_t *v = json_object_get(o, "topics");
 
-    memset(c, 0, sizeof *c);
-    c->max_attempts = MIC_GROUP_MAX_ATTEMPTS;
-    c->backoff_initial_ms = MIC_GROUP_BACKOFF_INITIAL_MS;
-    c->backoff_max_ms = MIC_GROUP_BACKOFF_MAX_MS;
-    c->backoff_multiplier = MIC_GROUP_BACKOFF_MULTIPLIER;
-    c->lease_ttl_s = MIC_GROUP_LEASE_TTL_S;
-    c->alert_s = -1;
-    if (!json_is_object(o))
-        return BADREQ(NULL, "the body must be a JSON object");
-    json_object_foreach(o, k, v) {
-        int ok = 0;
-        for (int i = 0; known[i] && !ok; i++)
-            ok = strcmp(k, known[i]) == 0;
-        if (!ok)
-            return BADREQ(k, "unknown field '%.64s'", k);
-    }
-    if ((v = json_object_get(o, "name")) &&
-        (!json_is_string(v) || strcmp(json_string_value(v), name)))
-        return BADREQ("name", "name must equal the group in the path");
-    v = json_object_get(o, "topics");
     if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > TOPICS_MAX)
         return BADREQ("topics", "topics is a list of 1 to %d topic names or prefixes ending in *",
                       TOPICS_MAX);
@@ -347,23 +319,35 @@ static int cfg_parse(json_t *o, const char *name, struct mic_group_cfg *c,
         if (!(c->topics[c->ntopics++] = strdup(json_string_value(t))))
             return mic_error_internal(err, MIC_ENOMEM);
     }
-    if ((v = json_object_get(o, "kind"))) {
-        if (json_is_string(v) && !strcmp(json_string_value(v), "effect"))
-            c->effect = 1;
-        else if (!json_is_string(v) || strcmp(json_string_value(v), "projection"))
-            return BADREQ("kind", "kind is projection or effect");
-    }
+    return MIC_OK;
+}
+
+/* The three choices: kind, ordered and dlq_policy. */
+static int cfg_modes(json_t *o, struct mic_group_cfg *c, struct mic_error *err)
+{
+    json_t *v;
+    int rc;
+
+    if ((rc = mic_json_either(o, "kind", "projection", "effect", &c->effect,
+                              "kind is projection or effect", err)))
+        return rc;
     if ((v = json_object_get(o, "ordered"))) {
         if (!json_is_boolean(v))
             return BADREQ("ordered", "ordered is true or false");
         c->ordered = json_is_true(v);
     }
-    if ((v = json_object_get(o, "dlq_policy"))) {
-        if (json_is_string(v) && !strcmp(json_string_value(v), "hold"))
-            c->dlq_hold = 1;
-        else if (!json_is_string(v) || strcmp(json_string_value(v), "release"))
-            return BADREQ("dlq_policy", "dlq_policy is release or hold");
-    }
+    return mic_json_either(o, "dlq_policy", "release", "hold", &c->dlq_hold,
+                           "dlq_policy is release or hold", err);
+}
+
+/* max_attempts, lease_ttl_s and backoff {initial_ms, max_ms, multiplier}. */
+static int cfg_retries(json_t *o, struct mic_group_cfg *c, struct mic_error *err)
+{
+    json_t *b, *m, *v;
+    const char *k;
+    uint64_t n;
+    int rc;
+
     n = c->max_attempts;
     if ((rc = get_uint(o, "max_attempts", 1, 1000, &n, "max_attempts", err)))
         return rc;
@@ -372,50 +356,100 @@ static int cfg_parse(json_t *o, const char *name, struct mic_group_cfg *c,
     if ((rc = get_uint(o, "lease_ttl_s", 1, 43200, &n, "lease_ttl_s", err)))
         return rc;
     c->lease_ttl_s = (uint32_t)n;
-    if ((b = json_object_get(o, "backoff"))) {
-        json_t *m;
-        if (!json_is_object(b))
-            return BADREQ("backoff", "backoff is {\"initial_ms\",\"max_ms\",\"multiplier\"}");
-        json_object_foreach(b, k, v)
-            if (strcmp(k, "initial_ms") && strcmp(k, "max_ms") && strcmp(k, "multiplier"))
-                return BADREQ("backoff", "unknown backoff field '%.64s'", k);
-        if ((rc = get_uint(b, "initial_ms", 0, 86400000, &c->backoff_initial_ms,
-                           "backoff.initial_ms", err)) ||
-            (rc = get_uint(b, "max_ms", 0, 86400000, &c->backoff_max_ms,
-                           "backoff.max_ms", err)))
-            return rc;
-        if ((m = json_object_get(b, "multiplier"))) {
-            if (!json_is_number(m) || json_number_value(m) < 1 || json_number_value(m) > 100)
-                return BADREQ("backoff.multiplier", "multiplier is a number from 1 to 100");
-            c->backoff_multiplier = json_number_value(m);
-        }
-        if (c->backoff_max_ms < c->backoff_initial_ms)
-            return BADREQ("backoff.max_ms", "max_ms must be at least initial_ms");
+    if (!(b = json_object_get(o, "backoff")))
+        return MIC_OK;
+    if (!json_is_object(b))
+        return BADREQ("backoff", "backoff is {\"initial_ms\",\"max_ms\",\"multiplier\"}");
+    json_object_foreach(b, k, v)
+        if (strcmp(k, "initial_ms") && strcmp(k, "max_ms") && strcmp(k, "multiplier"))
+            return BADREQ("backoff", "unknown backoff field '%.64s'", k);
+    if ((rc = get_uint(b, "initial_ms", 0, 86400000, &c->backoff_initial_ms,
+                       "backoff.initial_ms", err)) ||
+        (rc = get_uint(b, "max_ms", 0, 86400000, &c->backoff_max_ms,
+                       "backoff.max_ms", err)))
+        return rc;
+    if ((m = json_object_get(b, "multiplier"))) {
+        if (!json_is_number(m) || json_number_value(m) < 1 || json_number_value(m) > 100)
+            return BADREQ("backoff.multiplier", "multiplier is a number from 1 to 100");
+        c->backoff_multiplier = json_number_value(m);
     }
-    if ((v = json_object_get(o, "start"))) {
-        const char *s = json_is_string(v) ? json_string_value(v) : "";
-        if (!strcmp(s, "all"))
-            c->start = MIC_START_ALL;
-        else if (!strcmp(s, "new"))
-            c->start = MIC_START_NEW;
-        else if (json_is_string(v) &&
-                 mic_time_parse(s, json_string_length(v), &c->start_us) == MIC_OK)
-            c->start = MIC_START_TIME;
-        else
-            return BADREQ("start", "start is all, new, or an RFC 3339 time");
+    if (c->backoff_max_ms < c->backoff_initial_ms)
+        return BADREQ("backoff.max_ms", "max_ms must be at least initial_ms");
+    return MIC_OK;
+}
+
+/* start: all, new or an RFC 3339 time, into c->start (and c->start_us). */
+static int cfg_start(json_t *o, struct mic_group_cfg *c, struct mic_error *err)
+{
+    json_t *v = json_object_get(o, "start");
+    const char *s;
+
+    if (!v)
+        return MIC_OK;
+    s = json_is_string(v) ? json_string_value(v) : "";
+    if (!strcmp(s, "all"))
+        c->start = MIC_START_ALL;
+    else if (!strcmp(s, "new"))
+        c->start = MIC_START_NEW;
+    else if (json_is_string(v) &&
+             mic_time_parse(s, json_string_length(v), &c->start_us) == MIC_OK)
+        c->start = MIC_START_TIME;
+    else
+        return BADREQ("start", "start is all, new, or an RFC 3339 time");
+    return MIC_OK;
+}
+
+/* A replay run's group: replay_run, and the members of "replay" as text. */
+static int cfg_replay(json_t *o, struct mic_group_cfg *c, struct mic_error *err)
+{
+    json_t *v = json_object_get(o, "replay_run"), *r;
+    char *txt;
+
+    if (!v || !json_is_string(v))
+        return MIC_OK;
+    r = json_object_get(o, "replay");
+    txt = r ? json_dumps(r, JSON_COMPACT) : NULL;
+    c->replay_run = strdup(json_string_value(v));
+    if (txt && strlen(txt) >= 2) {
+        txt[strlen(txt) - 1] = 0; /* drop the braces: members only */
+        c->replay_fields = strdup(txt + 1);
     }
-    if ((v = json_object_get(o, "replay_run")) && json_is_string(v)) {
-        json_t *r = json_object_get(o, "replay");
-        char *txt = r ? json_dumps(r, JSON_COMPACT) : NULL;
-        c->replay_run = strdup(json_string_value(v));
-        if (txt && strlen(txt) >= 2) {
-            txt[strlen(txt) - 1] = 0; /* drop the braces: members only */
-            c->replay_fields = strdup(txt + 1);
-        }
-        free(txt);
-        if (!c->replay_run)
-            return mic_error_internal(err, MIC_ENOMEM);
-    }
+    free(txt);
+    if (!c->replay_run)
+        return mic_error_internal(err, MIC_ENOMEM);
+    return MIC_OK;
+}
+
+/* Parse a group's JSON (a PUT body or the stored resource) into 'c'. */
+static int cfg_parse(json_t *o, const char *name, struct mic_group_cfg *c,
+                     struct mic_error *err)
+{
+    static const char *const known[] = {
+        "name", "topics", "kind", "ordered", "max_attempts", "backoff",
+        "lease_ttl_s", "start", "alert_oldest_unhandled_s", "dlq_policy",
+        "replay_run", "replay", "sink", NULL};
+    json_t *v;
+    uint64_t n;
+    int rc;
+
+    memset(c, 0, sizeof *c);
+    c->max_attempts = MIC_GROUP_MAX_ATTEMPTS;
+    c->backoff_initial_ms = MIC_GROUP_BACKOFF_INITIAL_MS;
+    c->backoff_max_ms = MIC_GROUP_BACKOFF_MAX_MS;
+    c->backoff_multiplier = MIC_GROUP_BACKOFF_MULTIPLIER;
+    c->lease_ttl_s = MIC_GROUP_LEASE_TTL_S;
+    c->alert_s = -1;
+    if (!json_is_object(o))
+        return BADREQ(NULL, "the body must be a JSON object");
+    if ((rc = mic_json_keys_known(o, known, err)))
+        return rc;
+    if ((v = json_object_get(o, "name")) &&
+        (!json_is_string(v) || strcmp(json_string_value(v), name)))
+        return BADREQ("name", "name must equal the group in the path");
+    if ((rc = cfg_topics(o, c, err)) || (rc = cfg_modes(o, c, err)) ||
+        (rc = cfg_retries(o, c, err)) || (rc = cfg_start(o, c, err)) ||
+        (rc = cfg_replay(o, c, err)))
+        return rc;
     if ((v = json_object_get(o, "alert_oldest_unhandled_s")) && !json_is_null(v)) {
         n = 0;
         if ((rc = get_uint(o, "alert_oldest_unhandled_s", 1, 100ull * 365 * 86400, &n,

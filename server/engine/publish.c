@@ -237,42 +237,52 @@ static int agg_before(mic_publish *p, struct mic_wctx *w, int i,
     return rc;
 }
 
-/* Phase 1 for item i: reads only.  Returns MIC_OK (with p->err filled
- * when the request is refused) or a store error. */
-static int check_item(mic_publish *p, struct mic_wctx *w, int i)
+/* Phase 1, the event id: *seen = 1 if it was published before (item i
+ * then a duplicate, or p->err filled when its content differs). */
+static int check_id(mic_publish *p, struct mic_wctx *w, int i, int *seen)
 {
     struct item *it = &p->items[i];
     struct mic_event *ev = &it->ev;
-    struct mic_topic_rec tr;
-    struct mic_agg_rec a;
     uint8_t digest[MIC_DIGEST_LEN];
+    struct mic_rec r;
     uint64_t seq;
     char f[64];
-    int rc, exists;
+    int rc;
 
     rc = mic_store_id_get(w->txn, ev->id, ev->idlen, &seq, digest);
-    if (rc == MIC_OK) {
-        struct mic_rec r;
-        if (memcmp(digest, ev->digest, MIC_DIGEST_LEN)) {
-            mic_error_set(&p->err, MIC_ECONFLICT, "event_id_conflict",
-                          path_of(p, i, f, sizeof f, "event_id"),
-                          "event_id %s was already published with other content",
-                          ev->id);
-            return MIC_OK;
-        }
-        it->duplicate = 1;
-        it->seq = seq;
-        rc = mic_store_log_get(w->txn, seq, &r);
-        if (rc == MIC_OK)
-            it->created_at_us = r.created_at_us;
-        else if (rc == MIC_ENOTFOUND) /* removed by retention, id remembered */
-            it->created_at_us = ev->created_at_us;
-        else
-            return rc;
+    *seen = rc == MIC_OK;
+    if (rc == MIC_ENOTFOUND)
+        return MIC_OK;
+    if (rc)
+        return rc;
+    if (memcmp(digest, ev->digest, MIC_DIGEST_LEN)) {
+        mic_error_set(&p->err, MIC_ECONFLICT, "event_id_conflict",
+                      path_of(p, i, f, sizeof f, "event_id"),
+                      "event_id %s was already published with other content",
+                      ev->id);
         return MIC_OK;
     }
-    if (rc != MIC_ENOTFOUND)
+    it->duplicate = 1;
+    it->seq = seq;
+    rc = mic_store_log_get(w->txn, seq, &r);
+    if (rc == MIC_OK)
+        it->created_at_us = r.created_at_us;
+    else if (rc == MIC_ENOTFOUND) /* removed by retention, id remembered */
+        it->created_at_us = ev->created_at_us;
+    else
         return rc;
+    return MIC_OK;
+}
+
+/* Phase 1, the topic's rules: it exists (or is created on publish), the
+ * payload fits, a version is there if required; else p->err filled. */
+static int check_topic(mic_publish *p, struct mic_wctx *w, int i)
+{
+    struct mic_event *ev = &p->items[i].ev;
+    struct mic_topic_rec tr;
+    char f[64];
+    int rc;
+
     rc = topic_resolve(p, w, ev, 0, &tr);
     if (rc == MIC_ENOTFOUND) {
         mic_error_set(&p->err, MIC_ENOTFOUND, "topic_not_found",
@@ -296,6 +306,69 @@ static int check_item(mic_publish *p, struct mic_wctx *w, int i)
                       "topic %s requires aggregate_version", ev->topic);
         return MIC_OK;
     }
+    return MIC_OK;
+}
+
+/* Phase 1, item i's aggregate_version against aggregate 'a' (as it stands
+ * before it; 'exists' 0 if new): not skipped, not below the baseline, not
+ * taken (else p->err filled); a's baseline and max_version follow it. */
+static int check_version(mic_publish *p, struct mic_wctx *w, int i, struct mic_agg_rec *a,
+                         int exists)
+{
+    struct mic_event *ev = &p->items[i].ev;
+    uint64_t seq;
+    char f[64];
+    int rc;
+
+    if (exists && mic_store_gapskip_get(w->txn, ev->akey, ev->version) == MIC_OK) {
+        mic_error_set(&p->err, MIC_ECONFLICT, "version_skipped",
+                      path_of(p, i, f, sizeof f, "aggregate_version"),
+                      "aggregate_version %llu was skipped by an admin and cannot arrive any more",
+                      (unsigned long long)ev->version);
+        return MIC_OK;
+    }
+    if (exists && ev->version < a->baseline) {
+        mic_error_set(&p->err, MIC_ECONFLICT, "version_below_baseline",
+                      path_of(p, i, f, sizeof f, "aggregate_version"),
+                      "aggregate_version %llu is below the aggregate's first version %llu",
+                      (unsigned long long)ev->version,
+                      (unsigned long long)a->baseline);
+        return MIC_OK;
+    }
+    rc = exists ? mic_store_aggidx_get_version(w->txn, ev->akey,
+                                               ev->version, &seq)
+                : MIC_ENOTFOUND;
+    if (rc == MIC_OK) {
+        mic_error_set(&p->err, MIC_ECONFLICT, "version_conflict",
+                      path_of(p, i, f, sizeof f, "aggregate_version"),
+                      "aggregate_version %llu is already taken by seq %llu",
+                      (unsigned long long)ev->version,
+                      (unsigned long long)seq);
+        return MIC_OK;
+    }
+    if (rc != MIC_ENOTFOUND)
+        return rc;
+    if (!exists)
+        a->baseline = ev->version;
+    if (ev->version > a->max_version)
+        a->max_version = ev->version;
+    return MIC_OK;
+}
+
+/* Phase 1 for item i: reads only.  Returns MIC_OK (with p->err filled
+ * when the request is refused) or a store error. */
+static int check_item(mic_publish *p, struct mic_wctx *w, int i)
+{
+    struct item *it = &p->items[i];
+    struct mic_event *ev = &it->ev;
+    struct mic_agg_rec a;
+    char f[64];
+    int rc, exists, seen;
+
+    if ((rc = check_id(p, w, i, &seen)) || seen)
+        return rc;
+    if ((rc = check_topic(p, w, i)) || p->err.err)
+        return rc;
     if (!ev->has_agg)
         return MIC_OK;
     if ((rc = agg_before(p, w, i, &a, &exists)))
@@ -313,40 +386,8 @@ static int check_item(mic_publish *p, struct mic_wctx *w, int i)
         a.tlen = (uint16_t)ev->atlen;
         a.ilen = (uint16_t)ev->ailen;
     }
-    if (ev->has_version) {
-        if (exists && mic_store_gapskip_get(w->txn, ev->akey, ev->version) == MIC_OK) {
-            mic_error_set(&p->err, MIC_ECONFLICT, "version_skipped",
-                          path_of(p, i, f, sizeof f, "aggregate_version"),
-                          "aggregate_version %llu was skipped by an admin and cannot arrive any more",
-                          (unsigned long long)ev->version);
-            return MIC_OK;
-        }
-        if (exists && ev->version < a.baseline) {
-            mic_error_set(&p->err, MIC_ECONFLICT, "version_below_baseline",
-                          path_of(p, i, f, sizeof f, "aggregate_version"),
-                          "aggregate_version %llu is below the aggregate's first version %llu",
-                          (unsigned long long)ev->version,
-                          (unsigned long long)a.baseline);
-            return MIC_OK;
-        }
-        rc = exists ? mic_store_aggidx_get_version(w->txn, ev->akey,
-                                                   ev->version, &seq)
-                    : MIC_ENOTFOUND;
-        if (rc == MIC_OK) {
-            mic_error_set(&p->err, MIC_ECONFLICT, "version_conflict",
-                          path_of(p, i, f, sizeof f, "aggregate_version"),
-                          "aggregate_version %llu is already taken by seq %llu",
-                          (unsigned long long)ev->version,
-                          (unsigned long long)seq);
-            return MIC_OK;
-        }
-        if (rc != MIC_ENOTFOUND)
-            return rc;
-        if (!exists)
-            a.baseline = ev->version;
-        if (ev->version > a.max_version)
-            a.max_version = ev->version;
-    }
+    if (ev->has_version && ((rc = check_version(p, w, i, &a, exists)) || p->err.err))
+        return rc;
     a.versioned = ev->has_version;
     it->agg = a;
     return MIC_OK;

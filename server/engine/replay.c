@@ -658,15 +658,92 @@ static int run_id_ok(const char *s, size_t n)
     return 1;
 }
 
+/* The body's topic, and its from and to (NULL when absent): borrowed from 'j'. */
+static int create_range_fields(json_t *j, const char **topic, const char **from,
+                               const char **to, struct mic_error *err)
+{
+    json_t *v = json_object_get(j, "topic");
+
+    if (!json_is_string(v))
+        return BADREQ("topic", "topic is required");
+    *topic = json_string_value(v);
+    if ((v = json_object_get(j, "from")) && !(*from = json_string_value(v)))
+        return BADREQ("from", "from is an RFC 3339 time");
+    if ((v = json_object_get(j, "to")) && !(*to = json_string_value(v)))
+        return BADREQ("to", "to is an RFC 3339 time");
+    return MIC_OK;
+}
+
+/* kind and effects into o->effect and o->allow (an effect run needs allow). */
+static int create_kind(json_t *j, mic_replay_op *o, struct mic_error *err)
+{
+    int rc;
+
+    if ((rc = mic_json_either(j, "kind", "projection", "effect", &o->effect,
+                              "kind is projection or effect", err)) ||
+        (rc = mic_json_either(j, "effects", "forbid", "allow", &o->allow,
+                              "effects is forbid or allow", err)))
+        return rc;
+    if (o->effect && !o->allow)
+        return BADREQ("effects", "a replay of kind effect re-runs external effects: "
+                                 "it needs \"effects\":\"allow\"");
+    return MIC_OK;
+}
+
+/* target_projection_version as JSON text into o->tpv_txt, 'topic' into o->topic. */
+static int create_tpv(json_t *j, const char *topic, mic_replay_op *o, struct mic_error *err)
+{
+    json_t *tpv = json_object_get(j, "target_projection_version");
+
+    if (tpv && !json_is_string(tpv) && !json_is_integer(tpv) && !json_is_null(tpv))
+        return BADREQ("target_projection_version", "a string or an integer");
+    o->tpv_txt = json_dumps(tpv ? tpv : json_null(), JSON_ENCODE_ANY | JSON_COMPACT);
+    if (!o->tpv_txt || !(o->topic = strdup(topic)))
+        return mic_error_internal(err, MIC_ENOMEM);
+    return MIC_OK;
+}
+
+/* The body's run_id into o->run_id, or a random "r-" and 16 hex digits. */
+static int create_run_id(json_t *j, mic_replay_op *o, struct mic_error *err)
+{
+    json_t *v = json_object_get(j, "run_id");
+    unsigned char rnd[8];
+
+    if (v) {
+        if (!json_is_string(v) || !run_id_ok(json_string_value(v), json_string_length(v)))
+            return BADREQ("run_id", "run_id matches [A-Za-z0-9._-]{1,64}");
+        memcpy(o->run_id, json_string_value(v), json_string_length(v));
+        return MIC_OK;
+    }
+    if (RAND_bytes(rnd, sizeof rnd) != 1)
+        return mic_error_set(err, MIC_EIO, "internal", NULL, "no randomness");
+    snprintf(o->run_id, sizeof o->run_id, "r-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0],
+             rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    return MIC_OK;
+}
+
+/* The selection's end: the last seq stored now (selected later) into o->seq_max. */
+static int create_seq_max(mic_store *s, mic_replay_op *o, struct mic_error *err)
+{
+    mic_txn *t;
+    int rc;
+
+    if ((rc = mic_txn_begin(s, 0, &t)))
+        return mic_error_internal(err, rc);
+    rc = mic_store_last_seq(t, &o->seq_max);
+    mic_txn_abort(t);
+    return rc ? mic_error_internal(err, rc) : MIC_OK;
+}
+
 int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
                             const struct mic_config *cfg, mic_replay_op **out,
                             struct mic_error *err)
 {
     static const char *const known[] = {"topic", "from", "to", "run_id", "kind",
                                         "target_projection_version", "effects", NULL};
-    const char *topic, *from = NULL, *to = NULL, *k;
+    const char *topic = NULL, *from = NULL, *to = NULL;
     mic_replay_op *o = NULL;
-    json_t *j = NULL, *v, *tpv;
+    json_t *j = NULL;
     int rc;
 
     if ((rc = mic_json_load(body, len, cfg->max_depth, &j, err)))
@@ -675,102 +752,25 @@ int mic_replay_create_parse(mic_store *s, const char *body, size_t len,
         rc = BADREQ(NULL, "the body must be a JSON object");
         goto fail;
     }
-    json_object_foreach(j, k, v) {
-        int ok = 0;
-        for (int i = 0; known[i] && !ok; i++)
-            ok = !strcmp(k, known[i]);
-        if (!ok) {
-            rc = BADREQ(k, "unknown field '%.64s'", k);
-            goto fail;
-        }
-    }
-    v = json_object_get(j, "topic");
-    if (!json_is_string(v)) {
-        rc = BADREQ("topic", "topic is required");
+    if ((rc = mic_json_keys_known(j, known, err)) ||
+        (rc = create_range_fields(j, &topic, &from, &to, err)))
         goto fail;
-    }
-    topic = json_string_value(v);
-    if ((v = json_object_get(j, "from")) && !(from = json_string_value(v))) {
-        rc = BADREQ("from", "from is an RFC 3339 time");
-        goto fail;
-    }
-    if ((v = json_object_get(j, "to")) && !(to = json_string_value(v))) {
-        rc = BADREQ("to", "to is an RFC 3339 time");
-        goto fail;
-    }
     if (!(o = calloc(1, sizeof *o))) {
         rc = mic_error_internal(err, MIC_ENOMEM);
         goto fail;
     }
     o->op.apply = NULL; /* set by mic_replay_op_base */
     mic_buf_init(&o->answer);
-    if ((v = json_object_get(j, "kind"))) {
-        if (json_is_string(v) && !strcmp(json_string_value(v), "effect"))
-            o->effect = 1;
-        else if (!json_is_string(v) || strcmp(json_string_value(v), "projection")) {
-            rc = BADREQ("kind", "kind is projection or effect");
-            goto fail;
-        }
-    }
-    if ((v = json_object_get(j, "effects"))) {
-        if (json_is_string(v) && !strcmp(json_string_value(v), "allow"))
-            o->allow = 1;
-        else if (!json_is_string(v) || strcmp(json_string_value(v), "forbid")) {
-            rc = BADREQ("effects", "effects is forbid or allow");
-            goto fail;
-        }
-    }
-    if (o->effect && !o->allow) {
-        rc = BADREQ("effects", "a replay of kind effect re-runs external effects: "
-                               "it needs \"effects\":\"allow\"");
-        goto fail;
-    }
-    tpv = json_object_get(j, "target_projection_version");
-    if (tpv && !json_is_string(tpv) && !json_is_integer(tpv) && !json_is_null(tpv)) {
-        rc = BADREQ("target_projection_version", "a string or an integer");
-        goto fail;
-    }
-    o->tpv_txt = json_dumps(tpv ? tpv : json_null(), JSON_ENCODE_ANY | JSON_COMPACT);
-    if (!o->tpv_txt || !(o->topic = strdup(topic))) {
-        rc = mic_error_internal(err, MIC_ENOMEM);
-        goto fail;
-    }
-    if ((v = json_object_get(j, "run_id"))) {
-        if (!json_is_string(v) || !run_id_ok(json_string_value(v), json_string_length(v))) {
-            rc = BADREQ("run_id", "run_id matches [A-Za-z0-9._-]{1,64}");
-            goto fail;
-        }
-        memcpy(o->run_id, json_string_value(v), json_string_length(v));
-    } else {
-        unsigned char rnd[8];
-        if (RAND_bytes(rnd, sizeof rnd) != 1) {
-            rc = mic_error_set(err, MIC_EIO, "internal", NULL, "no randomness");
-            goto fail;
-        }
-        snprintf(o->run_id, sizeof o->run_id, "r-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0],
-                 rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
-    }
-    if ((rc = parse_range(s, topic, from, to, NULL, NULL, &o->q, err)))
+    if ((rc = create_kind(j, o, err)) || (rc = create_tpv(j, topic, o, err)) ||
+        (rc = create_run_id(j, o, err)) ||
+        (rc = parse_range(s, topic, from, to, NULL, NULL, &o->q, err)))
         goto fail;
     if (o->q.from_us > o->q.to_us) {
         rc = BADREQ("to", "to is before from");
         goto fail;
     }
-    /* The selection's end: what is stored now (selected later). */
-    {
-        mic_txn *t;
-
-        if ((rc = mic_txn_begin(s, 0, &t))) {
-            rc = mic_error_internal(err, rc);
-            goto fail;
-        }
-        rc = mic_store_last_seq(t, &o->seq_max);
-        mic_txn_abort(t);
-        if (rc) {
-            rc = mic_error_internal(err, rc);
-            goto fail;
-        }
-    }
+    if ((rc = create_seq_max(s, o, err)))
+        goto fail;
     json_decref(j);
     *out = o;
     return MIC_OK;

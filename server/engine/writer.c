@@ -236,7 +236,7 @@ static void wake_key(mic_writer *w, uint32_t key)
         list = op;
     }
     /* Buckets hold the newest first, so 'list' is now oldest first;
-     * pushing it onto 'woken' reverses it, and writer_main's pushing onto
+     * pushing it onto 'woken' reverses it, and take_woken's pushing onto
      * the batch reverses it again: the oldest waiter is served first. */
     while (list) {
         next = list->next;
@@ -320,6 +320,16 @@ static mic_op *take_more(mic_writer *w, int max, int *n, mic_op **last)
     return list;
 }
 
+/* What an op or hook sees of the writer: the time now, settings, hooks' state. */
+static void ctx_fill(mic_writer *w, struct mic_wctx *ctx)
+{
+    ctx->now_us = mic_now_us();
+    ctx->cfg = w->cfg;
+    ctx->groups = w->hooks.groups;
+    ctx->engine = w->hooks.engine;
+    ctx->retention = w->hooks.retention;
+}
+
 /* Apply '*list' in one transaction and commit.  With 'extend', while the
  * sync stage is still busy with the commit before, ops that arrive are
  * applied in this transaction too and appended to '*list' and '*nops'
@@ -335,12 +345,8 @@ static int run_batch(mic_writer *w, mic_op **list, int *nops, int extend,
 
     if ((rc = mic_txn_begin(w->store, 1, &ctx->txn)))
         return rc;
-    ctx->now_us = mic_now_us();
+    ctx_fill(w, ctx);
     ctx->next_seq = w->next_seq;
-    ctx->cfg = w->cfg;
-    ctx->groups = w->hooks.groups;
-    ctx->engine = w->hooks.engine;
-    ctx->retention = w->hooks.retention;
     if (w->hooks.before && (rc = w->hooks.before(w->hooks.sched, ctx)))
         goto fail;
     for (mic_op *op = *list; op; op = op->next) {
@@ -581,97 +587,85 @@ static int64_t next_wakeup(mic_writer *w)
     return t;
 }
 
-static void *writer_main(void *arg)
+/* The deadlines already stored (leases and retries that came due while
+ * micd was down, retention) set the first wake-up, in a read transaction:
+ * no batch is needed to learn them. */
+static void first_due(mic_writer *w, struct mic_wctx *ctx)
 {
-    mic_writer *w = arg;
-    struct mic_wctx ctx;
+    if (!w->hooks.next_due || mic_txn_begin(w->store, 0, &ctx->txn) != MIC_OK)
+        return;
+    ctx_fill(w, ctx);
+    w->next_due_us = w->hooks.next_due(w->hooks.sched, ctx);
+    mic_txn_abort(ctx->txn);
+    ctx->txn = NULL;
+}
 
-    memset(&ctx, 0, sizeof ctx);
-    /* The deadlines already stored (leases and retries that came due while
-     * micd was down, retention) set the first wake-up, in a read
-     * transaction: no batch is needed to learn them. */
-    if (w->hooks.next_due && mic_txn_begin(w->store, 0, &ctx.txn) == MIC_OK) {
-        ctx.now_us = mic_now_us();
-        ctx.cfg = w->cfg;
-        ctx.groups = w->hooks.groups;
-        ctx.engine = w->hooks.engine;
-        ctx.retention = w->hooks.retention;
-        w->next_due_us = w->hooks.next_due(w->hooks.sched, &ctx);
-        mic_txn_abort(ctx.txn);
-        ctx.txn = NULL;
-    }
-    pthread_mutex_lock(&w->lock);
-    for (;;) {
-        mic_op *list = NULL, *last = NULL;
-        int n = 0, dead = 0;
+/* With w->lock held: sleep until there is work (queued, woken or busy
+ * ops, or stopping) or a deadline came due, trimming the heap on the way. */
+static void wait_for_work(mic_writer *w)
+{
+    while (!w->head && !w->stopping && !w->woken &&
+           !(w->hooks.busy && w->hooks.busy(w->hooks.sched))) {
+        int64_t until = next_wakeup(w), now = mic_mono_ms(), wake = until;
+        struct timespec ts;
 
-        while (!w->head && !w->stopping && !w->woken &&
-               !(w->hooks.busy && w->hooks.busy(w->hooks.sched))) {
-            int64_t until = next_wakeup(w), now = mic_mono_ms(), wake = until;
-            struct timespec ts;
+        if (until >= 0 && until <= now)
+            return;
+        if (w->trim_pending) {
+            int64_t trim_at = w->trimmed_ms + TRIM_MS;
 
-            if (until >= 0 && until <= now)
-                break;
-            if (w->trim_pending) {
-                int64_t trim_at = w->trimmed_ms + TRIM_MS;
-
-                if (trim_at <= now) {
-                    w->trim_pending = 0;
-                    w->trimmed_ms = now;
-                    pthread_mutex_unlock(&w->lock);
-                    malloc_trim(0);
-                    pthread_mutex_lock(&w->lock);
-                    continue;
-                }
-                if (wake < 0 || trim_at < wake)
-                    wake = trim_at;
-            }
-            if (wake < 0) {
-                pthread_cond_wait(&w->cond, &w->lock);
+            if (trim_at <= now) {
+                w->trim_pending = 0;
+                w->trimmed_ms = now;
+                pthread_mutex_unlock(&w->lock);
+                malloc_trim(0);
+                pthread_mutex_lock(&w->lock);
                 continue;
             }
-            mic_mono_deadline(wake - now, &ts);
-            if (pthread_cond_timedwait(&w->cond, &w->lock, &ts) == ETIMEDOUT && wake == until)
-                break;      /* a deadline: run a batch */
+            if (wake < 0 || trim_at < wake)
+                wake = trim_at;
         }
-        if (w->stopping && !w->head)
-            break;
-        list = dequeue(w, w->cfg->writer_batch, &n, &last);
-        pthread_mutex_unlock(&w->lock);
-
-        expire_parked(w, 0);
-        pthread_mutex_lock(&w->lock);
-        w->st.parked = w->nheap;
-        pthread_mutex_unlock(&w->lock);
-        /* Woken parked ops go first: they have waited longest.  One whose
-         * client went away is finished as it stands (an op that parked
-         * took nothing), without being applied again; ops applied for the
-         * first time are not asked (their client just sent them). */
-        while (w->woken) {
-            mic_op *op = w->woken;
-            w->woken = op->next;
-            if (op->alive && !op->alive(op)) {
-                op->result = MIC_OK;
-                op->done(op);
-                dead = 1;
-                continue;
-            }
-            op->next = list;
-            list = op;
-            n++;
+        if (wake < 0) {
+            pthread_cond_wait(&w->cond, &w->lock);
+            continue;
         }
-        if (dead)
-            finished(w);
-        if (w->cfg->writer_delay_ms) {
-            struct timespec ts = {w->cfg->writer_delay_ms / 1000,
-                                  (long)(w->cfg->writer_delay_ms % 1000) * 1000000};
-            nanosleep(&ts, NULL);
-        }
-        process(w, list, n, &ctx);
-        pthread_mutex_lock(&w->lock);
+        mic_mono_deadline(wake - now, &ts);
+        if (pthread_cond_timedwait(&w->cond, &w->lock, &ts) == ETIMEDOUT && wake == until)
+            return;     /* a deadline: run a batch */
     }
-    pthread_mutex_unlock(&w->lock);
-    /* Stopping: every parked op is answered as it stands. */
+}
+
+/* Put the woken parked ops in front of 'list' (*n counts them). */
+static mic_op *take_woken(mic_writer *w, mic_op *list, int *n)
+{
+    int dead = 0;
+
+    /* Woken parked ops go first: they have waited longest.  One whose
+     * client went away is finished as it stands (an op that parked
+     * took nothing), without being applied again; ops applied for the
+     * first time are not asked (their client just sent them). */
+    while (w->woken) {
+        mic_op *op = w->woken;
+        w->woken = op->next;
+        if (op->alive && !op->alive(op)) {
+            op->result = MIC_OK;
+            op->done(op);
+            dead = 1;
+            continue;
+        }
+        op->next = list;
+        list = op;
+        (*n)++;
+    }
+    if (dead)
+        finished(w);
+    return list;
+}
+
+/* Stopping: answer every parked op as it stands, then end the sync stage
+ * (it answers what it holds first). */
+static void writer_drain(mic_writer *w)
+{
     if (w->woken) {
         while (w->woken) {
             mic_op *op = w->woken;
@@ -682,12 +676,46 @@ static void *writer_main(void *arg)
         finished(w);
     }
     expire_parked(w, 1);
-    /* The sync stage answers what it holds, then ends. */
     pthread_mutex_lock(&w->slock);
     w->sstop = 1;
     pthread_cond_signal(&w->scond);
     pthread_mutex_unlock(&w->slock);
     pthread_join(w->sync_thread, NULL);
+}
+
+static void *writer_main(void *arg)
+{
+    mic_writer *w = arg;
+    struct mic_wctx ctx;
+
+    memset(&ctx, 0, sizeof ctx);
+    first_due(w, &ctx);
+    pthread_mutex_lock(&w->lock);
+    for (;;) {
+        mic_op *list, *last = NULL;
+        int n = 0;
+
+        wait_for_work(w);
+        if (w->stopping && !w->head)
+            break;
+        list = dequeue(w, w->cfg->writer_batch, &n, &last);
+        pthread_mutex_unlock(&w->lock);
+
+        expire_parked(w, 0);
+        pthread_mutex_lock(&w->lock);
+        w->st.parked = w->nheap;
+        pthread_mutex_unlock(&w->lock);
+        list = take_woken(w, list, &n);
+        if (w->cfg->writer_delay_ms) {
+            struct timespec ts = {w->cfg->writer_delay_ms / 1000,
+                                  (long)(w->cfg->writer_delay_ms % 1000) * 1000000};
+            nanosleep(&ts, NULL);
+        }
+        process(w, list, n, &ctx);
+        pthread_mutex_lock(&w->lock);
+    }
+    pthread_mutex_unlock(&w->lock);
+    writer_drain(w);
     free(ctx.wake);
     pthread_mutex_lock(&w->lock);
     w->st.alive = 0;

@@ -1583,98 +1583,117 @@ static int request_line_cut(const struct req *r, const char *method, const char 
 #endif
 }
 
-static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
-                               const char *url, const char *method,
-                               const char *version, const char *upload,
-                               size_t *upload_size, void **con_cls)
+/* Refuse a request before its body (413, or 400 closing: nothing read in). */
+static enum MHD_Result refuse_head(struct req *r, int close, struct mic_error *e)
 {
-    mic_http *h = cls;
+    atomic_store(&r->state, RS_DONE);
+    r->too_big = 1; /* no body is read into memory */
+    r->close = close;
+    return send_error(r, e);
+}
+
+/* Fill 'e' with the 413 of a body over --max-body. */
+static void body_too_large(const mic_http *h, struct mic_error *e)
+{
+    mic_error_set(e, MIC_ETOOBIG, "body_too_large", NULL,
+                  "request bodies are at most %llu bytes",
+                  (unsigned long long)h->cfg->max_body);
+}
+
+/* The first call of a request (its head is complete): make its req (or
+ * take uri_log's), refuse a bad line, framing or length, room for the body. */
+static enum MHD_Result request_head(mic_http *h, struct MHD_Connection *conn, const char *url,
+                                    const char *method, const char *version, void **con_cls)
+{
     struct req *r = *con_cls;
     struct mic_error e;
+    const char *cl;
 
-    if (!r || !r->h) { /* its first call (r from uri_log, or NULL) */
-        const char *cl;
-        if (!r && !(r = calloc(1, sizeof *r)))
+    if (!r && !(r = calloc(1, sizeof *r)))
+        return MHD_NO;
+    r->h = h;
+    r->conn = conn;
+    r->loop = mic_loop_self();
+    r->route = ROUTE_UNKNOWN;
+    r->t0_us = mic_mono_us();
+    atomic_init(&r->state, RS_BODY);
+    request_id(h, r);
+    *con_cls = r;
+    snprintf(r->method, sizeof r->method, "%s", method);
+    snprintf(r->path, sizeof r->path, "%.255s", url);
+    /* The head is complete: the body deadline until the request is
+     * (conns.h), refused here or not (libmicrohttpd may still read
+     * the body it was sent to discard it). */
+    mic_conns_body(h->conns, conn_of(conn), 0);
+    if (request_line_cut(r, method, url, version)) {
+        mic_error_set(&e, MIC_EPARSE, "bad_request", NULL,
+                      "a NUL byte in the request line");
+        return refuse_head(r, 1, &e);
+    }
+    if (framing_ambiguous(conn)) {
+        /* Behind a proxy, two lengths (or a length and chunks) let
+         * one side read a second request where the other sees a
+         * body: refuse, and close. */
+        mic_error_set(&e, MIC_EPARSE, "bad_request", NULL,
+                      "two Content-Length headers that differ, or Transfer-Encoding "
+                      "with Content-Length");
+        return refuse_head(r, 1, &e);
+    }
+    cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) <= h->cfg->max_body && strtoull(cl, NULL, 10) > 0) {
+        /* Room for a small body at once (no growing copies); a large
+         * one grows as its bytes arrive, so a client that only claims
+         * a size gets no memory for it. */
+        size_t want = (size_t)strtoull(cl, NULL, 10) + 1;
+        if (want > BODY_PREALLOC)
+            want = BODY_PREALLOC;
+        if ((r->body = malloc(want)))
+            r->cap = want;
+    }
+    if (cl && strtoull(cl, NULL, 10) > h->cfg->max_body) {
+        body_too_large(h, &e);
+        return refuse_head(r, 0, &e);
+    }
+    return MHD_YES;
+}
+
+/* Append 'n' bytes of body to r->body (NUL-terminated), or only count
+ * them past --max-body (r->too_big). */
+static enum MHD_Result request_body(struct req *r, struct MHD_Connection *conn,
+                                    const char *upload, size_t n)
+{
+    mic_http *h = r->h;
+
+    mic_conns_body(h->conns, conn_of(conn), n);
+    if (r->too_big || r->len + n > h->cfg->max_body) {
+        r->too_big = 1;
+        return MHD_YES;
+    }
+    if (r->len + n + 1 > r->cap) {
+        size_t cap = r->cap ? r->cap : 256;
+        char *p;
+        while (cap < r->len + n + 1)
+            cap *= 2;
+        if (!(p = realloc(r->body, cap)))
             return MHD_NO;
-        r->h = h;
-        r->conn = conn;
-        r->loop = mic_loop_self();
-        r->route = ROUTE_UNKNOWN;
-        r->t0_us = mic_mono_us();
-        atomic_init(&r->state, RS_BODY);
-        request_id(h, r);
-        *con_cls = r;
-        snprintf(r->method, sizeof r->method, "%s", method);
-        snprintf(r->path, sizeof r->path, "%.255s", url);
-        /* The head is complete: the body deadline until the request is
-         * (conns.h), refused here or not (libmicrohttpd may still read
-         * the body it was sent to discard it). */
-        mic_conns_body(h->conns, conn_of(conn), 0);
-        if (request_line_cut(r, method, url, version)) {
-            mic_error_set(&e, MIC_EPARSE, "bad_request", NULL,
-                          "a NUL byte in the request line");
-            atomic_store(&r->state, RS_DONE);
-            r->too_big = 1; /* no body is read into memory */
-            r->close = 1;
-            return send_error(r, &e);
-        }
-        if (framing_ambiguous(conn)) {
-            /* Behind a proxy, two lengths (or a length and chunks) let
-             * one side read a second request where the other sees a
-             * body: refuse, and close. */
-            mic_error_set(&e, MIC_EPARSE, "bad_request", NULL,
-                          "two Content-Length headers that differ, or Transfer-Encoding "
-                          "with Content-Length");
-            atomic_store(&r->state, RS_DONE);
-            r->too_big = 1; /* no body is read into memory */
-            r->close = 1;
-            return send_error(r, &e);
-        }
-        cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                         MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) <= h->cfg->max_body && strtoull(cl, NULL, 10) > 0) {
-            /* Room for a small body at once (no growing copies); a large
-             * one grows as its bytes arrive, so a client that only claims
-             * a size gets no memory for it. */
-            size_t want = (size_t)strtoull(cl, NULL, 10) + 1;
-            if (want > BODY_PREALLOC)
-                want = BODY_PREALLOC;
-            if ((r->body = malloc(want)))
-                r->cap = want;
-        }
-        if (cl && strtoull(cl, NULL, 10) > h->cfg->max_body) {
-            mic_error_set(&e, MIC_ETOOBIG, "body_too_large", NULL,
-                          "request bodies are at most %llu bytes",
-                          (unsigned long long)h->cfg->max_body);
-            atomic_store(&r->state, RS_DONE);
-            r->too_big = 1;
-            return send_error(r, &e);
-        }
-        return MHD_YES;
+        r->body = p;
+        r->cap = cap;
     }
-    if (*upload_size) {
-        size_t n = *upload_size;
-        *upload_size = 0;
-        mic_conns_body(h->conns, conn_of(conn), n);
-        if (r->too_big || r->len + n > h->cfg->max_body) {
-            r->too_big = 1;
-            return MHD_YES;
-        }
-        if (r->len + n + 1 > r->cap) {
-            size_t cap = r->cap ? r->cap : 256;
-            char *p;
-            while (cap < r->len + n + 1)
-                cap *= 2;
-            if (!(p = realloc(r->body, cap)))
-                return MHD_NO;
-            r->body = p;
-            r->cap = cap;
-        }
-        memcpy(r->body + r->len, upload, n);
-        r->len += n;
-        r->body[r->len] = 0;
-        return MHD_YES;
-    }
+    memcpy(r->body + r->len, upload, n);
+    r->len += n;
+    r->body[r->len] = 0;
+    return MHD_YES;
+}
+
+/* The request is all in (or called again while answered): dispatch it,
+ * answer the 413 of a body too large, or go on where its state says. */
+static enum MHD_Result request_complete(struct req *r, struct MHD_Connection *conn,
+                                        const char *url, const char *method)
+{
+    mic_http *h = r->h;
+    struct mic_error e;
+
     if (!r->complete) { /* all of it arrived: no deadline until answered */
         r->complete = 1;
         mic_conns_busy(h->conns, conn_of(conn), 1);
@@ -1692,14 +1711,29 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
         break;
     }
     if (r->too_big) {
-        mic_error_set(&e, MIC_ETOOBIG, "body_too_large", NULL,
-                      "request bodies are at most %llu bytes",
-                      (unsigned long long)h->cfg->max_body);
+        body_too_large(h, &e);
         atomic_store(&r->state, RS_DONE);
         return send_error(r, &e);
     }
     atomic_store(&r->state, RS_NEW);
     return dispatch(r, url, method);
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *conn,
+                               const char *url, const char *method,
+                               const char *version, const char *upload,
+                               size_t *upload_size, void **con_cls)
+{
+    struct req *r = *con_cls;
+    size_t n = *upload_size;
+
+    if (!r || !r->h) /* its first call (r from uri_log, or NULL) */
+        return request_head(cls, conn, url, method, version, con_cls);
+    if (n) {
+        *upload_size = 0;
+        return request_body(r, conn, upload, n);
+    }
+    return request_complete(r, conn, url, method);
 }
 
 /* One audit line (DESIGN section 13) for a request that changes state, is

@@ -232,6 +232,55 @@ static void limit_arg(void **state)
     }
 }
 
+/* A body's member names: all known passes; the first unknown one is
+ * refused as invalid_request, named as the field and in the message. */
+static void keys_known(void **state)
+{
+    static const char *const known[] = {"topic", "from", NULL};
+    json_t *ok = json_pack("{s:s, s:s}", "topic", "t", "from", "x");
+    json_t *bad = json_pack("{s:s, s:i}", "topic", "t", "form", 1);
+    struct mic_error e;
+
+    (void)state;
+    assert_int_equal(mic_json_keys_known(ok, known, &e), MIC_OK);
+    memset(&e, 0, sizeof e);
+    assert_int_equal(mic_json_keys_known(bad, known, &e), MIC_EINVAL);
+    assert_string_equal(e.code, "invalid_request");
+    assert_string_equal(e.field, "form");
+    assert_string_equal(e.message, "unknown field 'form'");
+    json_decref(ok);
+    json_decref(bad);
+}
+
+/* A member that is one of two words: absent leaves *out, each word sets
+ * 0 or 1, anything else (another word, not a string) is refused. */
+static void either_word(void **state)
+{
+    json_t *o = json_pack("{s:s, s:s, s:s, s:b}", "a", "effect", "b", "projection", "c", "other",
+                          "d", 1);
+    struct mic_error e;
+    int v = 7;
+
+    (void)state;
+    assert_int_equal(mic_json_either(o, "none", "projection", "effect", &v, "why", &e), MIC_OK);
+    assert_int_equal(v, 7);
+    assert_int_equal(mic_json_either(o, "a", "projection", "effect", &v, "why", &e), MIC_OK);
+    assert_int_equal(v, 1);
+    assert_int_equal(mic_json_either(o, "b", "projection", "effect", &v, "why", &e), MIC_OK);
+    assert_int_equal(v, 0);
+    for (int i = 0; i < 2; i++) {
+        v = 7;
+        memset(&e, 0, sizeof e);
+        assert_int_equal(mic_json_either(o, i ? "d" : "c", "projection", "effect", &v,
+                                         "c is projection or effect", &e), MIC_EINVAL);
+        assert_string_equal(e.code, "invalid_request");
+        assert_string_equal(e.field, i ? "d" : "c");
+        assert_string_equal(e.message, "c is projection or effect");
+        assert_int_equal(v, 7);
+    }
+    json_decref(o);
+}
+
 static void assert_json_str(const char *s, size_t n, const char *want)
 {
     struct mic_buf b;
@@ -418,6 +467,8 @@ int main(void)
         cmocka_unit_test(scalars_and_values_load),
         cmocka_unit_test(content_type),
         cmocka_unit_test(limit_arg),
+        cmocka_unit_test(keys_known),
+        cmocka_unit_test(either_word),
         cmocka_unit_test(json_str_escapes),
         cmocka_unit_test(json_str_grows),
         cmocka_unit_test(json_str_appends),
