@@ -76,7 +76,6 @@
 #include "powerkit.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,24 +121,6 @@ struct opts {
     int full_ms, after_events;
     const char *jsize;
 };
-
-struct outcome {
-    int ok;
-    char why[400];
-};
-
-static void fail(struct outcome *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void fail(struct outcome *o, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!o->ok)
-        return;
-    o->ok = 0;
-    va_start(ap, fmt);
-    vsnprintf(o->why, sizeof o->why, fmt, ap);
-    va_end(ap);
-}
 
 /* Figures of one scenario run, and of all (summed). */
 struct figs {
@@ -247,7 +228,7 @@ static void check_line(const char *what, const struct pk_check *c)
 }
 
 /* Add check c to the figures; a broken promise fails the run. */
-static void take(struct figs *f, const struct pk_check *c, struct outcome *o, const char *what)
+static void take(struct figs *f, const struct pk_check *c, struct pk_outcome *o, const char *what)
 {
     f->acked += c->acked;
     f->lost += c->lost;
@@ -258,9 +239,9 @@ static void take(struct figs *f, const struct pk_check *c, struct outcome *o, co
     f->bad_opens += !c->started;
     f->bad_verify += c->verify_status != 0 && c->verify_status != -2;
     if (!pk_check_ok(c, 0))
-        fail(o, "%s: %s", what, c->why[0] ? c->why : "refused to open");
+        pk_fail(o, "%s: %s", what, c->why[0] ? c->why : "refused to open");
     else if (c->refused_stored)
-        fail(o, "%s: %zu events answered only 507 are stored (first %s)", what,
+        pk_fail(o, "%s: %zu events answered only 507 are stored (first %s)", what,
              c->refused_stored, c->refused_id);
 }
 
@@ -281,7 +262,7 @@ static int run(const struct scenario *sc, int round, const char *base, unsigned 
     struct pk_micd m;
     struct pk_record rec;
     struct iof_log l;
-    struct outcome o = {1, ""};
+    struct pk_outcome o = {1, ""};
     struct stat sb;
     size_t from_full, from_after, x, y, z, cut_at[4], ncut = 0;
     long mark_at = -1, first_other = -1;
@@ -315,7 +296,7 @@ static int run(const struct scenario *sc, int round, const char *base, unsigned 
     pk_record_init(&rec);
     printf("fullcut %c%d: %s (IOFAULT=%s)\n", sc->letter, round, sc->what, rule);
     if (pk_micd_start(&m, bin, args, env, 30000) != 0 || pk_setup(&m)) {
-        fail(&o, "micd under the interposer did not start and take its set-up (log %s)",
+        pk_fail(&o, "micd under the interposer did not start and take its set-up (log %s)",
              m.logpath);
         pk_micd_kill(&m);
         goto report;
@@ -327,7 +308,7 @@ static int run(const struct scenario *sc, int round, const char *base, unsigned 
     {
         FILE *g = fopen(go, "w");
         if (!g) {
-            fail(&o, "cannot create %s", go);
+            pk_fail(&o, "cannot create %s", go);
             pk_micd_kill(&m);
             goto report;
         }
@@ -335,7 +316,7 @@ static int run(const struct scenario *sc, int round, const char *base, unsigned 
     }
     phase(&m, &rec, 20000, sc->serial ? 1 : 3, !sc->serial, 0, seed, sw);
     if (stat(sw, &sb)) {
-        fail(&o, "the boundary never came (no %s after %zu publishes)", sw, rec.pubs_2xx);
+        pk_fail(&o, "the boundary never came (no %s after %zu publishes)", sw, rec.pubs_2xx);
         pk_micd_kill(&m);
         goto report;
     }
@@ -358,20 +339,20 @@ static int run(const struct scenario *sc, int round, const char *base, unsigned 
            f->other_fail, rec.acks_ok);
     if (pk_micd_wait(&m, 0)) {
         f->micd_ended = 1;
-        fail(&o, "micd ended by itself (status %d; log %s)",
+        pk_fail(&o, "micd ended by itself (status %d; log %s)",
              WIFEXITED(m.status) ? WEXITSTATUS(m.status) : -1, m.logpath);
     }
     if (!f->full_507)
-        fail(&o, "no publish answered 507 while the disk was full");
+        pk_fail(&o, "no publish answered 507 while the disk was full");
     if (!f->after_2xx)
-        fail(&o, "no publish answered 2xx once the disk had room");
+        pk_fail(&o, "no publish answered 2xx once the disk had room");
     if (f->other_fail)
-        fail(&o, "%zu publishes answered neither 2xx nor 507 (the first: %ld)", f->other_fail,
+        pk_fail(&o, "%zu publishes answered neither 2xx nor 507 (the first: %ld)", f->other_fail,
              first_other);
     pk_micd_kill(&m);
     /* The recording: where the boundary was, what was refused. */
     if (iof_log_load(&l, iolog)) {
-        fail(&o, "cannot read the recording %s", iolog);
+        pk_fail(&o, "cannot read the recording %s", iolog);
         goto report;
     }
     {
@@ -421,7 +402,7 @@ static int run(const struct scenario *sc, int round, const char *base, unsigned 
             uint64_t t_cut = cut_at[v] < l.n ? l.rec[cut_at[v] - 1]->t_ns : UINT64_MAX;
             char what[120];
             if (pk_rebuild_cut(b, cut_at[v], cut, up, seed + (unsigned)v, &nu, &na)) {
-                fail(&o, "cannot rebuild the store");
+                pk_fail(&o, "cannot rebuild the store");
                 break;
             }
             pk_check_dir(check_bin, cut, &rec, t_cut, &c);
@@ -431,7 +412,7 @@ static int run(const struct scenario *sc, int round, const char *base, unsigned 
             take(f, &c, &o, "after a power cut");
         }
         if (!b)
-            fail(&o, "out of memory");
+            pk_fail(&o, "out of memory");
         pk_rebuild_free(b);
         pk_rmdir(cut);
     }

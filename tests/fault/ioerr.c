@@ -43,7 +43,6 @@
 #include "powerkit.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,24 +102,6 @@ static int dump(const char *path)
     return 0;
 }
 
-struct outcome {
-    int ok;
-    char why[300];
-};
-
-static void fail(struct outcome *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void fail(struct outcome *o, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!o->ok)
-        return;
-    o->ok = 0;
-    va_start(ap, fmt);
-    vsnprintf(o->why, sizeof o->why, fmt, ap);
-    va_end(ap);
-}
-
 /* The first injected failure in 'l': its index, or -1. */
 static long first_injected(const struct iof_log *l)
 {
@@ -153,7 +134,7 @@ static int run(const struct scenario *sc, const char *base, unsigned seed)
     struct pk_record rec;
     struct pk_load_opts lo;
     struct iof_log l;
-    struct outcome o = {1, ""};
+    struct pk_outcome o = {1, ""};
     long inj;
     size_t late = 0, later_syncs = 0, msyncs = 0;
     int status = -1, rc;
@@ -187,7 +168,7 @@ static int run(const struct scenario *sc, const char *base, unsigned seed)
     snprintf(m.dir, sizeof m.dir, "%s", dir);
     pk_record_init(&rec);
     if ((rc = pk_micd_start(&m, bin, args, env, 30000)) != 0 || pk_setup(&m)) {
-        fail(&o, "micd under the interposer did not start and take its set-up (%d; log %s)", rc,
+        pk_fail(&o, "micd under the interposer did not start and take its set-up (%d; log %s)", rc,
              m.logpath);
         pk_micd_kill(&m);
         goto report;
@@ -204,7 +185,7 @@ static int run(const struct scenario *sc, const char *base, unsigned seed)
         pk_load_run(&lo, &rec);
         size_t before = rec.pubs_2xx;
         if (!(f = fopen(sw, "w"))) {
-            fail(&o, "cannot create %s", sw);
+            pk_fail(&o, "cannot create %s", sw);
             pk_micd_kill(&m);
             goto report;
         }
@@ -220,14 +201,14 @@ static int run(const struct scenario *sc, const char *base, unsigned seed)
         printf("  e: before %zu 2xx; while full %zu answered 507, %zu 2xx; after %zu 2xx\n",
                before, during_507, during_2xx, rec.pubs_2xx - before - during_2xx);
         if (!before)
-            fail(&o, "no publish succeeded before the disk filled");
+            pk_fail(&o, "no publish succeeded before the disk filled");
         if (!during_507)
-            fail(&o, "no publish answered 507 while the disk was full");
+            pk_fail(&o, "no publish answered 507 while the disk was full");
         if (rec.n507 + rec.pubs_2xx + rec.by_status[0] < rec.n - rec.acks_ok)
-            fail(&o, "answers other than 2xx and 507 (first: %ld %s)", rec.first_fail_status,
+            pk_fail(&o, "answers other than 2xx and 507 (first: %ld %s)", rec.first_fail_status,
                  rec.first_fail_code);
         if (rec.pubs_2xx - before - during_2xx == 0)
-            fail(&o, "publishing did not work again once the disk had room");
+            pk_fail(&o, "publishing did not work again once the disk had room");
     } else {
         /* A fatal failure ends the load when micd exits: the time is a bound. */
         lo.ms = sc->expect == FATAL ? 20000 : 2500;
@@ -235,53 +216,53 @@ static int run(const struct scenario *sc, const char *base, unsigned seed)
     }
     if (sc->expect == FATAL) {
         if (!pk_micd_wait(&m, 30000)) {
-            fail(&o, "micd still running after the failure");
+            pk_fail(&o, "micd still running after the failure");
             pk_micd_kill(&m);
         } else {
             status = WIFEXITED(m.status) ? WEXITSTATUS(m.status) : -1;
             if (status != EX_IOERR_STATUS)
-                fail(&o, "micd ended with %s %d, not exit status 74",
+                pk_fail(&o, "micd ended with %s %d, not exit status 74",
                      WIFSIGNALED(m.status) ? "signal" : "status",
                      WIFSIGNALED(m.status) ? WTERMSIG(m.status) : status);
             if (!pk_log_has(&m, "fatal: storage failed"))
-                fail(&o, "no \"fatal: storage failed\" line in %s", m.logpath);
+                pk_fail(&o, "no \"fatal: storage failed\" line in %s", m.logpath);
         }
     } else {
         if (pk_micd_wait(&m, 0))
-            fail(&o, "micd ended (status %d) instead of serving on",
+            pk_fail(&o, "micd ended (status %d) instead of serving on",
                  WIFEXITED(m.status) ? WEXITSTATUS(m.status) : -1);
         else if ((status = pk_micd_stop(&m)) != 0)
-            fail(&o, "SIGTERM: exit status %d", status);
+            pk_fail(&o, "SIGTERM: exit status %d", status);
         if (sc->expect == SURVIVE_500 && !rec.n500)
-            fail(&o, "no publish answered 500 for the failed commit");
+            pk_fail(&o, "no publish answered 500 for the failed commit");
         if (sc->expect == SURVIVE_500 && rec.pubs_fail != rec.n500)
-            fail(&o, "%zu publishes failed, %zu of them with 500 (first: %ld %s)", rec.pubs_fail,
+            pk_fail(&o, "%zu publishes failed, %zu of them with 500 (first: %ld %s)", rec.pubs_fail,
                  rec.n500, rec.first_fail_status, rec.first_fail_code);
     }
     /* The recording: the injected failure, what came after it, msync. */
     if (iof_log_load(&l, iolog)) {
-        fail(&o, "cannot read the recording %s", iolog);
+        pk_fail(&o, "cannot read the recording %s", iolog);
         goto report;
     }
     inj = first_injected(&l);
     if (inj < 0) {
-        fail(&o, "the rule never fired (%s)", rule);
+        pk_fail(&o, "the rule never fired (%s)", rule);
     } else {
         const struct iof_rec *f = l.rec[inj];
         for (size_t i = (size_t)inj + 1; i < l.n; i++)
             later_syncs += l.rec[i]->op == IOF_SYNC && l.rec[i]->file == f->file;
         late = count_2xx_after(&rec, f->t_ns);
         if (sc->expect == FATAL && f->op == IOF_SYNC && later_syncs)
-            fail(&o, "%zu syncs of %s after the failed one (a retried fsync)", later_syncs,
+            pk_fail(&o, "%zu syncs of %s after the failed one (a retried fsync)", later_syncs,
                  l.name[f->file]);
         if (sc->expect == SURVIVE_500 && !count_2xx_after(&rec, l.rec[l.n - 1]->t_ns) &&
             !late)
-            fail(&o, "no publish answered 2xx after the failed write");
+            pk_fail(&o, "no publish answered 2xx after the failed write");
     }
     for (size_t i = 0; i < l.n; i++)
         msyncs += l.rec[i]->op == IOF_MSYNC;
     if (msyncs)
-        fail(&o, "g: %zu msync calls (micd should make none)", msyncs);
+        pk_fail(&o, "g: %zu msync calls (micd should make none)", msyncs);
     /* Durable: rebuilt as a power cut at the end would leave it. */
     {
         struct pk_rebuild *b = pk_rebuild_new(&l);
@@ -290,7 +271,7 @@ static int run(const struct scenario *sc, const char *base, unsigned seed)
             struct pk_check c;
             size_t nu, na;
             if (pk_rebuild_cut(b, l.n, cut, ps[v], seed + (unsigned)v, &nu, &na)) {
-                fail(&o, "cannot rebuild the store");
+                pk_fail(&o, "cannot rebuild the store");
                 break;
             }
             pk_check_dir(check_bin, cut, &rec, UINT64_MAX, &c);
@@ -299,10 +280,10 @@ static int run(const struct scenario *sc, const char *base, unsigned seed)
                    sc->letter, nu, na, c.started ? "opened" : c.refused ? "REFUSED" : "CRASHED",
                    c.acked, c.found, c.lost, c.acks, c.why[0] ? " -- " : "", c.why);
             if (!pk_check_ok(&c, 0))
-                fail(&o, "after a power cut: %s", c.why[0] ? c.why : "refused to open");
+                pk_fail(&o, "after a power cut: %s", c.why[0] ? c.why : "refused to open");
         }
         if (!b)
-            fail(&o, "out of memory");
+            pk_fail(&o, "out of memory");
         pk_rebuild_free(b);
         pk_rmdir(cut);
     }
@@ -314,7 +295,7 @@ static int run(const struct scenario *sc, const char *base, unsigned seed)
                c.started ? "opened" : c.refused ? "REFUSED" : "CRASHED", c.acked, c.found,
                c.lost, c.acks, c.why[0] ? " -- " : "", c.why);
         if (!pk_check_ok(&c, 0))
-            fail(&o, "after the restart: %s", c.why[0] ? c.why : "refused to open");
+            pk_fail(&o, "after the restart: %s", c.why[0] ? c.why : "refused to open");
     }
     printf("  %c: failed call at record %ld of %zu (%s %s), %zu publishes 2xx (%zu received "
            "after the failed call), %zu not, %zu acks; later syncs of that file %zu; "

@@ -1193,3 +1193,15 @@ int pk_check_ok(const struct pk_check *c, int refuse_ok)
            !c->range_error && c->stop_status == 0 && c->verify_status <= 0 &&
            c->verify_status != -1;
 }
+
+void pk_fail(struct pk_outcome *o, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!o->ok)
+        return;
+    o->ok = 0;
+    va_start(ap, fmt);
+    vsnprintf(o->why, sizeof o->why, fmt, ap);
+    va_end(ap);
+}

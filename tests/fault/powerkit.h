@@ -182,4 +182,12 @@ uint64_t pk_rnd(uint64_t *s);
 /* 1 when 'bin --help' mentions "--verify". */
 int pk_has_verify(const char *bin);
 
+/* A scenario's verdict: ok until the first pk_fail, whose message
+ * (printf-style) it keeps; later failures are not recorded. */
+struct pk_outcome {
+    int ok;
+    char why[400];
+};
+void pk_fail(struct pk_outcome *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 #endif
